@@ -1,0 +1,3 @@
+"""awarl: Abstention-Aware Reinforcement Learning for LLM search agents."""
+
+__version__ = "0.1.0"

