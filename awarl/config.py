@@ -159,6 +159,11 @@ class CriticConfig(Section):
     cache_dir: str | None = Field(None, description="On-disk verdict cache (default: <run>/critic_cache).")
     support_threshold: float = Field(0.5, ge=0, le=1, description="lexical: token recall of a claim in a "
                                      "passage to count as grounded.")
+    backoff_s: float = Field(0.5, ge=0, description="openai: first retry delay; doubles on each retry.")
+    max_tokens: int = Field(1024, ge=16, description="openai: completion token budget of one verdict.")
+    max_response_bytes: int = Field(1_000_000, ge=1024, description="openai: larger responses are rejected.")
+    short_answer_words: int = Field(5, ge=1, description="lexical: an answer of at most this many words is "
+                                    "one claim (not split on `and`/commas, e.g. `Simon and Garfunkel`).")
 
 
 # -------------------------------------------------------------------------------- estimate / eval
@@ -245,7 +250,7 @@ def _deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
-def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> dict:
+def read_config_yaml(path: Path, chain: tuple[Path, ...] = ()) -> dict:
     path = path.resolve()
     if path in chain:
         raise ConfigError(f"{path}: circular `extends:` ({' -> '.join(str(p) for p in chain + (path,))})")
@@ -263,7 +268,7 @@ def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> dict:
         return data
     merged: dict = {}
     for parent in [parents] if isinstance(parents, str) else parents:
-        merged = _deep_merge(merged, _read_yaml(path.parent / parent, chain + (path,)))
+        merged = _deep_merge(merged, read_config_yaml(path.parent / parent, chain + (path,)))
     return _deep_merge(merged, data)
 
 
@@ -329,7 +334,7 @@ def config_from_dict(data: dict, source: str = "<config>") -> AwarlConfig:
 
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> AwarlConfig:
     """Read a YAML config (following `extends:`), apply dotted overrides, validate. Raises ConfigError."""
-    data = _read_yaml(Path(path)) if path else {}
+    data = read_config_yaml(Path(path)) if path else {}
     data = apply_overrides(data, overrides or [])
     source = str(path) if path else "<defaults>"
     if overrides:

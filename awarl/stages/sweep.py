@@ -1,0 +1,255 @@
+"""Sweeps: expand a grid (γ, or any config key) into run configs, run or script them, compare the results.
+
+A sweep file is its own small YAML (see configs/sweep_gamma.yaml)::
+
+    sweep:
+      base: qwen2.5-3b_1gpu.yaml          # run config every point extends (relative to this file)
+      out_dir: runs/sweep_gamma
+      grid: {reward.gamma: [0.25, 0.5, 0.75, 1.0]}
+
+Every grid point becomes `<out_dir>/<name>/config.yaml` (the resolved config, so each run is
+self-contained), and the p_i estimate, which does not depend on the reward, is computed once and shared.
+Runs go through `awarl train` in a subprocess (optionally behind a launcher such as `accelerate launch`),
+so a crash in one run never takes the others down; finished runs are skipped on a rerun.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from awarl.config import (
+    ConfigError,
+    apply_overrides,
+    config_from_dict,
+    format_validation_error,
+    read_config_yaml,
+)
+from awarl.io import atomic_write_json, atomic_write_text
+
+log = logging.getLogger(__name__)
+
+FINAL_RESULTS = ("eval_final/results.json", "eval/results.json", "results.json")
+
+
+class SweepSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    base: str = Field(..., description="Run config (YAML) that every grid point starts from; relative to the "
+                      "sweep file.")
+    name: str = Field("sweep", description="Sweep name; prefixes run names.")
+    out_dir: str = Field("runs/sweep", description="Folder of the sweep: one sub-folder per run, the shared "
+                         "p_i estimate, launch scripts and the comparison.")
+    grid: dict[str, list[Any]] = Field(..., description="Dotted config key -> values; the cartesian product "
+                                       "of all keys is run.")
+    overrides: list[str] = Field(default_factory=list, description="KEY=VALUE overrides applied to every run.")
+    mode: Literal["local", "scripts"] = Field("local", description="local: run one after the other here; "
+                                              "scripts: write one launch script per run (for a cluster).")
+    launcher: list[str] = Field(default_factory=list, description="Command prefix for each run, as a list, e.g. "
+                                "[accelerate, launch, --config_file, configs/accelerate/single_gpu.yaml]; "
+                                "empty = plain python.")
+    share_estimate: bool = Field(True, description="Estimate p_i once and point every run at it (p_i does not "
+                                 "depend on the reward settings).")
+
+
+class SweepFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    sweep: SweepSpec
+
+
+def load_sweep(path: str | Path, overrides: list[str] | None = None) -> tuple[SweepSpec, Path]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"sweep file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: invalid YAML: {e}") from e
+    data = apply_overrides(data, overrides or [])
+    try:
+        spec = SweepFile.model_validate(data).sweep
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, str(path), SweepFile)) from None
+    if not spec.grid or any(not v for v in spec.grid.values()):
+        raise ConfigError(f"{path}: sweep.grid needs at least one key with at least one value")
+    return spec, path.parent
+
+
+def _fmt(v: Any) -> str:
+    return json.dumps(v) if isinstance(v, list | dict) else str(v)
+
+
+def point_name(point: dict[str, Any]) -> str:
+    """`reward.gamma=0.25,train.learning_rate=1e-06` -> `gamma=0.25_learning_rate=1e-06` (filesystem-safe)."""
+    parts = [f"{k.split('.')[-1]}={_fmt(v)}" for k, v in point.items()]
+    return "_".join(parts).replace("/", "-").replace(" ", "")
+
+
+def expand(spec: SweepSpec, base_dir: Path) -> list[dict[str, Any]]:
+    """Validate every grid point's config and write it to `<out_dir>/<name>/config.yaml`.
+
+    Returns one entry per run: name, point (grid values), config path, out_dir."""
+    base = read_config_yaml(base_dir / spec.base)
+    out = Path(spec.out_dir)
+    keys = list(spec.grid)
+    runs = []
+    for values in itertools.product(*(spec.grid[k] for k in keys)):
+        point = dict(zip(keys, values, strict=True))
+        name = point_name(point)
+        run_dir = out / name
+        ov = list(spec.overrides) + [f"{k}={_fmt(v)}" for k, v in point.items()]
+        ov += [f"run.name={spec.name}-{name}", f"run.out_dir={run_dir}"]
+        if spec.share_estimate:
+            ov.append(f"train.p_estimates={out / 'p_estimates.jsonl'}")
+        cfg = config_from_dict(apply_overrides(base, ov), f"{spec.base} + grid point {point}")
+        cfg_path = run_dir / "config.yaml"
+        atomic_write_text(cfg_path, f"# sweep {spec.name}, point {point}\n"
+                          + yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        runs.append({"name": name, "point": point, "config": str(cfg_path), "out_dir": str(run_dir)})
+    atomic_write_json(out / "runs.json", runs)
+    return runs
+
+
+def _command(spec: SweepSpec, *args: str) -> list[str]:
+    if spec.launcher:
+        return [*spec.launcher, "-m", "awarl.cli", *args]
+    return [sys.executable, "-m", "awarl.cli", *args]
+
+
+def run_commands(spec: SweepSpec, runs: list[dict], dry_run: bool = False) -> list[tuple[str, list[str]]]:
+    """The commands of the sweep in order: the shared estimate (once), then one `train` per run."""
+    cmds: list[tuple[str, list[str]]] = []
+    extra = ["--dry-run"] if dry_run else []
+    if spec.share_estimate and runs:
+        cmds.append(("estimate", [sys.executable, "-m", "awarl.cli", "estimate", "--config", runs[0]["config"],
+                                  f"estimate.out={Path(spec.out_dir) / 'p_estimates.jsonl'}", *extra]))
+    for r in runs:
+        resume = ["--resume"] if any(Path(r["out_dir"]).glob("checkpoint-*")) else []
+        cmds.append((r["name"], _command(spec, "train", "--config", r["config"], *resume, *extra)))
+    return cmds
+
+
+def write_scripts(spec: SweepSpec, runs: list[dict]) -> list[Path]:
+    """One launch script per run plus `launch_all.sh`; values are shell-quoted, nothing is evaluated."""
+    out = Path(spec.out_dir)
+    paths = []
+    for name, cmd in run_commands(spec, runs):
+        p = out / f"launch_{name}.sh"
+        atomic_write_text(p, "#!/usr/bin/env bash\nset -euo pipefail\n" + shlex.join(cmd) + "\n")
+        p.chmod(0o755)
+        paths.append(p)
+    allp = out / "launch_all.sh"
+    atomic_write_text(allp, "#!/usr/bin/env bash\n# runs every point in sequence; submit the per-run scripts "
+                      "to your scheduler instead to run them in parallel (the estimate first)\nset -euo pipefail\n"
+                      + "".join(f"bash {shlex.quote(str(p))}\n" for p in paths))
+    allp.chmod(0o755)
+    return paths
+
+
+def find_results(run_dir: str | Path) -> Path | None:
+    for rel in FINAL_RESULTS:
+        p = Path(run_dir) / rel
+        if p.is_file():
+            return p
+    return None
+
+
+def run_local(spec: SweepSpec, runs: list[dict], dry_run: bool = False) -> dict[str, int]:
+    """Run the sweep here, one command after the other; finished runs (final results present) are skipped."""
+    codes: dict[str, int] = {}
+    for name, cmd in run_commands(spec, runs, dry_run):
+        run = next((r for r in runs if r["name"] == name), None)
+        if run and not dry_run and find_results(run["out_dir"]):
+            log.info("[%s] finished already; skipped", name)
+            codes[name] = 0
+            continue
+        log.info("[%s] %s", name, shlex.join(cmd))
+        codes[name] = subprocess.call(cmd)  # list form: no shell, no interpolation of config strings
+        if codes[name]:
+            log.error("[%s] failed with exit code %d; continuing with the next run", name, codes[name])
+            if name == "estimate":
+                break  # every run needs the shared estimate
+    return codes
+
+
+METRICS = ("ra_f1", "precision", "accuracy", "abstention_rate")
+
+
+def aggregate(spec: SweepSpec, runs: list[dict]) -> dict:
+    """Collect each finished run's final macro metrics into comparison.{json,md,png}."""
+    rows = []
+    for r in runs:
+        path = find_results(r["out_dir"])
+        if not path:
+            rows.append({"name": r["name"], **r["point"], "status": "missing"})
+            continue
+        res = json.loads(path.read_text())
+        macro = res.get("macro", {})
+        rows.append({"name": r["name"], **r["point"], "status": "done",
+                     **{m: macro.get(m) for m in METRICS}})
+    out = Path(spec.out_dir)
+    table = {"sweep": spec.name, "grid": spec.grid, "runs": rows}
+    atomic_write_json(out / "comparison.json", table)
+    keys = list(spec.grid)
+    head = "| run | " + " | ".join(keys) + " | RA-F1 | precision | accuracy | abstention |\n"
+    head += "|---" * (len(keys) + 5) + "|\n"
+    body = ""
+    for row in rows:
+        vals = [f"{row[m]:.3f}" if isinstance(row.get(m), float) else "—" for m in METRICS]
+        body += f"| {row['name']} | " + " | ".join(_fmt(row[k]) for k in keys) + " | " + " | ".join(vals) + " |\n"
+    atomic_write_text(out / "comparison.md", f"# Sweep `{spec.name}`\n\nMacro averages over the evaluation "
+                      f"datasets of each run's final evaluation.\n\n{head}{body}")
+    _plot(rows, keys[0], out / "comparison.png")
+    return table
+
+
+def _plot(rows: list[dict], key: str, path: Path) -> None:
+    done = [r for r in rows if r["status"] == "done"]
+    if not done:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    numeric = all(isinstance(r[key], int | float) for r in done)
+    done = sorted(done, key=lambda r: r[key]) if numeric else done
+    xs = [r[key] for r in done] if numeric else list(range(len(done)))
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for m in METRICS:
+        ax.plot(xs, [r[m] or 0.0 for r in done], marker="o", label=m)
+    if not numeric:
+        ax.set_xticks(xs, [r["name"] for r in done], rotation=30, ha="right")
+    ax.set_xlabel(key)
+    ax.set_ylim(0, 1)
+    ax.set_title("sweep: macro metrics per run")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run_sweep(path: str | Path, overrides: list[str] | None = None, *, aggregate_only: bool = False,
+              dry_run: bool = False) -> dict:
+    spec, base_dir = load_sweep(path, overrides)
+    runs = expand(spec, base_dir)
+    log.info("sweep %s: %d runs in %s", spec.name, len(runs), spec.out_dir)
+    result: dict[str, Any] = {"runs": runs}
+    if aggregate_only:
+        pass
+    elif spec.mode == "scripts":
+        result["scripts"] = [str(p) for p in write_scripts(spec, runs)]
+    else:
+        result["exit_codes"] = run_local(spec, runs, dry_run)
+    if not dry_run:
+        result["comparison"] = aggregate(spec, runs)
+    return result

@@ -1,0 +1,91 @@
+"""Config system: YAML + extends, dotted overrides, strict validation with key paths, resolved config."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from awarl.config import AwarlConfig, ConfigError, load_config, parse_override, save_resolved
+
+
+def write(path, text):
+    path.write_text(text)
+    return path
+
+
+def test_defaults_match_spec():
+    cfg = AwarlConfig()
+    assert cfg.reward.gamma == 0.5 and cfg.reward.p_min == 0.1 and cfg.reward.beta == 0.9
+    assert cfg.reward.penalty_steps == [(0.05, 0.0), (0.15, 0.2), (0.30, 0.5)]
+    assert cfg.agent.abstention_phrases == ["not enough information"]
+    assert cfg.retrieval.topk == 3 and cfg.agent.max_turns == 4 and cfg.estimate.k == 8
+
+
+def test_extends_merges_deeply_and_child_wins(tmp_path):
+    write(tmp_path / "base.yaml", "reward:\n  gamma: 0.25\n  beta: 0.8\nrun:\n  name: base\n")
+    child = write(tmp_path / "child.yaml", "extends: base.yaml\nreward:\n  gamma: 0.75\n")
+    cfg = load_config(child)
+    assert cfg.reward.gamma == 0.75  # child overrides
+    assert cfg.reward.beta == 0.8  # inherited sibling key survives the merge
+    assert cfg.run.name == "base"
+
+
+def test_multiple_parents_and_cycle(tmp_path):
+    write(tmp_path / "a.yaml", "reward:\n  gamma: 0.3\n")
+    write(tmp_path / "b.yaml", "reward:\n  p_min: 0.2\n")
+    cfg = load_config(write(tmp_path / "c.yaml", "extends: [a.yaml, b.yaml]\n"))
+    assert (cfg.reward.gamma, cfg.reward.p_min) == (0.3, 0.2)
+    write(tmp_path / "x.yaml", "extends: y.yaml\n")
+    write(tmp_path / "y.yaml", "extends: x.yaml\n")
+    with pytest.raises(ConfigError, match="circular"):
+        load_config(tmp_path / "x.yaml")
+
+
+def test_overrides_are_typed_and_applied_last(tmp_path):
+    f = write(tmp_path / "c.yaml", "reward:\n  gamma: 0.25\n")
+    cfg = load_config(f, ["reward.gamma=1.0", "eval.datasets=[hotpotqa]", "train.lora.enabled=true"])
+    assert cfg.reward.gamma == 1.0
+    assert cfg.eval.datasets == ["hotpotqa"]
+    assert cfg.train.lora.enabled is True
+    assert parse_override("estimate.out=null") == (["estimate", "out"], None)
+
+
+def test_unknown_key_names_path_and_allowed_keys(tmp_path):
+    f = write(tmp_path / "bad.yaml", "reward:\n  gama: 0.5\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(f)
+    msg = str(e.value)
+    assert str(f) in msg and "reward.gama" in msg and "unknown key" in msg and "gamma" in msg
+
+
+def test_mistyped_and_out_of_range_values(tmp_path):
+    with pytest.raises(ConfigError, match=r"reward\.gamma"):
+        load_config(None, ["reward.gamma=1.5"])  # γ must be in (0, 1]
+    with pytest.raises(ConfigError, match=r"agent\.max_turns"):
+        load_config(None, ["agent.max_turns=many"])
+    with pytest.raises(ConfigError, match="strictly increasing"):
+        load_config(None, ["reward.penalty_steps=[[0.3, 0.5], [0.1, 0.2]]"])
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        load_config(None, ["reward.gamma"])
+
+
+def test_group_size_must_divide_batch():
+    with pytest.raises(ConfigError, match="num_generations"):
+        load_config(None, ["train.num_generations=3", "train.per_device_train_batch_size=8"])
+
+
+def test_bad_yaml_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_config(write(tmp_path / "b.yaml", "reward: [unclosed\n"))
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(write(tmp_path / "l.yaml", "- 1\n- 2\n"))
+
+
+def test_resolved_config_round_trips(tmp_path):
+    cfg = load_config(None, ["reward.gamma=0.25", "run.name=x"])
+    path = save_resolved(cfg, tmp_path / "run")
+    data = yaml.safe_load(path.read_text())
+    assert data["reward"]["gamma"] == 0.25 and data["critic"]["judge"] == "lexical"
+    assert AwarlConfig.model_validate(data) == cfg

@@ -1,0 +1,84 @@
+"""`awarl sweep`: grid expansion into valid run configs, launch scripts, and the comparison of results."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from awarl.config import ConfigError, load_config
+from awarl.stages.sweep import aggregate, expand, load_sweep, run_sweep
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def sweep_file(tmp_path: Path, **over) -> Path:
+    spec = {"name": "g", "base": str(REPO / "configs" / "base.yaml"), "out_dir": str(tmp_path / "sw"),
+            "grid": {"reward.gamma": [0.25, 1.0], "reward.p_min": [0.1, 0.2]}, "mode": "local"}
+    spec.update(over)
+    p = tmp_path / "sweep.yaml"
+    p.write_text(yaml.safe_dump({"sweep": spec}))
+    return p
+
+
+def test_expand_writes_one_valid_config_per_grid_point(tmp_path):
+    spec, base_dir = load_sweep(sweep_file(tmp_path))
+    runs = expand(spec, base_dir)
+    assert len(runs) == 4 and len({r["name"] for r in runs}) == 4
+    seen = set()
+    for r in runs:
+        cfg = load_config(r["config"])  # each written config is complete and valid on its own
+        assert (cfg.reward.gamma, cfg.reward.p_min) == (r["point"]["reward.gamma"], r["point"]["reward.p_min"])
+        assert cfg.run.out_dir == r["out_dir"]
+        assert cfg.train.p_estimates == str(tmp_path / "sw" / "p_estimates.jsonl")  # shared estimate
+        seen.add((cfg.reward.gamma, cfg.reward.p_min))
+    assert seen == {(0.25, 0.1), (0.25, 0.2), (1.0, 0.1), (1.0, 0.2)}
+
+
+def test_invalid_grid_value_names_the_point(tmp_path):
+    spec, base_dir = load_sweep(sweep_file(tmp_path, grid={"reward.gamma": [0.5, 2.0]}))
+    with pytest.raises(ConfigError, match=r"reward\.gamma"):
+        expand(spec, base_dir)
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_sweep(sweep_file(tmp_path, gird={"reward.gamma": [1]}))
+
+
+def test_scripts_mode_writes_quoted_launch_scripts(tmp_path):
+    f = sweep_file(tmp_path, mode="scripts", grid={"reward.gamma": [0.5]},
+                   launcher=["accelerate", "launch", "--config_file", "my configs/a b.yaml"])
+    res = run_sweep(f)
+    scripts = [Path(p) for p in res["scripts"]]
+    assert [p.name for p in scripts] == ["launch_estimate.sh", "launch_gamma=0.5.sh"]
+    train_line = scripts[-1].read_text().splitlines()[-1]
+    argv = shlex.split(train_line)  # the path with spaces survives as one argument
+    assert argv[:4] == ["accelerate", "launch", "--config_file", "my configs/a b.yaml"]
+    assert argv[4:8] == ["-m", "awarl.cli", "train", "--config"]
+    assert (tmp_path / "sw" / "launch_all.sh").read_text().count("bash ") == 2
+
+
+def test_aggregate_compares_finished_runs_and_marks_missing(tmp_path):
+    spec, base_dir = load_sweep(sweep_file(tmp_path, grid={"reward.gamma": [0.25, 0.5, 1.0]}))
+    runs = expand(spec, base_dir)
+    for r, (p, a) in zip(runs[:2], [(0.8, 0.4), (0.6, 0.5)], strict=False):
+        d = Path(r["out_dir"]) / "eval_final"
+        d.mkdir(parents=True)
+        ra = 2 * p * a / (p + a)
+        (d / "results.json").write_text(json.dumps({"macro": {"ra_f1": ra, "precision": p, "accuracy": a,
+                                                              "abstention_rate": 1 - a / p}}))
+    table = aggregate(spec, runs)
+    rows = {r["reward.gamma"]: r for r in table["runs"]}
+    assert rows[0.25]["status"] == "done" and rows[0.25]["precision"] == 0.8
+    assert rows[0.5]["ra_f1"] == pytest.approx(2 * 0.6 * 0.5 / 1.1)
+    assert rows[1.0]["status"] == "missing"
+    md = (tmp_path / "sw" / "comparison.md").read_text()
+    assert "0.533" in md and "—" in md  # RA-F1 of the first run; the missing run has dashes
+    assert (tmp_path / "sw" / "comparison.png").stat().st_size > 1000
+
+
+def test_shipped_sweep_config_expands(tmp_path):
+    spec, base_dir = load_sweep(REPO / "configs" / "sweep_gamma.yaml", [f"sweep.out_dir={tmp_path}/s"])
+    runs = expand(spec, base_dir)
+    assert sorted(load_config(r["config"]).reward.gamma for r in runs) == [0.25, 0.5, 0.75, 1.0]
