@@ -51,7 +51,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # Overrides (KEY=VALUE) may follow options (`--out D reward.gamma=0.5`); argparse stops collecting
+    # positionals at the first option, so leftovers that look like overrides are added back here.
+    args, rest = parser.parse_known_args(argv)
+    stray = [a for a in rest if "=" not in a or a.startswith("-")]
+    if stray or (rest and not hasattr(args, "overrides")):
+        parser.parse_args(argv)  # let argparse report the unknown arguments as usual (exits 2)
+    if rest:
+        args.overrides = list(args.overrides or []) + rest
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     if not getattr(args, "func", None):

@@ -1,8 +1,22 @@
-"""Answer normalisation, EM / F1 / cover-EM, outcomes, and the aggregate metrics (P, A, RA-F1, ...)."""
+"""Answer normalisation, EM / F1 / cover-EM, outcomes, and the aggregate metrics (P, A, RA-F1, ...).
+
+All functions are pure. Normalisation is the official HotpotQA/SQuAD one (lower-case, drop ASCII
+punctuation, drop the articles a/an/the, fold whitespace), so EM and F1 compare with published numbers.
+One deliberate deviation: an answer that normalises to the empty string (e.g. "?!") never matches
+anything. The official EM would call "." equal to a gold "!" while its F1 gives 0; we make them agree.
+"""
 
 from __future__ import annotations
 
+import re
+import string
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Sequence
 from enum import Enum
+from typing import Any
+
+import numpy as np
 
 
 class Outcome(str, Enum):
@@ -12,3 +26,217 @@ class Outcome(str, Enum):
     WRONG = "wrong"
     ABSTAIN = "abstain"
     INVALID = "invalid"
+
+
+_PUNCT = set(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+# HotpotQA's F1 rule: these answers are categorical, so partial token overlap earns nothing.
+_CATEGORICAL = {"yes", "no", "noanswer"}
+
+
+def normalize_answer(s: str) -> str:
+    """Official HotpotQA/SQuAD answer normalisation."""
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in _PUNCT)
+    s = _ARTICLES.sub(" ", s)
+    return " ".join(s.split())
+
+
+def _norm_golds(golds: Sequence[str]) -> list[str]:
+    return [g for g in (normalize_answer(x) for x in golds) if g]
+
+
+def exact_match(pred: str | None, golds: Sequence[str]) -> bool:
+    """Normalised prediction equals a normalised gold answer (any alias)."""
+    p = normalize_answer(pred) if pred is not None else ""
+    return bool(p) and p in _norm_golds(golds)
+
+
+def _f1_pair(p: str, g: str) -> float:
+    if (p in _CATEGORICAL or g in _CATEGORICAL) and p != g:
+        return 0.0
+    p_tok, g_tok = p.split(), g.split()
+    same = sum((Counter(p_tok) & Counter(g_tok)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(p_tok), same / len(g_tok)
+    return 2 * precision * recall / (precision + recall)
+
+
+def token_f1(pred: str | None, golds: Sequence[str]) -> float:
+    """Best token F1 over the gold aliases (HotpotQA rule for yes/no/noanswer)."""
+    p = normalize_answer(pred) if pred is not None else ""
+    if not p:
+        return 0.0
+    return max((_f1_pair(p, g) for g in _norm_golds(golds)), default=0.0)
+
+
+def cover_em(pred: str | None, golds: Sequence[str]) -> bool:
+    """A normalised gold answer occurs in the normalised prediction on word boundaries."""
+    p = normalize_answer(pred) if pred is not None else ""
+    if not p:
+        return False
+    padded = f" {p} "
+    return any(f" {g} " in padded for g in _norm_golds(golds))
+
+
+def _strip_trailing_symbols(s: str) -> str:
+    # Normalisation only drops ASCII punctuation; models also end answers with "…", "。" or "!" variants.
+    s = s.strip()
+    while s and unicodedata.category(s[-1])[0] in "PSZ":
+        s = s[:-1]
+    return s
+
+
+def is_abstention(answer: str | None, phrases: Sequence[str]) -> bool:
+    """The answer is one of the abstention phrases, compared after normalisation."""
+    if answer is None:
+        return False
+    a = normalize_answer(_strip_trailing_symbols(answer))
+    if not a:
+        return False
+    return any(a == normalize_answer(_strip_trailing_symbols(ph)) for ph in phrases)
+
+
+CORRECTNESS = ("em", "f1", "cover_em", "judge")
+
+
+def is_correct(answer: str, golds: Sequence[str], correctness: str = "em", f1_threshold: float = 0.8,
+               judge_correct: bool | None = None) -> bool:
+    if correctness == "em":
+        return exact_match(answer, golds)
+    if correctness == "f1":
+        return token_f1(answer, golds) >= f1_threshold
+    if correctness == "cover_em":
+        return cover_em(answer, golds)
+    if correctness == "judge":
+        if judge_correct is None:
+            raise ValueError("correctness='judge' needs judge_correct (the judge's verdict) for every answer")
+        return bool(judge_correct)
+    raise ValueError(f"unknown correctness {correctness!r}; choose one of {', '.join(CORRECTNESS)}")
+
+
+def classify_outcome(answer: str | None, golds: Sequence[str], *, valid: bool, phrases: Sequence[str],
+                     correctness: str = "em", f1_threshold: float = 0.8,
+                     judge_correct: bool | None = None) -> Outcome:
+    """The single outcome of a trajectory. Invalid: flagged invalid, or no (or blank) final answer.
+    With an empty gold list no answer can be correct (abstaining is the right move)."""
+    if not valid or answer is None or not answer.strip():
+        return Outcome.INVALID
+    if is_abstention(answer, phrases):
+        return Outcome.ABSTAIN
+    if not golds:
+        return Outcome.WRONG
+    ok = is_correct(answer, golds, correctness, f1_threshold, judge_correct)
+    return Outcome.CORRECT if ok else Outcome.WRONG
+
+
+# ------------------------------------------------------------------------------------------ aggregates
+RATE_METRICS = ("precision", "accuracy", "ra_f1", "abstention_rate", "reliability")
+MEAN_METRICS = ("em", "f1", "cover_em")
+
+
+def ra_f1(precision: float, accuracy: float) -> float:
+    """Harmonic mean of precision and accuracy; 0 when both are 0."""
+    s = precision + accuracy
+    return 2 * precision * accuracy / s if s > 0 else 0.0
+
+
+def _rates(correct: Any, wrong: Any, abstain: Any, invalid: Any) -> dict[str, Any]:
+    """P, A, RA-F1, rho, reliability from counts; works on numbers and numpy arrays alike."""
+    answered = correct + wrong + invalid
+    total = answered + abstain
+    with np.errstate(divide="ignore", invalid="ignore"):
+        precision = np.where(answered > 0, correct / np.maximum(answered, 1), 0.0)
+        accuracy = np.where(total > 0, correct / np.maximum(total, 1), 0.0)
+        rho = np.where(total > 0, abstain / np.maximum(total, 1), 0.0)
+        s = precision + accuracy
+        f1 = np.where(s > 0, 2 * precision * accuracy / np.where(s > 0, s, 1), 0.0)
+    # BAPO's reliability: precision on what is answered, accuracy-weighted by how much is refused.
+    reliability = (1 - rho) * precision + rho * accuracy
+    return {"precision": precision, "accuracy": accuracy, "ra_f1": f1, "abstention_rate": rho,
+            "reliability": reliability}
+
+
+def _check_values(name: str, values: Sequence[float] | None, n: int) -> None:
+    if values is not None and len(values) != n:
+        raise ValueError(f"{name}: {len(values)} values for {n} outcomes")
+
+
+def aggregate(outcomes: Sequence[Outcome], em: Sequence[float] | None = None,
+              f1: Sequence[float] | None = None, cover: Sequence[float] | None = None) -> dict[str, Any]:
+    """Counts and rates of a list of outcomes: P = correct/answered (answered includes invalid),
+    A = correct/all, RA-F1 = 2PA/(P+A), abstention rate, reliability, and the means of em/f1/cover_em
+    when given (None otherwise)."""
+    n = len(outcomes)
+    for name, vals in (("em", em), ("f1", f1), ("cover", cover)):
+        _check_values(name, vals, n)
+    counts = Counter(Outcome(o) for o in outcomes)
+    c, w, a, i = (counts[Outcome.CORRECT], counts[Outcome.WRONG], counts[Outcome.ABSTAIN], counts[Outcome.INVALID])
+    out: dict[str, Any] = {"n": n, "correct": c, "wrong": w, "abstain": a, "invalid": i, "answered": c + w + i}
+    out.update({k: float(v) for k, v in _rates(c, w, a, i).items()})
+    for name, vals in (("em", em), ("f1", f1), ("cover_em", cover)):
+        out[name] = float(np.mean(vals)) if vals is not None and n else (0.0 if vals is not None else None)
+    return out
+
+
+_CODE = {Outcome.CORRECT: 0, Outcome.WRONG: 1, Outcome.ABSTAIN: 2, Outcome.INVALID: 3}
+
+
+def _bootstrap_draws(outcomes: Sequence[Outcome], metric: str | Callable[[list[Outcome]], float], n: int,
+                     rng: np.random.Generator, values: Sequence[float] | None = None) -> np.ndarray:
+    """`n` bootstrap replicates of a metric (resampling questions with replacement)."""
+    size = len(outcomes)
+    if size == 0:
+        raise ValueError("bootstrap of an empty outcome list")
+    idx = rng.integers(0, size, size=(n, size))
+    if callable(metric):
+        outs = list(outcomes)
+        return np.array([metric([outs[j] for j in row]) for row in idx], dtype=float)
+    if metric in MEAN_METRICS:
+        if values is None:
+            raise ValueError(f"bootstrap of {metric!r} needs its per-question values")
+        _check_values(metric, values, size)
+        return np.asarray(values, dtype=float)[idx].mean(axis=1)
+    if metric not in RATE_METRICS:
+        raise ValueError(f"unknown metric {metric!r}; choose one of {', '.join(RATE_METRICS + MEAN_METRICS)}")
+    codes = np.array([_CODE[Outcome(o)] for o in outcomes])[idx]
+    c, w, a, i = ((codes == k).sum(axis=1) for k in range(4))
+    return np.asarray(_rates(c, w, a, i)[metric], dtype=float)
+
+
+def _percentile_ci(draws: np.ndarray) -> tuple[float, float]:
+    lo, hi = np.percentile(draws, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def bootstrap_ci(outcomes: Sequence[Outcome], metric: str | Callable[[list[Outcome]], float], n: int = 1000,
+                 seed: int = 0, values: Sequence[float] | None = None) -> tuple[float, float]:
+    """95% percentile bootstrap interval of `metric` (a name from aggregate(), or a function of an outcome
+    list). em/f1/cover_em need their per-question `values`."""
+    if n < 1:
+        raise ValueError(f"bootstrap needs n >= 1 resamples, got {n}")
+    return _percentile_ci(_bootstrap_draws(outcomes, metric, n, np.random.default_rng(seed), values))
+
+
+def bootstrap_macro_ci(per_dataset: dict[str, Sequence[Outcome]], metric: str, n: int = 1000, seed: int = 0,
+                       values: dict[str, Sequence[float]] | None = None) -> tuple[float, float]:
+    """95% interval of the macro average: resample within each dataset, average the per-dataset metric."""
+    if n < 1:
+        raise ValueError(f"bootstrap needs n >= 1 resamples, got {n}")
+    if not per_dataset:
+        raise ValueError("bootstrap of an empty dataset table")
+    rng = np.random.default_rng(seed)
+    draws = [_bootstrap_draws(outs, metric, n, rng, (values or {}).get(ds))
+             for ds, outs in sorted(per_dataset.items())]
+    return _percentile_ci(np.mean(draws, axis=0))
+
+
+def macro_average(per_dataset: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Unweighted mean over datasets of every rate and mean metric. RA-F1 is the mean of the per-dataset
+    RA-F1 (what the paper reports), not the harmonic mean of macro P and macro A."""
+    out: dict[str, Any] = {"datasets": sorted(per_dataset), "n": sum(int(m.get("n", 0)) for m in per_dataset.values())}
+    for key in RATE_METRICS + MEAN_METRICS:
+        vals = [m[key] for m in per_dataset.values() if m.get(key) is not None]
+        out[key] = float(np.mean(vals)) if vals and len(vals) == len(per_dataset) else None
+    return out

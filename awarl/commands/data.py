@@ -1,0 +1,102 @@
+"""`awarl data`: prepare datasets into unified JSONL, build closed corpora, print statistics."""
+
+from __future__ import annotations
+
+import argparse
+
+FORMAT_CHOICES = ["auto", "hotpotqa", "2wikimultihopqa", "musique", "flashrag", "searchr1", "unified"]
+
+
+def _add_load_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", default="auto", choices=FORMAT_CHOICES,
+                   help="input format (default: detected from the content)")
+    p.add_argument("--dataset", default=None, help="dataset name recorded on every example")
+    p.add_argument("--on-error", default="fail", choices=["fail", "skip"],
+                   help="a malformed record stops the command (fail) or is counted and skipped (skip)")
+    p.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="keep a seeded random subsample of N examples (file order kept)")
+    p.add_argument("--seed", type=int, default=0, help="subsample seed")
+
+
+def _load(args: argparse.Namespace, path: str):
+    from awarl.data.loaders import load_examples
+
+    if args.limit is not None and args.limit < 1:
+        from awarl.io import DataError
+
+        raise DataError(f"--limit must be >= 1, got {args.limit}")
+    res = load_examples(path, format=args.format, dataset=args.dataset, on_error=args.on_error,
+                        limit=args.limit, seed=args.seed)
+    for msg in res.skipped:
+        print(f"skipped: {msg}")
+    return res
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from awarl.io import write_jsonl
+
+    res = _load(args, args.input)
+    n = write_jsonl(args.out, (ex.to_dict() for ex in res.examples))
+    print(f"{args.input} ({res.format}): wrote {n} examples to {args.out}"
+          + (f"; skipped {len(res.skipped)} malformed record(s)" if res.skipped else ""))
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from awarl.data.stats import dataset_stats, print_stats_table
+
+    examples, formats = [], []
+    for path in args.inputs:
+        res = _load(args, path)
+        examples += res.examples
+        formats.append(res.format)
+    print_stats_table(dataset_stats(examples), title=f"dataset stats ({', '.join(sorted(set(formats)))})")
+    return 0
+
+
+def _corpus(args: argparse.Namespace) -> int:
+    from awarl.data.corpus import build_corpus, write_corpus
+    from awarl.data.loaders import SHIPPED_DEV, load_shipped
+
+    if args.inputs:
+        examples = [ex for path in args.inputs for ex in _load(args, path).examples]
+        what = ", ".join(args.inputs)
+    else:
+        examples = [ex for name in SHIPPED_DEV for ex in load_shipped(name, limit=args.limit, seed=args.seed)]
+        what = "the shipped dev samples (" + ", ".join(SHIPPED_DEV) + ")"
+    rows = build_corpus(examples)
+    n = write_corpus(rows, args.out)
+    n_par = sum(len(ex.context) for ex in examples)
+    print(f"closed corpus of {what}: {n} unique passages from {n_par} context paragraphs "
+          f"of {len(examples)} questions -> {args.out}")
+    return 0 if n else 1
+
+
+def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
+    p = subparsers.add_parser("data", help=help_text, description=help_text + ". Input formats: HotpotQA / "
+                              "2WikiMultiHopQA official JSON, MuSiQue JSONL, FlashRAG JSONL, Search-R1 parquet, "
+                              "unified JSONL (docs/formats.md).")
+    sub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+
+    prep = sub.add_parser("prepare", help="convert a dataset file into unified JSONL",
+                          description="Convert one dataset file into unified JSONL (one QAExample a line).")
+    prep.add_argument("input", help="dataset file")
+    prep.add_argument("--out", required=True, metavar="FILE.jsonl", help="output unified JSONL")
+    _add_load_args(prep)
+    prep.set_defaults(func=_prepare)
+
+    st = sub.add_parser("stats", help="per-dataset statistics table",
+                        description="Counts, answerable share, question length, answers, paragraphs and "
+                                    "supporting facts per dataset (any input format, unified JSONL too).")
+    st.add_argument("inputs", nargs="+", metavar="INPUT", help="dataset file(s)")
+    _add_load_args(st)
+    st.set_defaults(func=_stats)
+
+    co = sub.add_parser("corpus", help="closed passage corpus from the datasets' context paragraphs",
+                        description="Build a wiki-18-format corpus ({id, contents}) from the context "
+                                    "paragraphs of the inputs (default: the three shipped dev samples), "
+                                    "deduplicated, with content-hash ids.")
+    co.add_argument("inputs", nargs="*", metavar="INPUT", help="dataset file(s); none = shipped dev samples")
+    co.add_argument("--out", required=True, metavar="corpus.jsonl", help="output corpus JSONL")
+    _add_load_args(co)
+    co.set_defaults(func=_corpus)

@@ -1,0 +1,211 @@
+"""Read any supported dataset file into `QAExample`s: format detection, record errors, seeded subsampling.
+
+The container is detected from the bytes (parquet magic, a JSON array, or JSON Lines), independently of
+the record format, so e.g. a FlashRAG file saved as a JSON array still loads. Record locations in error
+messages are `file:LINE` for JSON Lines and `file: record INDEX` (0-based) for JSON arrays and parquet.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from awarl.data.formats import CONVERTERS, DEFAULT_DATASET, FORMATS, RecordError, sniff_record
+from awarl.data.types import QAExample
+from awarl.io import DataError, iter_jsonl, shipped_data_dir
+
+log = logging.getLogger(__name__)
+
+# The shipped dev samples, relative to `awarl.io.shipped_data_dir()`.
+SHIPPED_DEV: dict[str, str] = {
+    "hotpotqa": "hotpotqa/hotpot_dev_distractor_v1.sample200.json",
+    "2wikimultihopqa": "2wikimultihopqa/dev.sample164.json",
+    "musique": "musique/musique_ans_v1.0_dev.sample200.jsonl",
+}
+# Other shipped samples (not evaluation sets of the paper, but handy for tests and demos).
+SHIPPED_OTHER: dict[str, str] = {
+    "flashrag-nq": "flashrag/nq_test17.jsonl",
+    "searchr1-train": "searchr1/train_sample512_nq_hotpotqa.parquet",
+}
+
+_HEAD_BYTES = 1 << 20  # enough for the first record of every official file we know
+_SPLIT_NAMES = {"train", "dev", "test", "val", "validation", "eval"}
+
+
+@dataclass
+class LoadResult:
+    examples: list[QAExample]
+    skipped: list[str] = field(default_factory=list)  # one message per skipped record, with its location
+    format: str = ""
+    path: str = ""
+
+
+def _container(path: Path) -> str:
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head == b"PAR1":
+        return "parquet"
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
+        text = f.read(_HEAD_BYTES)
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        return "json"
+    if stripped.startswith("{"):
+        return "jsonl"
+    if not stripped:
+        raise DataError(f"{path}: file is empty")
+    raise DataError(f"{path}: not parquet, a JSON array or JSON Lines (starts with {stripped[:20]!r})")
+
+
+def _first_record(path: Path, container: str) -> Any:
+    if container == "parquet":
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(path)
+        if pf.metadata.num_rows == 0:
+            raise DataError(f"{path}: parquet file has no rows")
+        return next(pf.iter_batches(batch_size=1)).to_pylist()[0]
+    with open(path, encoding="utf-8-sig") as f:
+        text = f.read(_HEAD_BYTES)
+    if container == "jsonl":
+        # The first parseable line decides, so one broken line does not block on_error="skip".
+        first_error = None
+        for n, line in enumerate(text.splitlines()[:100], 1):
+            if not line.strip():
+                continue
+            try:
+                return json.loads(line)
+            except ValueError as e:
+                first_error = first_error or f"{path}:{n}: not valid JSON: {e}"
+        raise DataError(first_error or f"{path}: no JSON line in the first {_HEAD_BYTES} bytes")
+    body = text.lstrip()[1:].lstrip()
+    try:
+        return json.JSONDecoder().raw_decode(body)[0]
+    except ValueError:
+        pass  # the first record is longer than the head (or the file is broken): parse it all
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            data = json.load(f)
+    except ValueError as e:
+        raise DataError(f"{path}: invalid JSON: {e}") from None
+    return data[0] if data else None
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    """One of FORMATS, from the file's content (the keys of its first record)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"dataset file not found: {path}")
+    container = _container(path)
+    rec = _first_record(path, container)
+    fmt = sniff_record(rec)
+    if fmt is None:
+        keys = sorted(rec) if isinstance(rec, dict) else type(rec).__name__
+        raise DataError(f"{path}: cannot detect the dataset format from the first record (keys: {keys}); "
+                        f"pass format= one of {', '.join(FORMATS)}")
+    return fmt
+
+
+def _records(path: Path, on_error: str, errors: list[str]) -> Iterator[tuple[str, Any]]:
+    """Yield (location, raw record)."""
+    container = _container(path)
+    if container == "parquet":
+        import pyarrow.parquet as pq
+
+        i = 0
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
+            for row in batch.to_pylist():
+                yield f"{path}: record {i}", row
+                i += 1
+    elif container == "json":
+        try:
+            with open(path, encoding="utf-8-sig") as f:
+                data = json.load(f)
+        except ValueError as e:
+            raise DataError(f"{path}: invalid JSON: {e}") from None
+        if not isinstance(data, list):
+            raise DataError(f"{path}: expected a JSON array of records, got {type(data).__name__}")
+        for i, rec in enumerate(data):
+            yield f"{path}: record {i}", rec
+    else:
+        for n, rec in iter_jsonl(path, on_error=on_error, errors=errors):
+            yield f"{path}:{n}", rec
+
+
+def _default_dataset(path: Path, fmt: str) -> str | None:
+    if fmt in DEFAULT_DATASET:
+        return DEFAULT_DATASET[fmt]
+    if fmt == "flashrag":
+        # FlashRAG ships <dataset>/<split>.jsonl; our samples are named <dataset>_<split>N.jsonl.
+        stem = path.stem.split(".")[0]
+        if stem.lower() in _SPLIT_NAMES and path.parent.name:
+            return path.parent.name
+        return stem.split("_")[0] or None
+    return None  # searchr1 and unified rows name their own dataset
+
+
+def subsample(items: list, limit: int | None, seed: int) -> list:
+    """A seeded random subset of at most `limit` items, in their original order."""
+    if limit is None or limit >= len(items):
+        return list(items)
+    if limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    keep = sorted(random.Random(seed).sample(range(len(items)), limit))
+    return [items[i] for i in keep]
+
+
+def load_examples(path: str | os.PathLike, format: str = "auto", dataset: str | None = None,
+                  on_error: str = "fail", limit: int | None = None, seed: int = 0) -> LoadResult:
+    """Load a dataset file. `on_error="fail"` raises DataError at the first malformed record (naming the
+    file and line / record index); `"skip"` drops it and records the message in `.skipped`."""
+    path = Path(path)
+    if on_error not in ("fail", "skip"):
+        raise ValueError(f"on_error must be 'fail' or 'skip', got {on_error!r}")
+    if not path.is_file():
+        raise FileNotFoundError(f"dataset file not found: {path}")
+    fmt = detect_format(path) if format == "auto" else format
+    if fmt not in CONVERTERS:
+        raise DataError(f"{path}: unknown format {fmt!r}; choose auto or one of {', '.join(FORMATS)}")
+    convert = CONVERTERS[fmt]
+    ds = dataset or _default_dataset(path, fmt)
+    skipped: list[str] = []
+    examples: list[QAExample] = []
+    seen: dict[tuple[str, str], str] = {}
+    for where, rec in _records(path, on_error, skipped):
+        try:
+            ex = convert(rec, ds)
+            key = (ex.dataset, ex.id)
+            if key in seen:
+                raise RecordError(f"duplicate id {ex.id!r} (first seen at {seen[key]})")
+        except RecordError as e:
+            msg = f"{where}: {fmt} record: {e}"
+            if on_error == "fail":
+                raise DataError(msg) from None
+            skipped.append(msg)
+            continue
+        seen[key] = where
+        examples.append(ex)
+    if skipped:
+        log.warning("%s: skipped %d malformed record(s); first: %s", path, len(skipped), skipped[0])
+    return LoadResult(examples=subsample(examples, limit, seed), skipped=skipped, format=fmt, path=str(path))
+
+
+def shipped_path(name: str) -> Path:
+    """Absolute path of a shipped sample (a SHIPPED_DEV or SHIPPED_OTHER key)."""
+    table = {**SHIPPED_DEV, **SHIPPED_OTHER}
+    if name not in table:
+        raise DataError(f"no shipped sample named {name!r}; choose one of {', '.join(table)}")
+    return shipped_data_dir() / table[name]
+
+
+def load_shipped(dataset: str, limit: int | None = None, seed: int = 0) -> list[QAExample]:
+    """Examples of one shipped dev sample (hotpotqa, 2wikimultihopqa, musique)."""
+    if dataset not in SHIPPED_DEV:
+        raise DataError(f"no shipped dev sample for {dataset!r}; choose one of {', '.join(SHIPPED_DEV)}")
+    return load_examples(shipped_path(dataset), dataset=dataset, limit=limit, seed=seed).examples

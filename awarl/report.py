@@ -1,0 +1,169 @@
+"""Evaluation report: results.json, results.md (tables + coverage gaps), results.png, and a rich table.
+
+Coverage gaps (questions the agent abstained on, with the searches it tried) are a required section:
+it says "none" when there are none, it is never left out.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from awarl.io import atomic_write_json, atomic_write_text
+
+# (results key, column label, is a share shown as %)
+TABLE_COLUMNS: list[tuple[str, str]] = [
+    ("n", "n"), ("correct", "correct"), ("wrong", "wrong"), ("abstain", "abstain"), ("invalid", "invalid"),
+    ("precision", "P"), ("accuracy", "A"), ("ra_f1", "RA-F1"), ("abstention_rate", "abstain rate"),
+    ("reliability", "reliability"), ("em", "EM"), ("f1", "F1"), ("cover_em", "cover-EM"),
+]
+_COUNTS = {"n", "correct", "wrong", "abstain", "invalid"}
+_PLOT_METRICS = [("precision", "precision"), ("accuracy", "accuracy"), ("ra_f1", "RA-F1")]
+
+
+def _rows(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    rows = list(results.get("per_dataset", {}).items())
+    if results.get("macro"):
+        rows.append(("macro", results["macro"]))
+    return rows
+
+
+def _cell(m: dict[str, Any], key: str, with_ci: bool) -> str:
+    v = m.get(key)
+    if v is None:
+        return "–"
+    if key in _COUNTS:
+        return str(int(v))
+    text = f"{v:.3f}"
+    ci = (m.get("ci") or {}).get(key)
+    if with_ci and ci:
+        text += f" [{ci[0]:.3f}, {ci[1]:.3f}]"
+    return text
+
+
+def _md_escape(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def results_markdown(results: dict[str, Any]) -> str:
+    cfg = results.get("config", {})
+    lines = ["# Evaluation results", ""]
+    if results.get("source"):
+        lines.append(f"Predictions: `{results['source']}`  ")
+    lines += [f"Questions scored: {results.get('n', 0)}; correctness: `{cfg.get('correctness', '?')}`"
+              + (f" (F1 >= {cfg.get('f1_threshold')})" if cfg.get("correctness") == "f1" else "")
+              + f"; 95% bootstrap CIs over {cfg.get('bootstrap_samples', 0)} resamples in brackets.",
+              "", "Macro = unweighted mean over datasets (RA-F1 macro is the mean of per-dataset RA-F1). "
+              "Invalid trajectories count as answered and wrong.", ""]
+    heads = [label for _, label in TABLE_COLUMNS]
+    lines.append("| dataset | " + " | ".join(heads) + " |")
+    lines.append("|---|" + "---:|" * len(heads))
+    for name, m in _rows(results):
+        counts_only = name == "macro"
+        cells = ["" if counts_only and k in _COUNTS and k != "n" else _cell(m, k, True) for k, _ in TABLE_COLUMNS]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    ov = results.get("overall")
+    if ov:
+        lines += ["", f"Overall (micro, all questions pooled): P {ov['precision']:.3f}, A {ov['accuracy']:.3f}, "
+                  f"RA-F1 {ov['ra_f1']:.3f}, abstention rate {ov['abstention_rate']:.3f}."]
+    gaps = results.get("coverage_gaps", [])
+    lines += ["", "## Coverage gaps", ""]
+    if not gaps:
+        lines.append("none")
+    else:
+        lines.append(f"{len(gaps)} question(s) abstained on, with the searches tried:")
+        lines.append("")
+        for g in gaps:
+            searches = "; ".join(f"`{_md_escape(s)}`" for s in g.get("searches", [])) or "(no search)"
+            lines.append(f"- **{_md_escape(g['dataset'])}** `{_md_escape(str(g['id']))}`: "
+                         f"{_md_escape(g['question'])} — searches: {searches}")
+    skipped = results.get("skipped_lines", [])
+    if skipped:
+        lines += ["", "## Skipped lines", ""] + [f"- {_md_escape(s)}" for s in skipped]
+    return "\n".join(lines) + "\n"
+
+
+def plot_results(results: dict[str, Any], path: str | os.PathLike) -> Path:
+    """Grouped bars of precision / accuracy / RA-F1 per dataset and macro, with CI whiskers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    path = Path(path)
+    rows = _rows(results)
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(rows) + 2), 3.8))
+    x = np.arange(len(rows))
+    width = 0.8 / len(_PLOT_METRICS)
+    for j, (key, label) in enumerate(_PLOT_METRICS):
+        vals = [m.get(key) or 0.0 for _, m in rows]
+        cis = [(m.get("ci") or {}).get(key) for _, m in rows]
+        err = None
+        if rows and all(cis):
+            err = np.array([[v - c[0] for v, c in zip(vals, cis, strict=True)],
+                            [c[1] - v for v, c in zip(vals, cis, strict=True)]]).clip(min=0)
+        ax.bar(x + (j - (len(_PLOT_METRICS) - 1) / 2) * width, vals, width, label=label, yerr=err, capsize=2)
+    ax.set_xticks(x, [name for name, _ in rows])
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("score")
+    ax.set_title(f"Precision, accuracy and RA-F1 ({results.get('n', 0)} questions)")
+    ax.legend(loc="upper right", fontsize="small")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    try:
+        fig.savefig(tmp, dpi=120)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def write_report(results: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, Path]:
+    """Write results.json (atomic), results.md and results.png into out_dir; returns their paths."""
+    out = Path(out_dir)
+    results.setdefault("coverage_gaps", [])
+    results.setdefault("skipped_lines", [])
+    paths = {"json": out / "results.json", "md": out / "results.md", "png": out / "results.png"}
+    atomic_write_json(paths["json"], results)
+    atomic_write_text(paths["md"], results_markdown(results))
+    plot_results(results, paths["png"])
+    return paths
+
+
+def print_results_table(results: dict[str, Any], console: Any = None) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = console or Console()
+    table = Table(title=f"RA-F1 report ({results.get('n', 0)} questions, "
+                        f"correctness={results.get('config', {}).get('correctness', '?')})",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    # Narrow on purpose (fits 80 columns); results.md has every column with its CI.
+    # C/W/Ab/I = correct / wrong / abstain / invalid counts; abst = abstention rate.
+    table.add_column("dataset", no_wrap=True)
+    table.add_column("n", justify="right")
+    table.add_column("C/W/Ab/I", justify="right", no_wrap=True)
+    short = [("precision", "P"), ("accuracy", "A"), ("ra_f1", "RA-F1"), ("abstention_rate", "abst"),
+             ("em", "EM")]
+    for _, label in short:
+        table.add_column(label, justify="right")
+    for name, m in _rows(results):
+        counts = "" if name == "macro" else "/".join(str(m.get(k, 0)) for k in ("correct", "wrong", "abstain", "invalid"))
+        cells = [_cell(m, "n", False), counts] + [_cell(m, k, False) for k, _ in short]
+        table.add_row(name[:15], *cells, style="bold" if name == "macro" else None)
+    console.print(table)
+    ci = (results.get("macro") or {}).get("ci", {}).get("ra_f1")
+    if ci:
+        console.print(f"macro RA-F1 95% CI: [{ci[0]:.3f}, {ci[1]:.3f}]")
+    gaps = results.get("coverage_gaps", [])
+    console.print(f"coverage gaps: {len(gaps)} abstained question(s)" if gaps else "coverage gaps: none")
+    skipped = results.get("skipped_lines", [])
+    for s in skipped:
+        console.print(Text("skipped ", style="yellow") + Text(s))
