@@ -1,0 +1,189 @@
+"""Multi-turn search rollouts, shared by evaluation and TRL training (`rollout_func`).
+
+All active trajectories generate together until `</search>`, `</answer>` or eos. The searches of the
+whole batch go to the retriever in ONE `retriever.search(queries, k)` call per turn, and each result
+comes back as an information block appended as token ids with env_mask 0 (masked out of the policy
+loss). The ids the model produced are kept as produced: generated text is never decoded and
+re-encoded, so the trainer scores exactly the tokens that were sampled.
+
+Endings (`stop_reason`): "answer" (the model closed `</answer>`), "eos" (it ended its message),
+"max_turns" (a search beyond `agent.max_turns`: no retrieval, invalid), "token_budget" (the turn hit
+`max_new_tokens_per_turn` or the response hit `max_trajectory_tokens`: truncated, invalid).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from awarl.agent.parser import ParsedTrajectory, parse_trajectory
+from awarl.agent.templates import Template
+from awarl.retrieval.types import Passage
+
+log = logging.getLogger(__name__)
+
+# Stop strings are short; decoding this many trailing ids always covers one.
+_TAIL_TOKENS = 16
+
+
+@dataclass
+class Trajectory:
+    prompt_ids: list[int]
+    completion_ids: list[int]   # model tokens and environment tokens, in order, exactly as produced
+    env_mask: list[int]         # 1 = model-generated (trainable), 0 = environment-inserted
+    logprobs: list[float]       # per completion token (sampling logprob; 0.0 at env tokens)
+    response_text: str          # decode(completion_ids) (skip special tokens)
+    parsed: ParsedTrajectory
+    passages: list[dict]        # all shown passages: {"number", "id", "title", "text"} in original text
+    stop_reason: str            # "answer" | "eos" | "max_turns" | "token_budget"
+
+
+@dataclass
+class _State:
+    prompt: list[int]
+    completion: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    passages: list[dict] = field(default_factory=list)
+    searches: int = 0
+    stop_reason: str | None = None
+
+    def add(self, ids: list[int], lps: list[float] | None, model: bool) -> None:
+        self.completion.extend(ids)
+        self.mask.extend([1 if model else 0] * len(ids))
+        self.logprobs.extend(lps if lps is not None else [0.0] * len(ids))
+
+
+def _as_passage(p: Any) -> Passage:
+    if isinstance(p, Passage):
+        return p
+    if isinstance(p, dict):  # Search-R1 server shape: {"document": {"id", "contents"}, "score"}
+        doc = p.get("document", p)
+        if "contents" in doc:
+            return Passage.from_contents(str(doc.get("id", "")), str(doc["contents"]), float(p.get("score", 0.0)))
+        return Passage(str(doc.get("id", "")), str(doc.get("title", "")), str(doc.get("text", "")))
+    raise TypeError(f"retriever returned {type(p).__name__}, expected Passage or dict")
+
+
+class RolloutEngine:
+    def __init__(self, backend: Any, tokenizer: Any, retriever: Any, template: Template, agent_cfg: Any,
+                 topk: int) -> None:
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.retriever = retriever
+        self.template = template
+        self.cfg = agent_cfg
+        self.topk = int(topk)
+        tags = template.tags
+        self.search_open, self.search_close = tags.open("search"), tags.close("search")
+        self.answer_close = tags.close("answer")
+        self.stop_strings = [self.search_close, self.answer_close]
+        # The template's phrases (what its prompt teaches) plus the run's configured ones.
+        self.abstention_phrases = list(dict.fromkeys([*template.abstention_phrases, *agent_cfg.abstention_phrases]))
+        self._tag_map = {r: getattr(tags, r) for r in ("think", "search", "information", "cite", "answer")}
+        self._number_re = template.passage_number_pattern()
+
+    # ------------------------------------------------------------------ public
+    def parse(self, response_text: str) -> ParsedTrajectory:
+        """Parse a response with this engine's template, limits and abstention phrases."""
+        return parse_trajectory(response_text, max_turns=self.cfg.max_turns, phrases=self.abstention_phrases,
+                                tags=self._tag_map, passage_pattern=self._number_re)
+
+    def run(self, questions: list[str], *, temperature: float, top_p: float = 1.0, seed: int | None = None,
+            prompt_ids: list[list[int]] | None = None) -> list[Trajectory]:
+        from awarl.agent.templates import render_prompt
+
+        if prompt_ids is not None and len(prompt_ids) != len(questions):
+            raise ValueError(f"prompt_ids has {len(prompt_ids)} entries for {len(questions)} questions")
+        prompts = prompt_ids if prompt_ids is not None else [render_prompt(self.template, q, self.tokenizer)
+                                                             for q in questions]
+        states = [_State(list(p)) for p in prompts]
+        turn = 0
+        while True:
+            active = [s for s in states if s.stop_reason is None]
+            for s in active:
+                if self._left(s) <= 0:
+                    s.stop_reason = "token_budget"
+            active = [s for s in active if s.stop_reason is None]
+            if not active:
+                break
+            budgets = [min(self.cfg.max_new_tokens_per_turn, self._left(s)) for s in active]
+            gens = self.backend.generate(
+                [s.prompt + s.completion for s in active], max_new_tokens=max(budgets), temperature=temperature,
+                top_p=top_p, stop_strings=self.stop_strings,
+                seed=None if seed is None else seed + 7919 * turn)
+            if len(gens) != len(active):
+                raise RuntimeError(f"backend returned {len(gens)} generations for {len(active)} prompts")
+            pending: list[tuple[_State, str]] = []
+            for s, g, budget in zip(active, gens, budgets, strict=True):
+                ids, lps, reason = list(g.token_ids), list(g.logprobs), g.finish_reason
+                if len(ids) > budget:
+                    ids, lps, reason = ids[:budget], lps[:budget], "length"
+                s.add(ids, lps, model=True)
+                query = self._turn_action(s, ids, reason)
+                if query is not None:
+                    pending.append((s, query))
+            self._retrieve(pending)
+            turn += 1
+        return [self._finish(s) for s in states]
+
+    # ------------------------------------------------------------------ steps
+    def _left(self, s: _State) -> int:
+        return self.cfg.max_trajectory_tokens - len(s.completion)
+
+    def _turn_action(self, s: _State, ids: list[int], reason: str) -> str | None:
+        """Set the stop reason of a finished trajectory, or return the query of a search turn."""
+        if reason == "length":
+            s.stop_reason = "token_budget"
+            return None
+        if reason == "eos":
+            s.stop_reason = "eos"
+            return None
+        tail = self.tokenizer.decode(ids[-_TAIL_TOKENS:], skip_special_tokens=False).rstrip()
+        if tail.endswith(self.answer_close):
+            s.stop_reason = "answer"
+            return None
+        if not tail.endswith(self.search_close):  # a backend reported "stop" without a stop string
+            s.stop_reason = "eos"
+            return None
+        if s.searches >= self.cfg.max_turns:
+            s.stop_reason = "max_turns"
+            return None
+        s.searches += 1
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        body = text[: text.rfind(self.search_close)]
+        start = body.rfind(self.search_open)
+        return (body[start + len(self.search_open):] if start >= 0 else body).strip()
+
+    def _retrieve(self, pending: list[tuple[_State, str]]) -> None:
+        if not pending:
+            return
+        # An empty query is not sent: it gets an empty block and the parser marks it invalid.
+        queries = [q for _, q in pending if q]
+        results = iter(self.retriever.search(queries, self.topk) if queries else [])
+        for s, q in pending:
+            hits = [_as_passage(p) for p in next(results)][: self.topk] if q else []
+            numbered = []
+            cumulative = self.template.information.numbering == "cumulative"
+            for j, p in enumerate(hits):
+                number = len(s.passages) + 1 if cumulative else j + 1
+                s.passages.append({"number": number, "id": p.id, "title": p.title, "text": p.text})
+                numbered.append((number, p.title, p.text, p.id))
+            block = self.tokenizer.encode(self.template.information_block(numbered), add_special_tokens=False)
+            left = self._left(s)
+            if len(block) > left:
+                block = block[:max(left, 0)]
+                s.stop_reason = "token_budget"
+            s.add(block, None, model=False)
+
+    def _finish(self, s: _State) -> Trajectory:
+        text = self.tokenizer.decode(s.completion, skip_special_tokens=True)
+        parsed = self.parse(text)
+        forced = {"token_budget": "token budget exceeded", "max_turns": "search beyond max turns"}.get(
+            s.stop_reason or "")
+        if forced and (parsed.valid or s.stop_reason == "token_budget"):
+            parsed = replace(parsed, valid=False, invalid_reason=forced)
+        return Trajectory(prompt_ids=s.prompt, completion_ids=s.completion, env_mask=s.mask,
+                          logprobs=s.logprobs, response_text=text, parsed=parsed, passages=s.passages,
+                          stop_reason=s.stop_reason or "eos")

@@ -1,0 +1,181 @@
+"""Prompt templates: the prompt text, protocol tag names, abstention phrases and information-block format.
+
+Templates are data (YAML files in `awarl/agent/templates/`, or any user file), so matching another
+checkpoint's training prompt needs no code. Two ship with awarl:
+
+- `awarl`: search, cite passage numbers in `<cite> 2, 5 </cite>` before `<answer>`, abstain with
+  `not enough information`; passages numbered cumulatively over the trajectory.
+- `search-r1`: Search-R1's prompt and information format verbatim (no citations, no abstention).
+
+YAML keys: name, user_prompt (must contain `{question}`), system_prompt, abstention_phrases, citations,
+tags ({think, search, information, cite, answer} -> tag name without brackets), information
+({prefix, passage, suffix, strip, numbering}); `passage` may use {number}, {title}, {text}, {id}.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from awarl.config import ConfigError
+
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
+_PLACEHOLDER = re.compile(r"\{(number|title|text|id)\}")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TagNames(_Frozen):
+    """Tag names without brackets; `search` -> `<search>` / `</search>`."""
+
+    think: str = "think"
+    search: str = "search"
+    information: str = "information"
+    cite: str = "cite"
+    answer: str = "answer"
+
+    @field_validator("*")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_\-]*", v):
+            raise ValueError("a tag name is letters, digits, '_' or '-' (no brackets)")
+        return v
+
+    def open(self, role: str) -> str:
+        return f"<{getattr(self, role)}>"
+
+    def close(self, role: str) -> str:
+        return f"</{getattr(self, role)}>"
+
+    def roles(self) -> dict[str, str]:
+        """tag name -> role (think/search/information/cite/answer)."""
+        return {getattr(self, r): r for r in ("think", "search", "information", "cite", "answer")}
+
+
+class InformationFormat(_Frozen):
+    prefix: str = "\n<information> "
+    passage: str = "[{number}] Title: {title}\n{text}\n"
+    suffix: str = " </information>\n"
+    strip: bool = Field(True, description="Strip whitespace around the joined passages (Search-R1 does).")
+    numbering: Literal["cumulative", "per_search"] = "cumulative"
+
+    @field_validator("passage")
+    @classmethod
+    def _has_number(cls, v: str) -> str:
+        if "{number}" not in v:
+            raise ValueError("the passage format must contain {number}")
+        return v
+
+
+class Template(_Frozen):
+    name: str
+    user_prompt: str
+    system_prompt: str | None = None
+    abstention_phrases: tuple[str, ...] = ()
+    citations: bool = False
+    tags: TagNames = Field(default_factory=TagNames)
+    information: InformationFormat = Field(default_factory=InformationFormat)
+
+    @field_validator("user_prompt")
+    @classmethod
+    def _has_question(cls, v: str) -> str:
+        if "{question}" not in v:
+            raise ValueError("user_prompt must contain {question}")
+        return v
+
+    # ------------------------------------------------------------------ rendering
+    def user_message(self, question: str) -> str:
+        # str.replace, not str.format: prompts legitimately contain braces (JSON examples).
+        return self.user_prompt.replace("{question}", question)
+
+    def messages(self, question: str) -> list[dict[str, str]]:
+        """The conversation TRL / chat templates take: optional system message + the user message."""
+        msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return msgs + [{"role": "user", "content": self.user_message(question)}]
+
+    def format_passage(self, number: int, title: str, text: str, pid: str = "") -> str:
+        values = {"number": str(number), "title": self.defang(title), "text": self.defang(text), "id": pid}
+        # One pass over the format string, so a title containing "{text}" is never substituted again.
+        return _PLACEHOLDER.sub(lambda m: values[m.group(1)], self.information.passage)
+
+    def information_block(self, passages: list[tuple[int, str, str, str]]) -> str:
+        """The environment's block for one search: passages as (number, title, text, id)."""
+        body = "".join(self.format_passage(n, t, x, i) for n, t, x, i in passages)
+        if self.information.strip:
+            body = body.strip()
+        return self.information.prefix + body + self.information.suffix
+
+    def defang(self, text: str) -> str:
+        """Break protocol tags inside retrieved text (`<answer>` -> `< answer>`), so a passage can never
+        close the information block or inject an answer. The original text stays in the trajectory's
+        `passages`; only what the model sees is changed."""
+        names = "|".join(re.escape(n) for n in self.tags.roles())
+        return re.sub(rf"<(/?)({names})>", r"< \1\2>", text)
+
+    def passage_number_pattern(self) -> re.Pattern[str]:
+        """Regex (group 1 = the number) matching a passage header inside an information block, derived
+        from the passage format: the literal text around `{number}` up to the next placeholder."""
+        fmt = self.information.passage
+        before, after = fmt.split("{number}", 1)
+        before = _PLACEHOLDER.split(before)[-1].lstrip()
+        after = re.split(r"\{(?:number|title|text|id)\}", after, maxsplit=1)[0]
+        return re.compile(re.escape(before) + r"(\d+)" + re.escape(after))
+
+
+def available_templates() -> list[str]:
+    return sorted(p.stem for p in TEMPLATE_DIR.glob("*.yaml"))
+
+
+def template_from_dict(data: dict[str, Any], source: str = "<template>") -> Template:
+    try:
+        return Template.model_validate(data)
+    except ValidationError as e:
+        lines = [f"{source}: invalid template"]
+        for err in e.errors():
+            key = ".".join(str(p) for p in err["loc"]) or "<root>"
+            lines.append(f"  {key}: {err['msg']}")
+        raise ConfigError("\n".join(lines)) from None
+
+
+def load_template(name_or_path: str | Path) -> Template:
+    """A shipped template by name (`awarl`, `search-r1`) or a template YAML file by path."""
+    ref = str(name_or_path)
+    path = TEMPLATE_DIR / f"{ref}.yaml" if ref in available_templates() else Path(ref)
+    if not path.is_file():
+        raise ConfigError(f"template {ref!r}: not a shipped template ({', '.join(available_templates())}) "
+                          "and no such file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: template is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a template file must be a YAML mapping")
+    data.setdefault("name", path.stem)
+    return template_from_dict(data, str(path))
+
+
+def _as_ids(out: Any) -> list[int]:
+    # transformers 5 returns a BatchEncoding from apply_chat_template(tokenize=True); older ones a list.
+    if hasattr(out, "keys"):
+        out = out["input_ids"]
+    if out and isinstance(out[0], list):
+        out = out[0]
+    return [int(i) for i in out]
+
+
+def render_prompt(template: Template, question: str, tokenizer: Any) -> list[int]:
+    """Prompt token ids: through the tokenizer's chat template (with the generation prompt) when it has
+    one, else the plain text (system prompt, blank line, user message)."""
+    if getattr(tokenizer, "chat_template", None):
+        return _as_ids(tokenizer.apply_chat_template(template.messages(question), add_generation_prompt=True,
+                                                     tokenize=True))
+    text = template.user_message(question)
+    if template.system_prompt:
+        text = f"{template.system_prompt}\n\n{text}"
+    return _as_ids(tokenizer(text, add_special_tokens=True)["input_ids"])

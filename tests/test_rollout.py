@@ -1,0 +1,288 @@
+"""Rollout engine and backends: scripted replays drive every ending; the HF backend runs the tiny model
+end to end; the vLLM backend maps parameters (a fake LLM stands in for vLLM, which needs a GPU)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from types import SimpleNamespace
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from awarl.agent.backends import make_backend  # noqa: E402
+from awarl.agent.backends.scripted import ScriptedBackend  # noqa: E402
+from awarl.agent.rollout import RolloutEngine  # noqa: E402
+from awarl.agent.templates import load_template  # noqa: E402
+from awarl.config import AgentConfig, GenerationConfig  # noqa: E402
+from awarl.io import shipped_data_dir  # noqa: E402
+
+Q_MORRIS = "Who was Evan Morris a lobbyist for?"
+Q_ABSTAIN = "What is the favourite colour of the Twycross Zoo founder?"
+Q_LOOP = "Which zoo did Molly Badham found?"
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    from awarl.models.tiny import build_tiny_model
+
+    path = tmp_path_factory.getbasetemp() / "tiny-model"
+    if not (path / "config.json").exists():
+        build_tiny_model(path, seed=0)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tok(tiny_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_dir)
+
+
+@pytest.fixture(scope="session")
+def bm25(tmp_path_factory):
+    from awarl.retrieval import build_index, load_index
+
+    out = tmp_path_factory.getbasetemp() / "bm25-wiki18"
+    if not out.exists():
+        build_index(shipped_data_dir() / "wiki18" / "wiki18_sample1000.jsonl", "bm25", out, show_progress=False)
+    return load_index(out)
+
+
+class CountingRetriever:
+    """The real BM25 retriever, recording every batched call."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []
+
+    def search(self, queries, k):
+        self.calls.append(list(queries))
+        return self.inner.search(queries, k)
+
+
+def engine(backend, tok, retriever, template="awarl", **agent):
+    return RolloutEngine(backend, tok, retriever, load_template(template), AgentConfig(**agent), topk=3)
+
+
+def env_spans(traj):
+    """Contiguous env_mask==0 spans of the completion, as id lists."""
+    spans, cur = [], []
+    for t, m in zip(traj.completion_ids, traj.env_mask, strict=True):
+        if m == 0:
+            cur.append(t)
+        elif cur:
+            spans.append(cur)
+            cur = []
+    return spans + ([cur] if cur else [])
+
+
+def check_alignment(traj, tok):
+    n = len(traj.completion_ids)
+    assert len(traj.env_mask) == n and len(traj.logprobs) == n
+    assert tok.decode(traj.completion_ids, skip_special_tokens=True) == traj.response_text
+    assert all(lp == 0.0 for lp, m in zip(traj.logprobs, traj.env_mask, strict=True) if m == 0)
+    assert all(math.isfinite(lp) and lp <= 0 for lp in traj.logprobs)
+
+
+def test_scripted_batch_searches_cites_abstains_and_loops(tok, bm25):
+    script = {
+        Q_MORRIS: ["<think> find him </think>\n<search> Evan Morris lobbyist </search>",
+                   "<search> Genentech Roche </search>",
+                   "<think> passage 1 </think>\n<cite> 1 </cite>\n<answer> Genentech </answer>"],
+        Q_ABSTAIN: ["<search> Twycross Zoo founder favourite colour </search>",
+                    "<answer> not enough information </answer>"],
+        Q_LOOP: ["<search> Molly Badham </search>"] * 5,
+    }
+    retr = CountingRetriever(bm25)
+    eng = engine(ScriptedBackend(tok, script), tok, retr, max_turns=2)
+    morris, abstain, loop = eng.run([Q_MORRIS, Q_ABSTAIN, Q_LOOP], temperature=0.0)
+    # One retriever call per turn carrying the whole batch's searches.
+    assert retr.calls == [["Evan Morris lobbyist", "Twycross Zoo founder favourite colour", "Molly Badham"],
+                          ["Genentech Roche", "Molly Badham"]]
+    for t in (morris, abstain, loop):
+        check_alignment(t, tok)
+    assert morris.stop_reason == "answer" and morris.parsed.valid
+    assert morris.parsed.searches == ["Evan Morris lobbyist", "Genentech Roche"]
+    assert morris.parsed.citations == [1] and morris.parsed.answer == "Genentech"
+    assert [p["number"] for p in morris.passages] == list(range(1, len(morris.passages) + 1))
+    assert morris.parsed.shown == [p["number"] for p in morris.passages]
+    assert "Genentech" in morris.passages[0]["text"]  # BM25 found the right passage
+    assert abstain.parsed.valid and abstain.parsed.abstained and abstain.stop_reason == "answer"
+    assert loop.stop_reason == "max_turns" and not loop.parsed.valid
+    assert loop.parsed.invalid_reason == "search beyond max turns" and len(loop.parsed.searches) == 3
+
+
+def test_env_mask_zeros_cover_exactly_the_information_blocks(tok, bm25):
+    for name in ("awarl", "search-r1"):
+        tpl = load_template(name)
+        script = {Q_MORRIS: ["<search> Evan Morris </search>", "<search> Roche </search>", "<answer> Genentech </answer>"]}
+        (t,) = engine(ScriptedBackend(tok, script), tok, bm25, template=name).run([Q_MORRIS], temperature=0.0)
+        assert t.parsed.valid and t.stop_reason == "answer"
+        # Expected blocks straight from the retriever, numbered as the template says.
+        hits = bm25.search(["Evan Morris", "Roche"], 3)
+        first = len(hits[0]) if name == "awarl" else 0
+        expected = [tpl.information_block([(j + 1 + off, p.title, p.text, p.id) for j, p in enumerate(h)])
+                    for h, off in zip(hits, (0, first), strict=True)]
+        assert [p["text"] for p in t.passages] == [p.text for h in hits for p in h]
+        assert [tok.decode(s) for s in env_spans(t)] == expected
+        # Model spans are exactly the scripted turns' ids.
+        model_ids = [i for i, m in zip(t.completion_ids, t.env_mask, strict=True) if m == 1]
+        want = sum((tok.encode(x, add_special_tokens=False) for x in script[Q_MORRIS]), [])
+        assert model_ids == want
+
+
+def test_token_budget_and_turn_length_make_invalid(tok, bm25):
+    script = {Q_MORRIS: ["<search> Evan Morris </search>", "<answer> Genentech </answer>"]}
+    (t,) = engine(ScriptedBackend(tok, script), tok, bm25, max_trajectory_tokens=40).run([Q_MORRIS], temperature=0)
+    assert t.stop_reason == "token_budget" and len(t.completion_ids) == 40
+    assert not t.parsed.valid and t.parsed.invalid_reason == "token budget exceeded"
+    check_alignment(t, tok)
+    long_turn = {Q_MORRIS: ["<think> " + "very long thoughts " * 40 + "</think><answer> x </answer>"]}
+    (t,) = engine(ScriptedBackend(tok, long_turn), tok, bm25, max_new_tokens_per_turn=16).run([Q_MORRIS],
+                                                                                              temperature=0)
+    assert t.stop_reason == "token_budget" and len(t.completion_ids) == 16 and not t.parsed.valid
+
+
+def test_invalid_endings(tok, bm25):
+    script = {
+        Q_MORRIS: ["<search> Evan Morris </search>", "<cite> 9 </cite><answer> Genentech </answer>"],
+        Q_ABSTAIN: ["<think> I give up </think>"],
+        Q_LOOP: ["<answer> Twycross Zoo </answer> trailing words"],
+    }
+    cited, eos, after = engine(ScriptedBackend(tok, script), tok, bm25).run([Q_MORRIS, Q_ABSTAIN, Q_LOOP],
+                                                                          temperature=0)
+    assert cited.parsed.invalid_reason == "cited passage never shown"
+    assert eos.stop_reason == "eos" and eos.parsed.invalid_reason == "no answer"
+    assert eos.completion_ids[-1] == tok.eos_token_id
+    # The stop string cuts the turn, as a real engine would: the trailing words are never generated.
+    assert after.parsed.valid and after.response_text == "<answer> Twycross Zoo </answer>"
+
+
+def test_prompt_ids_are_used_as_given(tok, bm25):
+    sb = ScriptedBackend(tok, {Q_MORRIS: ["<answer> Genentech </answer>"]})
+    ids = tok.encode(f"plain prompt: {Q_MORRIS}", add_special_tokens=False)
+    (t,) = engine(sb, tok, bm25).run([Q_MORRIS], temperature=0, prompt_ids=[ids])
+    assert t.prompt_ids == ids and t.parsed.answer == "Genentech"
+    with pytest.raises(ValueError, match="prompt_ids"):
+        engine(sb, tok, bm25).run([Q_MORRIS, Q_ABSTAIN], temperature=0, prompt_ids=[ids])
+
+
+def test_make_backend_scripted_from_jsonl(tok, bm25, tmp_path):
+    from awarl.io import DataError
+
+    path = tmp_path / "script.jsonl"
+    path.write_text(json.dumps({"question": Q_MORRIS, "turns": ["<answer> Genentech </answer>"]}) + "\n")
+    be = make_backend(GenerationConfig(backend="scripted", script=str(path)), None, tok)
+    (t,) = engine(be, tok, bm25).run([Q_MORRIS], temperature=0)
+    assert t.parsed.answer == "Genentech"
+    path.write_text('{"question": "q", "turns": "not a list"}\n')
+    with pytest.raises(DataError, match=r"script.jsonl:1: `turns`"):
+        make_backend(GenerationConfig(backend="scripted", script=str(path)), None, tok)
+    with pytest.raises(ValueError, match="generation.script"):
+        make_backend(GenerationConfig(backend="scripted"), None, tok)
+
+
+# ----------------------------------------------------------------------------------------- HF backend
+@pytest.fixture(scope="module")
+def model(tiny_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_dir)
+
+
+def test_hf_backend_end_to_end_on_tiny_model(tok, bm25, model):
+    import torch
+
+    be = make_backend(GenerationConfig(backend="hf"), model, tok)
+    retr = CountingRetriever(bm25)
+    eng = engine(be, tok, retr, max_new_tokens_per_turn=24, max_trajectory_tokens=64)
+    qs = [Q_MORRIS, Q_ABSTAIN, "Who?"]
+    trajs = eng.run(qs, temperature=0.8, seed=3)
+    assert len(trajs) == 3
+    for t in trajs:
+        check_alignment(t, tok)
+        assert 0 < len(t.completion_ids) <= 64
+        assert t.stop_reason in {"answer", "eos", "max_turns", "token_budget"}
+        assert t.parsed.valid is False or t.stop_reason == "answer"
+        # Sampling log-probs are log softmax(logits / T) of the policy at those positions (what TRL
+        # recomputes): check against one forward pass over prompt + completion.
+        ids = torch.tensor([t.prompt_ids + t.completion_ids])
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(t.prompt_ids) - 1:-1].float() / 0.8
+        ref = torch.log_softmax(logits, -1).gather(-1, ids[0, len(t.prompt_ids):, None]).squeeze(-1)
+        for lp, r, m in zip(t.logprobs, ref.tolist(), t.env_mask, strict=True):
+            if m == 1:
+                assert abs(lp - r) < 1e-3
+    again = eng.run(qs, temperature=0.8, seed=3)
+    assert [t.completion_ids for t in again] == [t.completion_ids for t in trajs]
+
+
+def test_hf_backend_stops_right_after_stop_string(tok, model):
+    from awarl.agent.backends.hf import HFBackend
+
+    be = HFBackend(model, tok)
+    prompt = tok.encode("Which Canadian rock band released a song called Counterparts?", add_special_tokens=False)
+    (free,) = be.generate([prompt], max_new_tokens=16, temperature=1.0, stop_strings=[], seed=11)
+    assert free.finish_reason in {"length", "eos"} and len(free.token_ids) <= 16
+    # A stop string first completed by a token in the middle of the sampled text.
+    k = next(i for i in range(2, len(free.token_ids))
+             if tok.decode(free.token_ids[i:i + 1]).strip()
+             and tok.decode(free.token_ids[i:i + 1]) not in tok.decode(free.token_ids[:i]))
+    stop = tok.decode(free.token_ids[k:k + 1])
+    (cut,) = be.generate([prompt], max_new_tokens=16, temperature=1.0, stop_strings=[stop], seed=11)
+    assert cut.finish_reason == "stop"
+    assert cut.token_ids == free.token_ids[:k + 1]
+    assert cut.logprobs == pytest.approx(free.logprobs[:k + 1], abs=1e-5)
+
+
+# ---------------------------------------------------------------------------------------- vLLM backend
+class FakeVLLMLLM:
+    """Stands in for vllm.LLM (not installable without a GPU): records the call, returns vLLM-shaped
+    outputs that run past the stop string, as vLLM's last token can."""
+
+    def __init__(self, tok):
+        self.tok, self.seen = tok, None
+
+    def generate(self, prompts, sampling_params, use_tqdm):
+        self.seen = (prompts, sampling_params)
+        ids = self.tok.encode("<search> q </search> extra", add_special_tokens=False)
+        lp = [{t: SimpleNamespace(logprob=-0.5)} for t in ids]
+        return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=ids, logprobs=lp)]) for _ in prompts]
+
+
+class FakeSamplingParams:
+    def __init__(self, **kw):
+        self.kw = kw
+
+
+def test_vllm_backend_parameter_mapping(tok):
+    from awarl.agent.backends.vllm import VLLMBackend
+
+    llm = FakeVLLMLLM(tok)
+    be = VLLMBackend(llm, tok, sampling_params_cls=FakeSamplingParams)
+    gens = be.generate([[1, 2], [3]], max_new_tokens=7, temperature=0.9, top_p=0.8, stop_strings=["</search>"],
+                       seed=5)
+    prompts, params = llm.seen
+    assert prompts == [{"prompt_token_ids": [1, 2]}, {"prompt_token_ids": [3]}]
+    assert [p.kw["seed"] for p in params] == [5, 6]  # distinct per prompt, or a GRPO group would collapse
+    assert params[0].kw | {"seed": 0} == dict(n=1, max_tokens=7, temperature=0.9, top_p=0.8, stop=["</search>"],
+                                              include_stop_str_in_output=True, logprobs=0,
+                                              skip_special_tokens=False, seed=0)
+    for g in gens:
+        assert g.finish_reason == "stop" and tok.decode(g.token_ids) == "<search> q </search>"
+        assert g.logprobs == [-0.5] * len(g.token_ids)
+
+
+def test_vllm_backend_import_error_is_clear():
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here")
+    from awarl.agent.backends.vllm import VLLMBackend
+
+    with pytest.raises(ImportError, match=r"awarl\[vllm\]"):
+        VLLMBackend.from_pretrained("some/model")
+    with pytest.raises(ImportError, match="generation.backend=hf"):
+        make_backend(GenerationConfig(backend="vllm"), "some/model", None)
