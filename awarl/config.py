@@ -166,6 +166,39 @@ class CriticConfig(Section):
                                     "one claim (not split on `and`/commas, e.g. `Simon and Garfunkel`).")
 
 
+# ---------------------------------------------------------------------------------------- simulate
+class SimulateConfig(Section):
+    """Reward-dynamics simulator (`awarl simulate`, docs/simulator.md). Reward constants come from `reward:`."""
+
+    seed: int = Field(0, description="Seed of the simulated population and of the training samples.")
+    steps: int = Field(1000, ge=1, description="Policy-gradient steps per run (long enough for the refusal "
+                       "rate to plateau under the defaults).")
+    n_queries: int = Field(2000, ge=10, description="Size of the simulated query population.")
+    batch_queries: int = Field(32, ge=1, description="Queries per generation batch.")
+    group_size: int = Field(8, ge=2, description="Completions per query (GRPO group).")
+    success_alpha: float = Field(1.0, gt=0, description="Answerable queries: true success ~ Beta(alpha, beta).")
+    success_beta: float = Field(1.5, gt=0, description="Answerable queries: true success ~ Beta(alpha, beta).")
+    unanswerable_share: float = Field(0.2, ge=0, le=1, description="Share of queries whose success is 0.")
+    perception_noise: float = Field(1.0, ge=0, description="Std (logit units) of the noise with which the "
+                                    "policy perceives a query's difficulty.")
+    k_estimate: int = Field(8, ge=1, description="Samples per query for the pre-RL p_i estimate (as estimate.k).")
+    skill_gain: float = Field(0.0, description="Logit increase of every answerable query's success per step "
+                              "(skill improving with practice; makes the pre-RL p_i go stale).")
+    invalid_rate: float = Field(0.0, ge=0, le=1, description="Share of answer attempts that end invalid.")
+    learning_rate: float = Field(0.5, gt=0, description="Policy-gradient step size.")
+    advantage_scaling: Literal["group", "none"] = Field("group", description="GRPO advantages: divide by the "
+                                                        "group's reward std (group, GRPO/TRL default) or only "
+                                                        "subtract the group mean (none, Dr. GRPO).")
+    init_abstain_rate: float = Field(0.05, gt=0, lt=1, description="Initial abstention probability (cold start).")
+    gammas: list[float] = Field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0],
+                                description="γ grid of the AWA-RL runs (with and without penalty).")
+    static_values: list[float] = Field(default_factory=lambda: [0.05, 0.3],
+                                       description="Constant refusal rewards of the static runs.")
+    strategies: list[Literal["none", "static", "bapo", "awarl", "awarl_no_penalty"]] = Field(
+        default_factory=lambda: ["none", "static", "bapo", "awarl", "awarl_no_penalty"],
+        description="Which runs to simulate; awarl_no_penalty is the ablation with P(Ē) forced to 0.")
+
+
 # -------------------------------------------------------------------------------- estimate / eval
 class EstimateConfig(Section):
     model: str | None = Field(None, description="Standard checkpoint for p_i (base model for cold start, "
@@ -218,6 +251,21 @@ class TrainConfig(Section):
     p_estimates: str | None = Field(None, description="p_i JSONL from `awarl estimate` (default: <run>/p_estimates.jsonl).")
 
 
+class DemoConfig(Section):
+    """`awarl demo` only: the offline CPU pipeline on the shipped samples (tiny model, closed corpus)."""
+
+    tiny_vocab_size: int = Field(4096, ge=512, description="BPE vocabulary of the tiny model's tokenizer.")
+    tiny_hidden: int = Field(128, ge=16, description="Hidden size of the tiny Qwen2 model.")
+    tiny_layers: int = Field(2, ge=1, description="Transformer layers of the tiny model.")
+    warmup_steps: int = Field(120, ge=0, description="Supervised protocol warm-up steps before RL "
+                              "(a random-init model never emits the protocol tags on its own).")
+    warmup_batch_size: int = Field(8, ge=1, description="Warm-up sequences per step.")
+    warmup_lr: float = Field(2e-3, gt=0, description="Warm-up AdamW learning rate (tiny model: large).")
+    warmup_max_len: int = Field(1024, ge=64, description="Longer teacher sequences are left out of the warm-up.")
+    train_questions: int = Field(32, ge=1, description="Training questions (estimate + GRPO), drawn from the "
+                                 "shipped dev samples minus the evaluation questions.")
+
+
 class AwarlConfig(Section):
     run: RunConfig = Field(default_factory=RunConfig)
     data: DataConfig = Field(default_factory=DataConfig)
@@ -230,6 +278,8 @@ class AwarlConfig(Section):
     estimate: EstimateConfig = Field(default_factory=EstimateConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+    demo: DemoConfig = Field(default_factory=DemoConfig)
+    simulate: SimulateConfig = Field(default_factory=SimulateConfig)
 
     @model_validator(mode="after")
     def _group_divides_batch(self) -> AwarlConfig:

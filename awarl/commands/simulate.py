@@ -1,0 +1,41 @@
+"""`awarl simulate`: the reward-dynamics simulator (numpy, CPU, seconds)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from awarl.commands.common import add_config_args, config_from_args
+
+
+def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
+    p = subparsers.add_parser(
+        "simulate", help=help_text,
+        description="Simulate GRPO training of an answer/abstain policy under every refusal-reward strategy "
+                    "(none, static, bapo, AWA-RL over simulate.gammas, AWA-RL without penalty) and write "
+                    "curves.png, summary.md and summary.json. Reward constants come from `reward:`, the "
+                    "population and policy from `simulate:` (see docs/simulator.md).")
+    add_config_args(p)
+    p.add_argument("--out", metavar="DIR", help="output folder (default: <run.out_dir>/simulate)")
+    p.add_argument("--steps", type=int, metavar="N", help="steps per run (overrides simulate.steps)")
+    p.add_argument("--seed", type=int, metavar="S", help="seed (overrides simulate.seed)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    extra = []
+    if args.steps is not None:
+        extra.append(f"simulate.steps={args.steps}")
+    if args.seed is not None:
+        extra.append(f"simulate.seed={args.seed}")
+    args.overrides = list(args.overrides or []) + extra
+    cfg = config_from_args(args)
+    from awarl.simulate import run_simulation
+
+    out = Path(args.out) if args.out else Path(cfg.run.out_dir) / "simulate"
+    summary = run_simulation(cfg, out, progress=not args.no_progress)
+    for c in summary["claims"]:
+        print(f"{'reproduced' if c['holds'] else 'NOT reproduced'}: {c['claim']}\n    {c['evidence']}")
+    print(f"wrote {out}/summary.md, summary.json, curves.png")
+    return 0

@@ -1,0 +1,153 @@
+"""The section-4 math, the baselines and the citation reward: hand-computed cases and properties."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from awarl.config import RewardConfig
+from awarl.critic.schema import ClaimVerification, CriticOutput, PassageRef
+from awarl.metrics import Outcome
+from awarl.rewards import abstention as A
+from awarl.rewards.citation import build_critic_input, citation_reward
+from awarl.rewards.strategies import abstain_reward
+
+STEPS = [(0.05, 0.0), (0.15, 0.2), (0.30, 0.5)]
+probs = st.floats(0.0, 1.0, allow_nan=False)
+gammas = st.floats(0.01, 1.0, allow_nan=False)
+
+
+def test_clip_courage_and_base_reward_hand_computed():
+    assert A.clip_p(0.03, 0.1) == 0.1
+    assert A.clip_p(0.4, 0.1) == 0.4
+    assert A.courage(0.25, 0.5) == pytest.approx(0.5)
+    # p = 0.04 -> clipped to 0.1 -> p* = sqrt(0.1) = 0.316228 -> R_base = 0.683772
+    assert A.base_refusal_reward(0.04, 0.5, 0.1) == pytest.approx(1 - math.sqrt(0.1))
+    assert A.base_refusal_reward(0.81, 0.5, 0.1) == pytest.approx(0.1)
+    assert A.base_refusal_reward(0.3, 1.0, 0.1) == pytest.approx(0.7)
+    with pytest.raises(ValueError, match="p_i"):
+        A.clip_p(1.2, 0.1)
+    with pytest.raises(ValueError, match="gamma"):
+        A.courage(0.5, 0.0)
+
+
+@given(p=probs, g1=gammas, g2=gammas)
+def test_refusal_reward_shrinks_as_gamma_shrinks(p, g1, g2):
+    lo, hi = sorted((g1, g2))
+    assert A.base_refusal_reward(p, lo, 0.1) <= A.base_refusal_reward(p, hi, 0.1) + 1e-12
+
+
+@given(p=probs, g=gammas)
+def test_clip_bounds_base_reward(p, g):
+    r = A.base_refusal_reward(p, g, 0.1)
+    assert 0.0 <= r <= 1 - 0.1 ** g + 1e-12  # the clip caps what refusing a never-solved query can pay
+
+
+def test_expected_rate_threshold_and_soft():
+    # γ=0.5: p=0.04 -> R_base 0.684 > 0.04 (abstain); p=0.81 -> R_base 0.1 < 0.81 (answer)
+    assert A.expected_refusal_rate([0.04, 0.81, 0.04, 0.81], 0.5, 0.1) == 0.5
+    assert A.expected_refusal_rate([], 0.5, 0.1) == 0.0
+    # γ=1: abstain iff 1 − max(p, .1) > p, i.e. p < 0.5
+    assert [A.prefers_abstain(p, 1.0, 0.1) for p in (0.49, 0.5, 0.51)] == [True, False, False]
+    soft = A.expected_abstain(0.04, 0.5, 0.1, "soft", 0.05)
+    assert soft == pytest.approx(1 / (1 + math.exp(-(1 - math.sqrt(0.1) - 0.04) / 0.05)))
+    assert A.expected_abstain(0.5, 1.0, 0.1, "soft", 0.05) == pytest.approx(0.5)  # on the line: 1/2
+    with pytest.raises(ValueError, match="expected_rate"):
+        A.expected_abstain(0.5, 1.0, 0.1, "fancy")
+
+
+def test_excess_and_ema():
+    assert A.excess(0.75, 0.5) == 0.25
+    assert A.ema(0.0, 0.25, 0.9) == pytest.approx(0.025)
+    assert A.ema(0.025, 0.25, 0.9) == pytest.approx(0.0475)
+    with pytest.raises(ValueError, match="beta"):
+        A.ema(0.0, 1.0, 1.0)
+
+
+def test_stepwise_penalty_table():
+    cases = {0.0: 0.0, 0.03: 0.0, 0.05: 0.0, 0.051: 0.2, 0.15: 0.2, 0.2: 0.5, 0.3: 0.5, 0.31: 1.0, 0.9: 1.0}
+    for e, pen in cases.items():
+        assert A.stepwise_penalty(e, STEPS, 1.0) == pen
+        assert A.stepwise_penalty(-e, STEPS, 1.0) == -pen
+
+
+@given(e=st.floats(-1, 1, allow_nan=False), f=st.floats(-1, 1, allow_nan=False))
+def test_penalty_odd_monotone_dead_zone(e, f):
+    assert A.stepwise_penalty(-e, STEPS, 1.0) == -A.stepwise_penalty(e, STEPS, 1.0)
+    if e <= f:
+        assert A.stepwise_penalty(e, STEPS, 1.0) <= A.stepwise_penalty(f, STEPS, 1.0)
+    if abs(e) <= 0.05:
+        assert A.stepwise_penalty(e, STEPS, 1.0) == 0.0
+
+
+def test_refusal_reward_clipped_and_direction():
+    assert A.refusal_reward(0.6838, 0.0) == pytest.approx(0.6838)
+    assert A.refusal_reward(0.1, 0.5) == pytest.approx(-0.4)   # over-refusal lowers it below 0
+    assert A.refusal_reward(0.9, -1.0) == 1.0                  # under-refusal raises it, clipped at 1
+    assert A.refusal_reward(0.0, 1.0) == -1.0
+    assert A.refusal_reward(0.5, 0.0, (0.0, 0.3)) == 0.3
+
+
+def test_outcome_and_total_reward():
+    cfg = RewardConfig()
+    r = {o: A.outcome_reward(o, 0.42, cfg.r_correct, cfg.r_wrong, cfg.r_invalid) for o in Outcome}
+    assert r[Outcome.INVALID] < r[Outcome.WRONG] <= r[Outcome.CORRECT]
+    assert r[Outcome.ABSTAIN] == 0.42
+    assert A.outcome_reward("correct", 0.0) == 1.0
+    # citation only for answered, valid trajectories
+    assert A.total_reward(Outcome.CORRECT, 1.0, 0.5, 0.1) == pytest.approx(1.05)
+    assert A.total_reward(Outcome.WRONG, 0.0, -1.0, 0.1) == pytest.approx(-0.1)
+    assert A.total_reward(Outcome.ABSTAIN, 0.3, 1.0, 0.1) == 0.3
+    assert A.total_reward(Outcome.INVALID, -1.0, 1.0, 0.1) == -1.0
+    assert A.total_reward(Outcome.CORRECT, 1.0, None, 0.1) == 1.0
+    with pytest.raises(ValueError):
+        A.outcome_reward("maybe", 0.0)
+
+
+def test_strategies():
+    cfg = RewardConfig(static_value=0.05, bapo_value=0.5, r_wrong=0.0)
+    assert abstain_reward("awarl", cfg, 0.37, True) == 0.37
+    assert abstain_reward("none", cfg, 0.37, False) == cfg.r_wrong
+    assert abstain_reward("static", cfg, 0.37, True) == 0.05
+    assert abstain_reward("bapo", cfg, 0.37, False) == 0.5
+    assert abstain_reward("bapo", cfg, 0.37, True) == 0.0
+    with pytest.raises(ValueError, match="strategy"):
+        abstain_reward("other", cfg, 0.0, False)
+
+
+def _passages():
+    return [PassageRef(number=1, id="d1", title="A", text="x"), PassageRef(number=2, id="d2", title="B", text="y"),
+            PassageRef(number=3, id="d3", title="C", text="z")]
+
+
+def test_citation_reward_coverage_minus_redundancy():
+    ps = _passages()
+    verdict = CriticOutput(verified_claims=[
+        ClaimVerification(claim="c1", status="grounded", source_id="d1", confidence=1.0),
+        ClaimVerification(claim="c2", status="inferred", source_id="2", confidence=0.8),   # by number
+        ClaimVerification(claim="c3", status="grounded", source_id="d3", confidence=0.9),  # not cited
+        ClaimVerification(claim="c4", status="unsupported", confidence=0.9),
+    ], overall_groundedness=0.5, flags=[])
+    # cited 1, 2, 7 (7 was never retrieved): coverage = (1 + 0.5) / 4; redundancy = 1/3 (only [7] supports nothing)
+    s = citation_reward(verdict, [1, 2, 7], ps, inferred_weight=0.5)
+    assert s.coverage == pytest.approx(1.5 / 4)
+    assert s.redundancy == pytest.approx(1 / 3)
+    assert s.reward == pytest.approx(1.5 / 4 - 1 / 3)
+    # inferred_weight is honoured
+    assert citation_reward(verdict, [1, 2], ps, inferred_weight=1.0).coverage == pytest.approx(0.5)
+    # no claims, no citations -> 0
+    empty = CriticOutput(verified_claims=[], overall_groundedness=0.0, flags=[])
+    assert citation_reward(empty, [], ps).reward == 0.0
+    # citing everything while grounding nothing is maximally bad
+    none = CriticOutput(verified_claims=[ClaimVerification(claim="c", status="unsupported", confidence=1)],
+                        overall_groundedness=0.0, flags=[])
+    assert citation_reward(none, [1, 2, 3], ps).reward == -1.0
+
+
+def test_build_critic_input_resolves_cited_numbers():
+    item = build_critic_input("q?", "a", [3, 3, 9], _passages())
+    assert [p.id for p in item.cited] == ["d3"]
+    assert len(item.passages) == 3

@@ -1,0 +1,165 @@
+"""The stateful TRL reward object: values on a hand-checked batch, EMA across calls, strategies, judges, state."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from transformers import TrainerControl, TrainerState, TrainingArguments
+
+from awarl.config import CriticConfig, RewardConfig
+from awarl.critic.lexical_judge import LexicalJudge
+from awarl.rewards.trl_reward import STATE_FILE, AwaRLReward, RewardStateCallback, load_reward_state
+
+R_HARD = 1 - math.sqrt(0.1)  # p=0.04 -> clipped to 0.1 -> R_base at γ=0.5
+R_EASY = 0.1                 # p=0.81 -> p* = 0.9
+
+
+def batch(**extra):
+    kw = {"outcome": ["abstain", "abstain", "correct", "abstain"], "qid": ["h", "h", "e", "e"],
+          "p_i": [0.04, 0.04, 0.81, 0.81]}
+    kw.update(extra)
+    return dict(prompts=["p"] * 4, completions=["c"] * 4, completion_ids=[[1]] * 4, **kw)
+
+
+def test_hand_checked_batch_and_ema_across_calls():
+    reward = AwaRLReward(RewardConfig())
+    logged: dict[str, float] = {}
+    # rho = 3/4, rho_hat = 2/4 (only the hard query prefers abstaining), E = 0.25, Ē_1 = 0.025: dead zone
+    r1 = reward(**batch(), log_metric=lambda k, v: logged.__setitem__(k, v))
+    assert r1 == pytest.approx([R_HARD, R_HARD, 1.0, R_EASY])
+    assert logged["awarl/rho"] == 0.75 and logged["awarl/rho_hat"] == 0.5
+    assert logged["awarl/E"] == pytest.approx(0.25) and logged["awarl/E_bar"] == pytest.approx(0.025)
+    assert logged["awarl/penalty"] == 0.0
+    assert logged["awarl/share_correct"] == 0.25 and logged["awarl/share_abstain"] == 0.75
+    assert logged["awarl/r_ref_mean"] == pytest.approx((2 * R_HARD + 2 * R_EASY) / 4)
+    r2 = reward(**batch())  # Ē_2 = 0.0475: still inside the dead zone
+    assert reward.e_bar == pytest.approx(0.0475) and r2 == pytest.approx(r1)
+    r3 = reward(**batch())  # Ē_3 = 0.06775 > 0.05: over-refusal penalty 0.2 lowers every refusal reward
+    assert reward.e_bar == pytest.approx(0.06775)
+    assert r3 == pytest.approx([R_HARD - 0.2, R_HARD - 0.2, 1.0, R_EASY - 0.2])
+    assert reward.updates == 3 and reward.last_stats["penalty"] == 0.2
+
+
+def test_under_refusal_raises_refusal_reward_and_eval_batches_do_not_update():
+    reward = AwaRLReward(RewardConfig(beta=0.0))  # no smoothing: Ē = E
+    out = reward(**batch(outcome=["wrong", "wrong", "correct", "correct"]))  # rho 0 vs rho_hat 0.5
+    assert reward.e_bar == -0.5 and reward.last_stats["penalty"] == -1.0
+    assert out == pytest.approx([0.0, 0.0, 1.0, 1.0])
+    # evaluation batch (rho 0.75 vs 0.5 here): scored with the stored Ē = -0.5, which it leaves alone
+    out = reward(**batch(training=[False] * 4))
+    assert reward.e_bar == -0.5 and reward.updates == 1
+    assert out == pytest.approx([1.0, 1.0, 1.0, 1.0])  # R_base + 1, clipped to r_clip's upper bound
+
+
+def test_unknown_p_uses_table_then_default_and_is_counted():
+    reward = AwaRLReward(RewardConfig(default_p=0.81), p_table={"h": 0.04})
+    out = reward(**batch(p_i=[None, None, None, None]))
+    assert out == pytest.approx([R_HARD, R_HARD, 1.0, R_EASY])
+    assert reward.last_stats["unknown_p"] == 2 and reward.unknown_p_total == 2
+
+
+def test_bad_input_names_the_key():
+    reward = AwaRLReward(RewardConfig())
+    with pytest.raises(ValueError, match="outcome\\[1\\]"):
+        reward(**batch(outcome=["abstain", "maybe", "correct", "abstain"]))
+    with pytest.raises(ValueError, match="`qid`"):
+        reward(prompts=["p"], completions=["c"], outcome=["correct"])
+    with pytest.raises(ValueError, match="`p_i` must be a list"):
+        reward(**batch(p_i=[0.1]))
+
+
+@pytest.mark.parametrize("strategy,expected", [
+    ("none", [0.0, 0.0, 1.0, 0.0]),
+    ("static", [0.05, 0.05, 1.0, 0.05]),
+    ("bapo", [0.5, 0.5, 1.0, 0.0]),   # group "h" has no correct rollout, group "e" has one
+])
+def test_strategies_in_reward_object(strategy, expected):
+    assert AwaRLReward(RewardConfig(strategy=strategy))(**batch()) == pytest.approx(expected)
+
+
+def test_p_online_ema_moves_estimate_for_next_step():
+    reward = AwaRLReward(RewardConfig(p_online="ema", p_online_beta=0.5))
+    first = reward(**batch(outcome=["correct", "correct", "correct", "abstain"]))
+    assert first[3] == pytest.approx(R_EASY)  # this step still uses the pre-RL p
+    assert reward.p_online["h"] == pytest.approx(0.5 * 0.04 + 0.5 * 1.0)
+    assert reward.p_online["e"] == pytest.approx(0.5 * 0.81 + 0.5 * 0.5)
+
+
+PASSAGES = [{"number": 1, "id": "w1", "title": "Paris", "text": "Paris is the capital of France."},
+            {"number": 2, "id": "w2", "title": "Lyon", "text": "Lyon is a city in France."}]
+
+
+def citing_batch():
+    return dict(prompts=["p"] * 3, completions=["c"] * 3, outcome=["correct", "wrong", "abstain"],
+                qid=["a", "b", "c"], p_i=[0.9, 0.9, 0.9], question=["Capital of France?"] * 3,
+                answer=["Paris", "Lyon", None], citations=[[1], [1], []], passages=[PASSAGES] * 3)
+
+
+def test_citation_reward_with_lexical_judge():
+    reward = AwaRLReward(RewardConfig(lambda_cite=0.1), judge=LexicalJudge(CriticConfig()))
+    out = reward(**citing_batch())
+    # "Paris" grounded in cited [1]: r_cite = 1 - 0. "Lyon" is grounded only in uncited [2], and the cited [1]
+    # supports nothing: r_cite = 0 - 1.
+    assert out[0] == pytest.approx(1.0 + 0.1)
+    assert out[1] == pytest.approx(0.0 - 0.1)
+    assert reward.last_stats["r_cite_mean"] == pytest.approx(0.0)
+    assert reward.last_stats["judge_failures"] == 0
+
+
+class _FailingJudge:
+    failures = 0
+
+    def __init__(self, mode):
+        self.mode = mode
+
+    def verify(self, items):
+        if self.mode == "raise":
+            raise RuntimeError("endpoint down")
+        return [None] * len(items)
+
+
+@pytest.mark.parametrize("mode", ["none", "raise"])
+def test_judge_failure_never_crashes_and_is_counted(mode):
+    reward = AwaRLReward(RewardConfig(lambda_cite=0.1), judge=_FailingJudge(mode))
+    out = reward(**citing_batch())
+    assert out[:2] == [1.0, 0.0]  # no citation reward for failed items
+    assert reward.last_stats["judge_failures"] == 2 and reward.judge_failures_total == 2
+
+
+def test_state_round_trip_through_callback(tmp_path):
+    reward = AwaRLReward(RewardConfig(p_online="ema"))
+    cb = RewardStateCallback(reward)
+    args = TrainingArguments(output_dir=str(tmp_path), report_to=[])
+    state = TrainerState()
+    state.global_step = 7
+    control = TrainerControl()
+    assert reward.training is False
+    cb.on_step_begin(args, state, control)
+    reward(**batch())
+    cb.on_step_end(args, state, control)
+    reward(**batch())  # between steps (evaluation): no update
+    assert reward.updates == 1
+    ckpt = tmp_path / "checkpoint-7"
+    ckpt.mkdir()
+    cb.on_save(args, state, control)
+    saved = json.loads((ckpt / STATE_FILE).read_text())
+    assert saved["e_bar"] == pytest.approx(reward.e_bar) and saved["updates"] == 1
+
+    fresh = AwaRLReward(RewardConfig(p_online="ema"))
+    assert load_reward_state(fresh, ckpt) is True
+    assert fresh.e_bar == pytest.approx(reward.e_bar) and fresh.p_online == pytest.approx(reward.p_online)
+    # the restored object continues the EMA exactly like the original
+    cb.on_step_begin(args, state, control)
+    assert fresh(**batch()) == pytest.approx(reward(**batch()))
+    assert fresh.e_bar == pytest.approx(reward.e_bar)
+
+    assert load_reward_state(AwaRLReward(RewardConfig()), tmp_path / "missing") is False
+    (ckpt / STATE_FILE).write_text(json.dumps({"format": "awarl-reward-state/1", "e_bar": "x"}))
+    with pytest.raises(ValueError, match="e_bar"):
+        load_reward_state(fresh, ckpt)
+
+
+def test_name_is_set_for_trl_logging():
+    assert AwaRLReward(RewardConfig()).__name__ == "awarl_reward"
