@@ -1,0 +1,36 @@
+"""`awarl serve retriever`: serve an index over HTTP with Search-R1's /retrieve contract."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
+    p = subparsers.add_parser("serve", help=help_text, description="Run awarl services over HTTP.")
+    sub = p.add_subparsers(dest="serve_command", metavar="SERVICE", required=True)
+    r = sub.add_parser("retriever", help="serve a BM25/dense index (POST /retrieve, GET /health)",
+                       description="Serve an index built by `awarl index build` with Search-R1's contract: "
+                                   "POST /retrieve {\"queries\": [...], \"topk\": k, \"return_scores\": b}. "
+                                   "Concurrent requests are merged into batched searches.")
+    r.add_argument("--index", required=True, help="index folder")
+    r.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: local only)")
+    r.add_argument("--port", type=int, default=8000)
+    r.add_argument("--max-batch", type=int, default=64, help="most queries per request and per merged search")
+    r.add_argument("--topk", type=int, default=3, help="topk when a request gives none (Search-R1 default 3)")
+    r.add_argument("--max-topk", type=int, default=100)
+    r.add_argument("--batch-wait-ms", type=float, default=5.0, help="how long to wait for requests to merge")
+    r.add_argument("--device", default=None, help="dense: cpu / cuda (default: cuda when available)")
+    r.add_argument("--no-verify-corpus", action="store_true", help="skip hashing the corpus at start-up")
+    r.set_defaults(func=run_retriever)
+
+
+def run_retriever(args: argparse.Namespace) -> int:
+    from awarl.retrieval.index import load_index
+    from awarl.retrieval.server import serve
+
+    if args.max_batch < 1 or args.max_topk < 1 or not 1 <= args.topk <= args.max_topk:
+        raise ValueError("--max-batch and --max-topk must be >= 1 and --topk in [1, --max-topk]")
+    retriever = load_index(args.index, verify_corpus=not args.no_verify_corpus, device=args.device)
+    serve(retriever, retriever.meta, host=args.host, port=args.port, max_batch=args.max_batch,
+          default_topk=args.topk, max_topk=args.max_topk, batch_wait_ms=args.batch_wait_ms)
+    return 0

@@ -1,0 +1,128 @@
+"""Streaming corpus reader and the on-disk passage store every index carries.
+
+The full wiki-18 corpus is 21M passages / 14 GB, so nothing here holds passage texts in RAM: the corpus is
+read line by line (hashing the bytes on the way, so no second pass is needed for the sha256), and at query
+time passages are read back from `docstore.jsonl` with positional reads through a memory-mapped offsets
+table. The docstore makes an index self-contained: it can be served on a machine without the corpus.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from awarl.io import DataError
+from awarl.retrieval.types import Passage
+
+DOCSTORE_FILE = "docstore.jsonl"
+OFFSETS_FILE = "docstore_offsets.npy"
+
+
+def passage_contents(obj: dict[str, Any], where: str) -> tuple[str, str]:
+    """(id, contents) of one corpus record. Accepts the wiki-18 form {"id", "contents"} and the common
+    {"id", "title", "text"} form (turned into `"Title"\\ntext` so both index the same way)."""
+    pid = obj.get("id", obj.get("_id"))
+    if pid is None or isinstance(pid, (dict, list, bool)):
+        raise DataError(f"{where}: corpus record needs an \"id\" (string or number), got {pid!r}")
+    contents = obj.get("contents")
+    if contents is None and "text" in obj:
+        title, text = obj.get("title") or "", obj["text"]
+        if not isinstance(title, str) or not isinstance(text, str):
+            raise DataError(f"{where}: \"title\" and \"text\" must be strings")
+        contents = f'"{title}"\n{text}'
+    if not isinstance(contents, str):
+        raise DataError(f"{where}: corpus record needs a string \"contents\" (or \"title\"/\"text\"), "
+                        f"got keys {sorted(obj)}")
+    return str(pid), contents
+
+
+@dataclass
+class CorpusReader:
+    """Iterate a corpus JSONL as (id, contents), with file:line errors; `sha256` and `bytes_read` are
+    complete once the iteration has finished."""
+
+    path: Path
+    sha256: str = ""
+    bytes_read: int = 0
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        h = hashlib.sha256()
+        self.bytes_read = 0
+        with open(self.path, "rb") as f:
+            for n, raw in enumerate(f, 1):
+                h.update(raw)
+                self.bytes_read += len(raw)
+                if not raw.strip():
+                    continue
+                where = f"{self.path}:{n}"
+                try:
+                    obj = json.loads(raw)
+                except (ValueError, UnicodeDecodeError) as e:
+                    raise DataError(f"{where}: malformed JSON line: {e}") from None
+                if not isinstance(obj, dict):
+                    raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+                yield passage_contents(obj, where)
+        self.sha256 = h.hexdigest()
+
+
+class DocstoreWriter:
+    """Append passages to `docstore.jsonl` while recording each line's byte offset."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = out_dir
+        self._f = open(out_dir / DOCSTORE_FILE, "wb")  # noqa: SIM115 - closed in close()
+        # array of int64 offsets grows in C memory (8 bytes a passage), not as Python ints
+        import array
+
+        self._offsets = array.array("q", [0])
+
+    def add(self, pid: str, contents: str) -> None:
+        line = json.dumps({"id": pid, "contents": contents}, ensure_ascii=False).encode("utf-8") + b"\n"
+        self._f.write(line)
+        self._offsets.append(self._offsets[-1] + len(line))
+
+    @property
+    def count(self) -> int:
+        return len(self._offsets) - 1
+
+    def close(self) -> tuple[int, int]:
+        """Flush, write the offsets table; returns (passage count, docstore bytes)."""
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+        np.save(self.out_dir / OFFSETS_FILE, np.frombuffer(self._offsets, dtype=np.int64))
+        return self.count, int(self._offsets[-1])
+
+
+class Docstore:
+    """Read-only passage store: `get(i)` reads one line with a positional read (thread-safe)."""
+
+    def __init__(self, index_dir: Path) -> None:
+        self.path = index_dir / DOCSTORE_FILE
+        self.offsets = np.load(index_dir / OFFSETS_FILE, mmap_mode="r")
+        self._fd = os.open(self.path, os.O_RDONLY)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def get(self, i: int, score: float = 0.0) -> Passage:
+        start, end = int(self.offsets[i]), int(self.offsets[i + 1])
+        obj = json.loads(os.pread(self._fd, end - start, start))
+        return Passage.from_contents(obj["id"], obj["contents"], score)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()

