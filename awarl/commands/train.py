@@ -1,0 +1,38 @@
+"""`awarl train`: AWA-RL GRPO training with TRL (multi-turn search rollouts, the AWA-RL reward)."""
+
+from __future__ import annotations
+
+import argparse
+
+from awarl.commands.common import add_config_args, config_from_args
+
+EPILOG = """examples:
+  awarl train --config configs/qwen2.5-3b_1gpu.yaml --dry-run        # check everything, load no weights
+  accelerate launch --config_file configs/accelerate/zero3_8gpu.yaml \\
+      -m awarl.cli train --config configs/qwen2.5-7b_cold_8gpu.yaml
+  awarl train --config configs/qwen2.5-3b_1gpu.yaml --resume         # latest checkpoint of run.out_dir
+  awarl train --config configs/qwen2.5-3b_1gpu.yaml reward.gamma=0.25 run.out_dir=runs/g025"""
+
+
+def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
+    p = sub.add_parser("train", help=help_text, epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description=help_text + ". Checkpoints every train.save_steps into run.out_dir.")
+    p.add_argument("--resume", nargs="?", const="latest", default=None, metavar="CKPT",
+                   help="continue from a checkpoint folder (default: the latest checkpoint-N in run.out_dir), "
+                        "restoring optimizer, scheduler, data position, RNG and the reward's EMA state")
+    p.add_argument("--dry-run", action="store_true",
+                   help="resolve and check the config, build the dataset (with p_i) and the reward, print "
+                        "the plan; loads no model weights")
+    add_config_args(p, required=True)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from awarl.stages.train import print_plan, run_train
+
+    cfg = config_from_args(args)
+    result = run_train(cfg, resume=args.resume, dry_run=args.dry_run)
+    if args.dry_run:
+        print_plan(result)
+    return 0

@@ -1,0 +1,223 @@
+"""p_i estimation (SPEC section 4.1): K sampled trajectories per training question with the "standard"
+checkpoint, same template and retrieval as training; p_i = share of them that are `correct`.
+
+Output: JSONL, one line per question (docs/training.md)::
+
+    {"qid", "dataset", "question", "k", "correct", "p_i",
+     "outcomes": {"correct", "wrong", "abstain", "invalid"}}
+
+Rows are appended and fsync'd after every finished batch, so a killed run loses at most the batch in
+flight and a rerun skips the questions already written. Questions are keyed by (dataset, qid): ids are only
+unique within a dataset (Search-R1's parquet reuses `train_N` across NQ and HotpotQA).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from awarl.config import AwarlConfig, DataFile, save_resolved
+from awarl.data.types import QAExample
+from awarl.io import DataError, append_jsonl, iter_jsonl, repo_root
+from awarl.metrics import Outcome
+
+log = logging.getLogger(__name__)
+
+OUTCOME_KEYS: tuple[str, ...] = tuple(o.value for o in Outcome)
+
+
+def example_key(dataset: str, qid: str) -> str:
+    """The join key of a question across the estimate file, the training dataset and the reward."""
+    return f"{dataset}/{qid}"
+
+
+def resolve_data_path(path: str | os.PathLike) -> Path:
+    """A relative path is read from the working directory; when it is not there, from the awarl checkout,
+    so shipped configs that name `data/...` work from any directory."""
+    p = Path(path)
+    if p.is_absolute() or p.exists():
+        return p
+    alt = repo_root() / p
+    return alt if alt.exists() else p
+
+
+def load_train_examples(cfg: AwarlConfig, files: Sequence[DataFile] | None = None) -> list[QAExample]:
+    """The training questions of `data.train`, each file subsampled by its own `limit`.
+
+    Questions are deduplicated by their text (first occurrence wins, with a warning): the TRL rollout
+    function only sees the prompt text, so two examples with the same question could not be told apart.
+    """
+    from awarl.data.loaders import load_examples
+
+    files = list(cfg.data.train if files is None else files)
+    if not files:
+        raise DataError("no training questions: data.train lists no files")
+    out: list[QAExample] = []
+    seen: set[str] = set()
+    dup = 0
+    for f in files:
+        res = load_examples(resolve_data_path(f.path), format=f.format, dataset=f.dataset,
+                            on_error=cfg.data.on_error, limit=f.limit, seed=cfg.run.seed)
+        for ex in res.examples:
+            q = ex.question.strip()
+            if q in seen:
+                dup += 1
+                continue
+            seen.add(q)
+            out.append(ex)
+    if dup:
+        log.warning("dropped %d training question(s) whose text duplicates an earlier one", dup)
+    if not out:
+        raise DataError(f"no training questions in {[f.path for f in files]}")
+    return out
+
+
+def default_estimates_path(cfg: AwarlConfig) -> Path:
+    return Path(cfg.estimate.out or Path(cfg.run.out_dir) / "p_estimates.jsonl")
+
+
+def estimate_row(ex: QAExample, outcomes: Sequence[str]) -> dict[str, Any]:
+    """One output line from the K outcomes of a question (pure)."""
+    counts = Counter(outcomes)
+    unknown = set(counts) - set(OUTCOME_KEYS)
+    if unknown:
+        raise ValueError(f"unknown outcome(s) {sorted(unknown)}; expected {OUTCOME_KEYS}")
+    k = len(outcomes)
+    if k == 0:
+        raise ValueError(f"question {ex.id!r}: no trajectories to estimate p_i from")
+    correct = counts[Outcome.CORRECT.value]
+    return {"qid": ex.id, "dataset": ex.dataset, "question": ex.question, "k": k, "correct": correct,
+            "p_i": correct / k, "outcomes": {o: counts[o] for o in OUTCOME_KEYS}}
+
+
+def read_estimates(path: str | os.PathLike) -> dict[str, dict]:
+    """Rows of an estimate file keyed by example_key(dataset, qid); a later row for the same question wins.
+
+    A torn last line (a killed writer) is skipped with a warning; any other malformed row is an error that
+    names the file and line."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    out: dict[str, dict] = {}
+    data = path.read_bytes()
+    # Only an unterminated last line can be a torn write; its number as iter_jsonl counts lines:
+    torn_line = data.count(b"\n") + 1 if data and not data.endswith(b"\n") else None
+    errors: list[str] = []
+    for n, row in iter_jsonl(path, on_error="skip", errors=errors):
+        missing = [k for k in ("qid", "dataset", "p_i") if k not in row]
+        if missing:
+            raise DataError(f"{path}:{n}: estimate row lacks {missing}")
+        p = row["p_i"]
+        if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0.0 <= p <= 1.0:
+            raise DataError(f"{path}:{n}: p_i must be a number in [0, 1], got {p!r}")
+        out[example_key(str(row["dataset"]), str(row["qid"]))] = row
+    for e in errors:
+        # Only the last line may be torn by a kill; a bad line in the middle is corruption.
+        if torn_line is None or not e.startswith(f"{path}:{torn_line}:"):
+            raise DataError(e)
+        log.warning("ignoring a torn last line (interrupted write): %s", e)
+    return out
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """Cut an unterminated last line before appending, so new rows never glue onto a torn one."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    if data.endswith(b"\n"):
+        return
+    keep = data.rfind(b"\n") + 1
+    log.warning("%s: removing a torn last line (%d bytes) left by an interrupted run", path, len(data) - keep)
+    with open(path, "r+b") as f:
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def join_p(examples: Sequence[QAExample], estimates: dict[str, dict]) -> tuple[list[float | None], int]:
+    """p_i per example (None where the estimate file has no row) and how many are missing."""
+    ps: list[float | None] = []
+    for ex in examples:
+        row = estimates.get(example_key(ex.dataset, ex.id))
+        ps.append(float(row["p_i"]) if row is not None else None)
+    return ps, sum(p is None for p in ps)
+
+
+def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, retriever: Any = None,
+                 engine: Any = None, examples: list[QAExample] | None = None,
+                 on_batch: Callable[[int], None] | None = None) -> Path:
+    """Estimate p_i for every training question not yet in the output file; returns the file's path.
+
+    `model` defaults to `estimate.model`, else `train.model` (cold start: the instruct model itself).
+    Tests and callers that already hold an engine/model can pass them in."""
+    from tqdm.auto import tqdm
+
+    from awarl.metrics import classify_outcome
+
+    out = default_estimates_path(cfg)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_resolved(cfg, out.parent / "estimate")
+    examples = examples if examples is not None else load_train_examples(cfg)
+    k = cfg.estimate.k
+    done = {key for key, row in read_estimates(out).items() if row.get("k") == k}
+    todo = [ex for ex in examples if example_key(ex.dataset, ex.id) not in done]
+    if len(todo) < len(examples):
+        log.info("resuming: %d of %d questions already estimated in %s", len(examples) - len(todo),
+                 len(examples), out)
+    if not todo:
+        return out
+    _drop_torn_tail(out)
+    if engine is None:
+        engine = _build_engine(cfg, model, tokenizer, retriever)
+    # One batch holds whole questions (all K samples of each), so a finished batch is a set of finished rows.
+    per_batch = max(1, cfg.generation.batch_size // k)
+    bar = tqdm(total=len(examples), initial=len(examples) - len(todo), desc="estimate p_i", unit="q")
+    total_correct = 0
+    for b, start in enumerate(range(0, len(todo), per_batch)):
+        batch = todo[start:start + per_batch]
+        questions = [ex.question for ex in batch for _ in range(k)]
+        trajs = engine.run(questions, temperature=cfg.estimate.temperature, top_p=cfg.generation.top_p,
+                           seed=cfg.run.seed + len(examples) - len(todo) + start)
+        if len(trajs) != len(questions):
+            raise RuntimeError(f"rollout engine returned {len(trajs)} trajectories for {len(questions)} requests")
+        rows = []
+        for i, ex in enumerate(batch):
+            outcomes = []
+            for t in trajs[i * k:(i + 1) * k]:
+                p = t.parsed
+                outcomes.append(classify_outcome(p.answer, ex.answers, valid=p.valid,
+                                                 phrases=cfg.agent.abstention_phrases,
+                                                 correctness=cfg.metrics.correctness,
+                                                 f1_threshold=cfg.metrics.f1_threshold).value)
+            rows.append(estimate_row(ex, outcomes))
+        append_jsonl(out, rows)
+        total_correct += sum(r["correct"] for r in rows)
+        bar.update(len(batch))
+        bar.set_postfix(mean_p=f"{total_correct / (k * min(start + per_batch, len(todo))):.3f}")
+        if on_batch:
+            on_batch(b)
+    bar.close()
+    log.info("wrote p_i of %d questions to %s", len(todo), out)
+    return out
+
+
+def _build_engine(cfg: AwarlConfig, model: Any, tokenizer: Any, retriever: Any) -> Any:
+    from awarl.retrieval import load_retriever
+    from awarl.stages.evaluate import build_engine
+    from awarl.stages.resources import ensure_default_retrieval
+
+    model = model if model is not None else (cfg.estimate.model or cfg.train.model)
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+
+        ref = model if isinstance(model, str) else model.config._name_or_path
+        tokenizer = AutoTokenizer.from_pretrained(ref)
+    if retriever is None:
+        retriever = load_retriever(ensure_default_retrieval(cfg).retrieval)
+    log.info("estimating p_i with %s (k=%d, temperature=%.2f)",
+             model if isinstance(model, str) else type(model).__name__, cfg.estimate.k, cfg.estimate.temperature)
+    return build_engine(cfg, model, tokenizer, retriever)

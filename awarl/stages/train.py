@@ -1,0 +1,339 @@
+"""AWA-RL GRPO training stage: dataset with p_i, reward pipeline, TRL trainer, checkpoints, evaluation.
+
+`run_train(cfg)` is what `awarl train` calls; `run_train(cfg, dry_run=True)` resolves and checks everything
+(data, p_i join, reward, generation backend, batch arithmetic) without loading model weights.
+
+p_i join policy (documented in docs/training.md): training rows are joined to the estimate file on
+(dataset, qid). A question without an estimate keeps p_i = None in the dataset and the reward falls back
+to `reward.default_p`; the stage logs how many there are. A *missing estimate file* with the `awarl`
+refusal strategy is an error for a real run (the reward would rest entirely on default_p, which is almost
+certainly a forgotten `awarl estimate`), and a warning in a dry run.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from awarl.config import AwarlConfig, ConfigError, save_resolved
+from awarl.data.types import QAExample
+from awarl.stages.estimate import example_key, join_p, load_train_examples, read_estimates
+
+log = logging.getLogger(__name__)
+
+
+def estimates_path(cfg: AwarlConfig) -> Path:
+    """train.p_estimates, else estimate.out, else <run.out_dir>/p_estimates.jsonl."""
+    if cfg.train.p_estimates:
+        return Path(cfg.train.p_estimates)
+    if cfg.estimate.out:
+        return Path(cfg.estimate.out)
+    return Path(cfg.run.out_dir) / "p_estimates.jsonl"
+
+
+def training_rows(cfg: AwarlConfig, *, strict: bool = True,
+                  examples: list[QAExample] | None = None) -> tuple[list[dict], dict[str, Any]]:
+    """One dict per training question (the dataset columns) and a summary of the p_i join.
+
+    Columns: prompt (the question text; the rollout function renders the template), qid (dataset/id),
+    dataset, question, answers, p_i (float or None)."""
+    if examples is None and not cfg.data.train and not strict:
+        # A dry run of a template config whose questions are filled in at launch (e.g. by `awarl demo`).
+        log.warning("data.train lists no files: the plan has no training questions")
+        examples = []
+    examples = examples if examples is not None else load_train_examples(cfg)
+    path = estimates_path(cfg)
+    needs_p = cfg.reward.strategy == "awarl"
+    if not path.exists():
+        msg = (f"p_i estimate file not found: {path} (run `awarl estimate --config ...` first, or set "
+               f"train.p_estimates)")
+        if needs_p and strict:
+            raise FileNotFoundError(msg)
+        if needs_p:
+            log.warning("%s; every question would use reward.default_p=%.3g", msg, cfg.reward.default_p)
+    estimates = read_estimates(path)
+    ps, missing = join_p(examples, estimates)
+    if missing and needs_p and path.exists():
+        log.warning("%d of %d training questions have no p_i in %s; the reward uses reward.default_p=%.3g "
+                    "for them", missing, len(examples), path, cfg.reward.default_p)
+    rows = [{"prompt": ex.question, "qid": example_key(ex.dataset, ex.id), "dataset": ex.dataset,
+             "question": ex.question, "answers": list(ex.answers), "p_i": p}
+            for ex, p in zip(examples, ps, strict=True)]
+    known = [p for p in ps if p is not None]
+    info = {"questions": len(rows), "estimates_file": str(path), "estimates_found": path.exists(),
+            "with_p": len(known), "missing_p": missing,
+            "mean_p": sum(known) / len(known) if known else None,
+            "datasets": {d: sum(r["dataset"] == d for r in rows) for d in sorted({r["dataset"] for r in rows})}}
+    return rows, info
+
+
+def build_dataset(rows: list[dict]) -> Any:
+    from datasets import Dataset, Features, Sequence, Value
+
+    features = Features({"prompt": Value("string"), "qid": Value("string"), "dataset": Value("string"),
+                         "question": Value("string"), "answers": Sequence(Value("string")),
+                         "p_i": Value("float64")})
+    return Dataset.from_list(rows, features=features)
+
+
+def build_reward(cfg: AwarlConfig, rows: list[dict]) -> Any:
+    """AwaRLReward with the configured judge and the p table of the dataset."""
+    from awarl.critic import make_judge
+    from awarl.rewards.trl_reward import AwaRLReward
+
+    cache = cfg.critic.cache_dir or str(Path(cfg.run.out_dir) / "critic_cache")
+    judge = make_judge(cfg.critic, cache) if cfg.reward.lambda_cite > 0 else None
+    p_table = {r["qid"]: r["p_i"] for r in rows if r["p_i"] is not None}
+    return AwaRLReward(cfg.reward, judge, p_table)
+
+
+def world_size() -> int:
+    import os
+
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def make_plan(cfg: AwarlConfig, info: dict[str, Any], reward: Any, *, cpu: bool, n_procs: int = 1) -> dict:
+    """Everything a launch will do, as plain data (printed by --dry-run, logged by a real run)."""
+    from awarl.training.trainer import effective_settings
+
+    t, r = cfg.train, cfg.reward
+    eff, notes = effective_settings(cfg, cpu)
+    completions_per_step = t.per_device_train_batch_size * t.gradient_accumulation_steps * n_procs
+    gen = ("vLLM " + t.vllm_mode + (f" at {t.vllm_server_host}:{t.vllm_server_port}" if t.vllm_mode == "server"
+                                     else f", gpu_memory_utilization={cfg.generation.gpu_memory_utilization}")
+           if t.use_vllm else "transformers generate on the live policy")
+    if cfg.generation.backend == "scripted":
+        gen = f"scripted replay of {cfg.generation.script}"
+    elif t.use_vllm and not eff["use_vllm"]:
+        gen += " (this machine has no GPU: transformers would be used here)"
+    return {
+        "run": {"name": cfg.run.name, "out_dir": cfg.run.out_dir, "seed": cfg.run.seed},
+        "model": {"policy": t.model, "lora": t.lora.model_dump() if t.lora.enabled else None,
+                  "standard_checkpoint_for_p": cfg.estimate.model or t.model},
+        "data": info,
+        "steps": {"max_steps": t.max_steps, "save_steps": t.save_steps, "eval_every_steps": cfg.eval.every_steps,
+                  "questions_per_step": completions_per_step // t.num_generations,
+                  "epochs_approx": round(t.max_steps * completions_per_step / t.num_generations
+                                         / max(info["questions"], 1), 2)},
+        "batch": {"processes (this launch)": n_procs, "per_device_train_batch_size": t.per_device_train_batch_size,
+                  "gradient_accumulation_steps": t.gradient_accumulation_steps,
+                  "num_generations (group size)": t.num_generations, "completions_per_step": completions_per_step},
+        "optim": {"learning_rate": t.learning_rate, "loss_type": t.loss_type, "kl_beta": t.kl_beta,
+                  "epsilon": t.epsilon, "warmup_ratio": t.warmup_ratio},
+        "generation": {"backend": gen, "temperature": cfg.generation.temperature, "top_p": cfg.generation.top_p,
+                       "template": cfg.agent.template, "max_turns": cfg.agent.max_turns,
+                       "max_trajectory_tokens": cfg.agent.max_trajectory_tokens,
+                       "max_new_tokens_per_turn": cfg.agent.max_new_tokens_per_turn},
+        "retrieval": {"kind": cfg.retrieval.kind, "topk": cfg.retrieval.topk,
+                      "where": cfg.retrieval.server_url if cfg.retrieval.kind == "server"
+                      else (cfg.retrieval.index_dir or cfg.retrieval.corpus or "shipped closed corpus"),
+                      "status": retrieval_status(cfg)},
+        "reward": {"strategy": r.strategy, "gamma": r.gamma, "p_min": r.p_min, "beta": r.beta,
+                   "penalty_steps": [list(s) for s in r.penalty_steps], "penalty_max": r.penalty_max,
+                   "expected_rate": r.expected_rate, "p_online": r.p_online,
+                   "outcome_rewards": {"correct": r.r_correct, "wrong": r.r_wrong, "invalid": r.r_invalid},
+                   "lambda_cite": r.lambda_cite,
+                   "judge": type(reward.judge).__name__ if getattr(reward, "judge", None) else "none",
+                   "p_table_size": len(getattr(reward, "p_table", {})), "default_p": r.default_p},
+        "device": {"cpu": cpu, **eff, "forced": notes},
+        "logging": {"report_to": list(t.report_to), "logging_steps": t.logging_steps},
+    }
+
+
+def retrieval_status(cfg: AwarlConfig) -> str:
+    """Whether the retriever a launch needs is there, without loading it (dry runs)."""
+    r = cfg.retrieval
+    if r.kind == "server":
+        return f"server expected at {r.server_url} (start it with scripts/serve_retriever.sh)"
+    if r.index_dir and (Path(r.index_dir) / "index_meta.json").is_file():
+        return "index ready"
+    if r.index_dir and r.corpus and Path(r.corpus).is_file():
+        return "index will be built from retrieval.corpus on first use"
+    if r.index_dir:
+        log.warning("retrieval.index_dir=%s does not exist and no retrieval.corpus to build it from", r.index_dir)
+        return "MISSING: build it with `awarl index build` before launching"
+    if r.corpus:
+        return "index of retrieval.corpus built into the cache on first use"
+    return "shipped closed corpus, built into the cache on first use"
+
+
+def print_plan(plan: dict) -> None:
+    """Human-readable plan (the --dry-run output)."""
+    print("awarl train: dry run (no model weights loaded)")
+    for section, body in plan.items():
+        print(f"[{section}]")
+        for k, v in body.items():
+            print(f"  {k}: {v}")
+
+
+def _resolve_resume(cfg: AwarlConfig, resume: str | None) -> Path | None:
+    from awarl.training.trainer import latest_checkpoint
+
+    if resume is None:
+        return None
+    if resume in ("latest", "true", "True"):
+        ckpt = latest_checkpoint(cfg.run.out_dir)
+        if ckpt is None:
+            raise FileNotFoundError(f"--resume: no checkpoint-N folder in {cfg.run.out_dir}")
+        return ckpt
+    ckpt = Path(resume)
+    if not (ckpt / "trainer_state.json").is_file():
+        raise FileNotFoundError(f"--resume {resume}: not a checkpoint folder (no trainer_state.json)")
+    return ckpt
+
+
+def evaluate_policy(cfg: AwarlConfig, model: Any, tokenizer: Any, retriever: Any, out_dir: str | Path,
+                    *, limit: int | None = None) -> dict:
+    """Greedy (eval.temperature) run of the live policy on the held-out questions (data.eval files, else the
+    shipped dev samples of eval.datasets), scored with awarl.metrics; returns the scorer's results
+    (macro RA-F1 in results["macro"]["ra_f1"]). Uses transformers on the given model object."""
+    import torch
+
+    from awarl.stages.evaluate import run_eval
+
+    eval_cfg = cfg.model_copy(update={"generation": cfg.generation.model_copy(update={"backend": "hf"})})
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return run_eval(eval_cfg, out_dir, model=model, tokenizer=tokenizer, retriever=retriever,
+                            limit=limit if limit is not None else cfg.eval.limit)
+    finally:
+        model.train(was_training)
+
+
+def _eval_metrics(results: dict, prefix: str = "eval") -> dict[str, float]:
+    out: dict[str, float] = {}
+    for k in ("ra_f1", "precision", "accuracy", "abstention_rate"):
+        v = results.get("macro", {}).get(k)
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            out[f"{prefix}/macro_{k}"] = float(v)
+    for ds, m in results.get("per_dataset", {}).items():
+        if isinstance(m.get("ra_f1"), (int, float)):
+            out[f"{prefix}/{ds}_ra_f1"] = float(m["ra_f1"])
+    return out
+
+
+def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = False, model: Any = None,
+              tokenizer: Any = None, retriever: Any = None, examples: list[QAExample] | None = None,
+              final_eval: bool = True, backend_factory: Any = None, callbacks: list | None = None,
+              on_trainer: Any = None) -> dict:
+    """Train (or, with dry_run, only plan). Returns the plan (dry run) or a summary of the run.
+
+    `model` / `tokenizer` / `retriever` may be passed in (tests, notebooks); by default they come from
+    train.model and the retrieval config. `backend_factory(trainer) -> Backend` replaces the live policy as
+    the generator (see RolloutAdapter); `callbacks` are extra TrainerCallbacks; `on_trainer(trainer)` is
+    called once the trainer is built (instrumentation). The summary holds the `trainer` and `reward`
+    objects too, for programmatic use."""
+    from awarl.training.trainer import on_cpu
+
+    t = cfg.train
+    if t.lora.enabled and t.use_vllm and t.vllm_mode == "server":
+        log.info("LoRA + vLLM server: TRL merges the adapters before each weight sync")
+    cpu = on_cpu()
+    rows, info = training_rows(cfg, strict=not dry_run, examples=examples)
+    if not dry_run and len(rows) * t.num_generations < t.per_device_train_batch_size:
+        raise ConfigError(f"only {len(rows)} training question(s): fewer completions than one device batch")
+    reward = build_reward(cfg, rows)
+    plan = make_plan(cfg, info, reward, cpu=cpu, n_procs=world_size())
+    if dry_run:
+        from awarl.agent.templates import load_template
+
+        load_template(cfg.agent.template)  # a bad template name/path fails here, not hours into a launch
+        if rows:
+            build_dataset(rows)  # the dataset must build (column types), even though nothing trains
+        return plan
+    return _train(cfg, plan, rows, reward, resume=resume, model=model, tokenizer=tokenizer,
+                  retriever=retriever, final_eval=final_eval, backend_factory=backend_factory,
+                  extra_callbacks=callbacks or [], on_trainer=on_trainer)
+
+
+def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, *, resume: str | None, model: Any,
+           tokenizer: Any, retriever: Any, final_eval: bool, backend_factory: Any,
+           extra_callbacks: list, on_trainer: Any) -> dict:
+    from awarl.agent.templates import load_template
+    from awarl.retrieval import load_retriever
+    from awarl.rewards.trl_reward import RewardStateCallback, load_reward_state
+    from awarl.stages.resources import ensure_default_retrieval
+    from awarl.training.rollout_adapter import RolloutAdapter
+    from awarl.training.trainer import build_trainer, grpo_config, make_eval_callback
+
+    out = Path(cfg.run.out_dir)
+    ckpt = _resolve_resume(cfg, resume)
+    for note in plan["device"]["forced"]:
+        log.warning("CPU run: %s", note)
+    if plan["device"]["cpu"]:
+        log.info("CPU run: bf16=False, use_cpu=True, gradient checkpointing off, transformers generation")
+    args = grpo_config(cfg, cpu=plan["device"]["cpu"])
+    if args.process_index == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        save_resolved(cfg, out)
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(cfg.train.model)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if retriever is None:
+        cfg = ensure_default_retrieval(cfg)
+        retriever = load_retriever(cfg.retrieval)
+    dataset = build_dataset(rows)
+    adapter = RolloutAdapter(cfg, tokenizer, retriever, load_template(cfg.agent.template), rows,
+                             backend_factory=backend_factory)
+
+    holder: dict[str, Any] = {}
+
+    def periodic_eval(_model: Any, step: int) -> None:
+        res = _eval_live(cfg, holder["trainer"], tokenizer, retriever, out / "eval" / f"step-{step}")
+        if res is not None:
+            holder["trainer"].log(_eval_metrics(res))
+
+    callbacks = [RewardStateCallback(reward), *extra_callbacks]
+    if cfg.eval.every_steps:
+        callbacks.append(make_eval_callback(cfg.eval.every_steps, periodic_eval))
+    trainer = build_trainer(cfg, model=model if model is not None else cfg.train.model, tokenizer=tokenizer,
+                            train_dataset=dataset, reward=reward, rollout_func=adapter, callbacks=callbacks,
+                            args=args)
+    holder["trainer"] = trainer
+    if on_trainer is not None:
+        on_trainer(trainer)
+    if ckpt is not None:
+        load_reward_state(reward, ckpt)
+        log.info("resuming from %s (Ē=%.4f after %d reward updates)", ckpt, reward.e_bar, reward.updates)
+    log.info("training %s for %d steps -> %s", cfg.train.model, cfg.train.max_steps, out)
+    result = trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
+    final_dir = out / "final"
+    trainer.save_model(str(final_dir))
+    if trainer.accelerator.is_main_process:
+        tokenizer.save_pretrained(str(final_dir))
+    summary: dict[str, Any] = {"out_dir": str(out), "final": str(final_dir), "global_step": trainer.state.global_step,
+                               "train_loss": result.training_loss, "reward_state": reward.state_dict(),
+                               "trainer": trainer, "reward": reward}
+    if final_eval:
+        res = _eval_live(cfg, trainer, tokenizer, retriever, out / "eval" / "final")
+        if res is not None:
+            summary["eval"] = _eval_metrics(res)
+            trainer.log(summary["eval"])
+    return summary
+
+
+def _eval_live(cfg: AwarlConfig, trainer: Any, tokenizer: Any, retriever: Any, out_dir: Path) -> dict | None:
+    """Evaluate the trainer's current policy on the main process; the others wait (inside the unwrap
+    context, so ZeRO-3 parameter gathering stays collective)."""
+    from trl.models import unwrap_model_for_generation
+
+    acc = trainer.accelerator
+    res = None
+    with unwrap_model_for_generation(trainer.model_wrapped, acc,
+                                     gather_deepspeed3_params=trainer.args.ds3_gather_for_generation) as m:
+        if acc.is_main_process:
+            try:
+                res = evaluate_policy(cfg, m, tokenizer, retriever, out_dir)
+                log.info("eval (%s): macro RA-F1 %.4f", out_dir.name, res.get("macro", {}).get("ra_f1", float("nan")))
+            except (ValueError, FileNotFoundError) as e:  # no eval data must not kill a finished training run
+                log.warning("evaluation skipped: %s", e)
+        acc.wait_for_everyone()
+    return res

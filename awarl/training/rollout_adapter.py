@@ -1,0 +1,235 @@
+"""TRL `rollout_func` for multi-turn search rollouts: the bridge between GRPOTrainer and our RolloutEngine.
+
+What TRL 1.16 does with it (trl/trainer/grpo_trainer.py, `_generate`):
+- it is called as `rollout_func(prompts, trainer)` with this process's slice of the generation batch. The
+  sampler has already repeated every prompt `num_generations` times (a group may straddle processes), so
+  we return exactly one trajectory per prompt received, in order;
+- it must return `prompt_ids`, `completion_ids` and `logprobs` (one float per completion token; TRL only
+  uses them for vLLM importance-sampling correction). Every other key is forwarded to the reward
+  functions, except `env_mask`, which TRL pops and multiplies into the loss mask: 1 = model token (trained),
+  0 = environment token (retrieved passages, never trained on);
+- before calling it under vLLM, TRL pushes the current policy weights to vLLM (`sync_weights`).
+
+Generation runs either on the live policy with transformers (unwrapped from DDP / DeepSpeed ZeRO-3 / FSDP
+for the whole multi-turn loop; the HF backend switches to eval mode + no_grad and restores train mode), or
+on TRL's vLLM engine: colocated (`trainer.vllm_generation.llm`) or the `trl vllm-serve` server, which each
+process calls directly for its own prompts (turn counts differ across processes, so no collective is used).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from awarl.agent.backends.base import Generation, eos_ids, finish
+from awarl.config import AwarlConfig
+from awarl.metrics import Outcome, classify_outcome
+
+log = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------------------ vLLM through TRL
+class TRLVLLMBackend:
+    """The awarl Backend interface over TRL's vLLM engine (colocate) or a `trl vllm-serve` server."""
+
+    def __init__(self, trainer: Any, tokenizer: Any, cfg: AwarlConfig) -> None:
+        self.trainer = trainer
+        self.tokenizer = tokenizer
+        self.eos = eos_ids(tokenizer, getattr(trainer, "model", None))
+        self.mode = trainer.args.vllm_mode
+        self._client = None
+        if self.mode == "server":
+            from trl.generation.vllm_client import VLLMClient
+
+            args = trainer.args
+            base = args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
+            # A client of our own per process, for generation only: weight syncing stays with TRL's client.
+            self._client = VLLMClient(base_url=base, connection_timeout=args.vllm_server_timeout)
+
+    def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
+                 top_p: float = 1.0, stop_strings: Sequence[str] = (), seed: int | None = None) -> list[Generation]:
+        if not prompts:
+            return []
+        extra = {"stop": list(stop_strings), "include_stop_str_in_output": True}
+        if seed is not None:
+            extra["seed"] = seed
+        if self._client is not None:
+            out = self._client.generate(prompts=prompts, n=1, temperature=temperature, top_p=top_p,
+                                        max_tokens=max_new_tokens, logprobs=0, generation_kwargs=extra)
+            ids_list = out["completion_ids"]
+            lps_list = [[(lp[0] if lp and lp[0] is not None else math.nan) for lp in seq]
+                        for seq in (out["logprobs"] or [[[]] * len(s) for s in ids_list])]
+        else:
+            from vllm import SamplingParams
+
+            llm = self.trainer.vllm_generation.llm
+            params = SamplingParams(n=1, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens,
+                                    logprobs=0, **extra)
+            res = llm.generate([{"prompt_token_ids": p} for p in prompts], sampling_params=params, use_tqdm=False)
+            ids_list, lps_list = [], []
+            for r in res:
+                o = r.outputs[0]
+                ids_list.append(list(o.token_ids))
+                steps = list(o.logprobs or [])
+                steps += [None] * (len(o.token_ids) - len(steps))
+                lps_list.append([_sampled_logprob(st, tok) for st, tok in zip(steps, o.token_ids, strict=False)])
+        # The same cut/labelling as the other backends, so the engine sees identical Generation semantics.
+        return [finish(ids, lps, self.tokenizer, stop_strings, self.eos) for ids, lps in zip(ids_list, lps_list, strict=True)]
+
+
+def _sampled_logprob(step: Any, token_id: int) -> float:
+    lp = step.get(token_id) if isinstance(step, dict) else None
+    return float(getattr(lp, "logprob", math.nan)) if lp is not None else math.nan
+
+
+# ------------------------------------------------------------------------------------- the adapter
+def enforce_budget(completion_ids: list[int], env_mask: list[int], logprobs: list[float],
+                   budget: int) -> tuple[list[int], list[int], list[float], bool]:
+    """Cut a trajectory to `budget` tokens (model + environment); True when it had to be cut.
+
+    Logprobs are aligned to completion_ids first (padded with NaN, which TRL treats as "no correction")."""
+    lps = [float(x) if x is not None else math.nan for x in logprobs][: len(completion_ids)]
+    lps += [math.nan] * (len(completion_ids) - len(lps))
+    if len(env_mask) != len(completion_ids):
+        raise ValueError(f"env_mask has {len(env_mask)} entries for {len(completion_ids)} completion tokens")
+    if len(completion_ids) <= budget:
+        return list(completion_ids), list(env_mask), lps, False
+    return list(completion_ids[:budget]), list(env_mask[:budget]), lps[:budget], True
+
+
+class RolloutAdapter:
+    """`rollout_func` for GRPOTrainer: `RolloutAdapter(cfg, tokenizer, retriever, template, rows)`.
+
+    `rows` are the training dataset's rows (prompt, qid, dataset, question, answers, p_i); TRL hands the
+    rollout function only the prompt strings, so rows are looked up by prompt (training questions are
+    deduplicated by text for that reason)."""
+
+    def __init__(self, cfg: AwarlConfig, tokenizer: Any, retriever: Any, template: Any, rows: list[dict], *,
+                 backend_factory: Callable[[Any], Any] | None = None) -> None:
+        self.cfg = cfg
+        # backend_factory(trainer) -> Backend replaces the live policy as the generator (tests, replays).
+        self.backend_factory = backend_factory
+        self.tokenizer = tokenizer
+        self.retriever = retriever
+        self.template = template
+        self.by_prompt = {r["prompt"]: r for r in rows}
+        self._prompt_cache: dict[str, list[int]] = {}
+        self.calls = 0
+        self.last: list[Any] = []  # the trajectories of the latest call (tests, debugging)
+
+    def _prompt_ids(self, question: str) -> list[int]:
+        from awarl.agent.templates import render_prompt
+
+        ids = self._prompt_cache.get(question)
+        if ids is None:
+            ids = self._prompt_cache[question] = render_prompt(self.template, question, self.tokenizer)
+        return ids
+
+    @contextlib.contextmanager
+    def _backend(self, trainer: Any) -> Iterator[Any]:
+        if self.backend_factory is not None:
+            yield self.backend_factory(trainer)
+            return
+        if self.cfg.generation.backend == "scripted":
+            # Replay of written turns (CPU demos): the policy is still trained on them, off-policy.
+            from awarl.agent.backends import make_backend
+
+            yield make_backend(self.cfg.generation, None, self.tokenizer)
+            return
+        if getattr(trainer, "use_vllm", False):
+            yield TRLVLLMBackend(trainer, self.tokenizer, self.cfg)
+            return
+        from trl.models import unwrap_model_for_generation
+
+        from awarl.agent.backends.hf import HFBackend
+
+        summon = getattr(getattr(trainer, "_dist", None), "summon_full_params", None)
+        with contextlib.ExitStack() as stack:
+            model = stack.enter_context(unwrap_model_for_generation(
+                trainer.model_wrapped, trainer.accelerator,
+                gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+                gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs))
+            if summon is not None:  # FSDP: full parameters for the whole multi-turn loop
+                stack.enter_context(summon(trainer.model_wrapped, recurse=False))
+            yield HFBackend(model, self.tokenizer, batch_size=self.cfg.generation.batch_size)
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list]:
+        from awarl.agent.rollout import RolloutEngine
+
+        rows = []
+        for p in prompts:
+            row = self.by_prompt.get(p) if isinstance(p, str) else None
+            if row is None:
+                raise ValueError(f"rollout: prompt {str(p)[:80]!r} is not a training question of this run "
+                                 "(the dataset's `prompt` column must be the question text)")
+            rows.append(row)
+        cfg = self.cfg
+        questions = [r["question"] for r in rows]
+        prompt_ids = [self._prompt_ids(q) for q in questions]
+        with self._backend(trainer) as backend:
+            engine = RolloutEngine(backend, self.tokenizer, self.retriever, self.template, cfg.agent,
+                                   cfg.retrieval.topk)
+            trajs = engine.run(questions, temperature=cfg.generation.temperature, top_p=cfg.generation.top_p,
+                               seed=None, prompt_ids=prompt_ids)
+        if len(trajs) != len(rows):
+            raise RuntimeError(f"rollout engine returned {len(trajs)} trajectories for {len(rows)} prompts")
+        self.calls += 1
+        self.last = trajs
+        return self.collate(rows, trajs, trainer)
+
+    def collate(self, rows: list[dict], trajs: list[Any], trainer: Any = None) -> dict[str, list]:
+        """The dict TRL expects, from rows and their trajectories (pure apart from metric logging)."""
+        cfg = self.cfg
+        budget = min(cfg.agent.max_trajectory_tokens,
+                     getattr(getattr(trainer, "args", None), "max_completion_length", None) or 10**9)
+        out: dict[str, list] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "outcome",
+                                                "qid", "p_i", "question", "answer", "citations", "passages")}
+        cut = 0
+        for row, t in zip(rows, trajs, strict=True):
+            ids, mask, lps, was_cut = enforce_budget(list(t.completion_ids), list(t.env_mask), list(t.logprobs),
+                                                     budget)
+            p = t.parsed
+            if was_cut or not ids:
+                cut += was_cut
+                outcome = Outcome.INVALID
+            else:
+                outcome = classify_outcome(p.answer, row["answers"], valid=p.valid,
+                                           phrases=cfg.agent.abstention_phrases,
+                                           correctness=cfg.metrics.correctness,
+                                           f1_threshold=cfg.metrics.f1_threshold)
+            if not ids:  # TRL needs at least one completion token per row
+                ids, mask, lps = [self._pad_id()], [0], [math.nan]
+            out["prompt_ids"].append(list(t.prompt_ids))
+            out["completion_ids"].append(ids)
+            out["logprobs"].append(lps)
+            out["env_mask"].append(mask)
+            out["outcome"].append(outcome.value)
+            out["qid"].append(row["qid"])
+            out["p_i"].append(row["p_i"])
+            out["question"].append(row["question"])
+            out["answer"].append(p.answer)
+            out["citations"].append(list(p.citations))
+            out["passages"].append([dict(d) for d in t.passages])
+        if cut:
+            log.warning("rollout: %d trajectory(ies) exceeded %d tokens and were cut (counted invalid)", cut, budget)
+        self._log(trainer, trajs, out)
+        return out
+
+    def _pad_id(self) -> int:
+        tok = self.tokenizer
+        return int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+
+    @staticmethod
+    def _log(trainer: Any, trajs: list[Any], out: dict[str, list]) -> None:
+        log_metric = getattr(trainer, "_log_metric", None)
+        if log_metric is None or not trajs:
+            return
+        n = len(trajs)
+        env = sum(len(m) - sum(m) for m in out["env_mask"])
+        total = sum(len(m) for m in out["env_mask"])
+        log_metric("rollout/searches_mean", sum(len(t.parsed.searches) for t in trajs) / n)
+        log_metric("rollout/env_token_share", env / total if total else 0.0)
+        log_metric("rollout/valid_share", sum(bool(t.parsed.valid) for t in trajs) / n)

@@ -1,0 +1,151 @@
+"""TRL GRPOTrainer assembly for AWA-RL: GRPOConfig from the awarl config, LoRA, callbacks.
+
+Nothing here is home-made distribution: the trainer runs under `accelerate launch` (DeepSpeed ZeRO / FSDP
+come from the accelerate config), and generation goes through the rollout function of
+`awarl.training.rollout_adapter` (transformers on the live policy, or TRL's own vLLM engine).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from awarl.config import AwarlConfig
+
+log = logging.getLogger(__name__)
+
+
+def on_cpu() -> bool:
+    """True when training must run on CPU (no CUDA device visible)."""
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def effective_settings(cfg: AwarlConfig, cpu: bool) -> tuple[dict[str, Any], list[str]]:
+    """The precision / checkpointing / generation settings actually used, and why they differ from the
+    config. On CPU bf16 autocast and vLLM are unavailable and activation checkpointing only costs time."""
+    t = cfg.train
+    eff = {"bf16": t.bf16, "gradient_checkpointing": t.gradient_checkpointing, "use_vllm": t.use_vllm,
+           "use_cpu": cpu}
+    notes: list[str] = []
+    if cpu:
+        for key in ("bf16", "gradient_checkpointing", "use_vllm"):
+            if eff[key]:
+                notes.append(f"train.{key}=true is forced off on CPU")
+                eff[key] = False
+    return eff, notes
+
+
+def report_to(cfg: AwarlConfig) -> list[str] | str:
+    targets = [r for r in cfg.train.report_to if r != "none"]
+    if "wandb" in targets and not os.environ.get("WANDB_MODE") and not os.environ.get("WANDB_API_KEY"):
+        # No credentials: log to local files that `wandb sync` can upload later, instead of failing.
+        os.environ["WANDB_MODE"] = "offline"
+        log.info("wandb: no WANDB_API_KEY and no WANDB_MODE; logging offline (upload later with `wandb sync`)")
+    return targets or "none"
+
+
+def grpo_config(cfg: AwarlConfig, *, cpu: bool | None = None, output_dir: str | None = None) -> Any:
+    """TRL GRPOConfig from cfg.train / cfg.generation / cfg.agent."""
+    from trl import GRPOConfig
+
+    cpu = on_cpu() if cpu is None else cpu
+    eff, notes = effective_settings(cfg, cpu)
+    for n in notes:
+        log.warning(n)
+    t, g = cfg.train, cfg.generation
+    kwargs: dict[str, Any] = dict(
+        output_dir=output_dir or cfg.run.out_dir,
+        run_name=cfg.run.name,
+        seed=cfg.run.seed,
+        learning_rate=t.learning_rate,
+        num_generations=t.num_generations,
+        per_device_train_batch_size=t.per_device_train_batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        max_steps=t.max_steps,
+        beta=t.kl_beta,
+        loss_type=t.loss_type,
+        epsilon=t.epsilon,
+        # transformers 5 reads a float in [0, 1) as a share of the steps (warmup_ratio is gone).
+        warmup_steps=t.warmup_ratio if t.warmup_ratio < 1 else t.max_steps,
+        max_grad_norm=t.max_grad_norm,
+        bf16=eff["bf16"],
+        use_cpu=eff["use_cpu"],
+        gradient_checkpointing=eff["gradient_checkpointing"],
+        # The rollout's trajectory budget is the completion budget (dr_grpo normalises by it too).
+        max_completion_length=cfg.agent.max_trajectory_tokens,
+        temperature=g.temperature,
+        top_p=g.top_p,
+        use_vllm=eff["use_vllm"],
+        save_strategy="steps",
+        save_steps=t.save_steps,
+        logging_steps=t.logging_steps,
+        report_to=report_to(cfg),
+        # qid, p_i, answers ... must reach the reward function.
+        remove_unused_columns=False,
+        log_completions=False,
+        dataloader_num_workers=0,
+    )
+    if eff["use_vllm"]:
+        kwargs.update(vllm_mode=t.vllm_mode, vllm_gpu_memory_utilization=g.gpu_memory_utilization)
+        if t.vllm_mode == "server":
+            kwargs.update(vllm_server_host=t.vllm_server_host, vllm_server_port=t.vllm_server_port)
+        else:
+            # Colocated vLLM must hold the prompt plus the whole trajectory. No sleep mode: the multi-turn
+            # rollout calls the engine many times per step, and TRL only wakes it inside its own generate().
+            kwargs.update(vllm_max_model_length=cfg.agent.max_trajectory_tokens + 2048)
+    if eff["gradient_checkpointing"]:
+        kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    if not eff["use_cpu"]:
+        kwargs["model_init_kwargs"] = {"dtype": "bfloat16" if eff["bf16"] else "auto"}
+    return GRPOConfig(**kwargs)
+
+
+def lora_config(cfg: AwarlConfig) -> Any:
+    """peft.LoraConfig when train.lora.enabled, else None."""
+    lc = cfg.train.lora
+    if not lc.enabled:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=list(lc.target_modules),
+                      task_type="CAUSAL_LM", bias="none")
+
+
+def make_eval_callback(every_steps: int, run_eval_fn: Callable[[Any, int], dict | None]) -> Any:
+    """A TrainerCallback that calls run_eval_fn(trainer_model, step) every `every_steps` optimizer steps."""
+    from transformers import TrainerCallback
+
+    class PeriodicEval(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if every_steps and state.global_step % every_steps == 0 and state.global_step < state.max_steps:
+                run_eval_fn(model, state.global_step)
+
+    return PeriodicEval()
+
+
+def build_trainer(cfg: AwarlConfig, *, model: Any, tokenizer: Any, train_dataset: Any, reward: Any,
+                  rollout_func: Callable, callbacks: list | None = None, args: Any = None) -> Any:
+    """GRPOTrainer with our rollout function and reward. `model` is a hub id / path (TRL loads it, which
+    lets DeepSpeed ZeRO-3 partition at load time) or an instantiated model (tests)."""
+    from trl import GRPOTrainer
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is the documented multi-turn path
+    args = args if args is not None else grpo_config(cfg)
+    return GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=train_dataset,
+                       processing_class=tokenizer, callbacks=list(callbacks or []),
+                       peft_config=lora_config(cfg), rollout_func=rollout_func)
+
+
+def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    d = Path(out_dir)
+    if not d.is_dir():
+        return None
+    last = get_last_checkpoint(str(d))
+    return Path(last) if last else None

@@ -1,0 +1,131 @@
+"""Every shipped run config resolves, validates and plans with `awarl train --dry-run` (no weights loaded);
+the accelerate / DeepSpeed files are well-formed and agree with the run configs; the launch scripts reject
+bad arguments."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+import yaml
+
+from awarl.config import load_config
+from awarl.io import repo_root
+
+CONFIGS = repo_root() / "configs"
+RUN_CONFIGS = sorted(p for p in CONFIGS.glob("*.yaml") if not p.name.startswith("sweep"))
+
+
+@pytest.mark.parametrize("path", RUN_CONFIGS, ids=[p.name for p in RUN_CONFIGS])
+def test_config_dry_run(path, tmp_path, capsys, monkeypatch):
+    from awarl.cli import main
+
+    monkeypatch.chdir(tmp_path)  # shipped data paths must resolve from any working directory
+    text = path.read_text()
+    assert "awarl " in text.split("\n\n")[0] or "awarl." in text.split("\n\n")[0], \
+        f"{path.name}: the header comment must show the launch command"
+    rc = main(["train", "--config", str(path), "--dry-run", f"run.out_dir={tmp_path / 'run'}"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "dry run (no model weights loaded)" in out
+    cfg = load_config(path)
+    assert f"policy: {cfg.train.model}" in out
+    assert f"num_generations (group size): {cfg.train.num_generations}" in out
+    assert f"strategy: {cfg.reward.strategy}" in out
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").glob("checkpoint-*"))
+
+
+def test_dry_run_reports_p_join_and_loads_no_weights(tmp_path, capsys, monkeypatch):
+    """The plan counts questions with and without p_i; a model path that does not exist is not touched."""
+    from awarl.cli import main
+    from awarl.data.loaders import load_examples
+    from awarl.stages.estimate import estimate_row
+
+    monkeypatch.chdir(tmp_path)
+    src = repo_root() / "data" / "searchr1" / "train_sample512_nq_hotpotqa.parquet"
+    exs = load_examples(src, format="searchr1", limit=10, seed=0).examples
+    est = tmp_path / "p.jsonl"
+    est.write_text("".join(json.dumps(estimate_row(e, ["correct", "wrong"])) + "\n" for e in exs[:4]))
+    cfg_path = tmp_path / "c.yaml"
+    cfg_path.write_text(yaml.safe_dump({"extends": str(CONFIGS / "base.yaml"),
+                                        "data": {"train": [{"path": str(src), "format": "searchr1", "limit": 10}]},
+                                        "train": {"model": "/nonexistent/model", "p_estimates": str(est)}}))
+    assert main(["train", "--config", str(cfg_path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "questions: 10" in out and "with_p: 4" in out and "missing_p: 6" in out
+    assert "mean_p: 0.5" in out
+
+
+def test_accelerate_and_deepspeed_files_agree_with_run_configs():
+    acc = {p.stem: yaml.safe_load(p.read_text()) for p in (CONFIGS / "accelerate").glob("*.yaml")}
+    assert {"zero3_8gpu", "single_gpu", "cpu_2proc"} <= set(acc)
+    for a in acc.values():
+        ds_file = (a.get("deepspeed_config") or {}).get("deepspeed_config_file")
+        if ds_file:
+            ds = json.loads((repo_root() / ds_file).read_text())
+            assert ds["zero_optimization"]["stage"] in (2, 3)
+            # "auto" lets accelerate take batch sizes / clipping from the GRPOConfig the run builds
+            assert ds["train_micro_batch_size_per_gpu"] == "auto" and ds["gradient_accumulation_steps"] == "auto"
+    assert acc["cpu_2proc"]["use_cpu"] is True and acc["cpu_2proc"]["num_processes"] == 2
+    # the 8-GPU recipes leave one GPU to `trl vllm-serve`: 7 training processes
+    assert acc["zero3_8gpu"]["num_processes"] == 7 and acc["zero3_8gpu"]["distributed_type"] == "DEEPSPEED"
+    for cfg_name in ("qwen2.5-7b_cold_8gpu.yaml", "qwen2.5-7b_warm_8gpu.yaml"):
+        cfg = load_config(CONFIGS / cfg_name)
+        assert cfg.train.use_vllm and cfg.train.vllm_mode == "server"
+        per_step = cfg.train.per_device_train_batch_size * cfg.train.gradient_accumulation_steps * 7
+        assert per_step % cfg.train.num_generations == 0
+        assert "zero3_8gpu.yaml" in (CONFIGS / cfg_name).read_text()
+    warm = load_config(CONFIGS / "qwen2.5-7b_warm_8gpu.yaml")
+    assert warm.estimate.model == warm.train.model != "Qwen/Qwen2.5-7B-Instruct"  # warm start: both the plain-GRPO ckpt
+    one = load_config(CONFIGS / "qwen2.5-3b_1gpu.yaml")
+    assert one.train.use_vllm and one.train.vllm_mode == "colocate" and one.train.lora.enabled
+
+
+SCRIPTS = repo_root() / "scripts"
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--model", "Qwen/Qwen2.5-7B-Instruct", "--gpus", "0;rm -rf /"], "--gpus must be"),
+    (["--model", "$(reboot)"], "unexpected characters"),
+    (["--model", "m", "--port", "99999"], "--port must be"),
+    (["--model", "m", "--gpus", "0,1", "--tp", "1"], "must equal the number of --gpus"),
+    (["--bogus"], "unknown argument"),
+])
+def test_serve_vllm_rejects_bad_arguments(args, msg):
+    r = subprocess.run(["bash", str(SCRIPTS / "serve_vllm.sh"), *args], capture_output=True, text=True,
+                       env={**os.environ, "PATH": os.environ.get("PATH", "")})
+    assert r.returncode == 2 and msg in r.stderr
+
+
+@pytest.mark.parametrize("args,msg", [
+    ([], "--config is required"),
+    (["--config", "configs/base.yaml", "--num-machines", "2", "--machine-rank", "2"], "--machine-rank must be"),
+    (["--config", "configs/base.yaml", "--main-ip", "a;b"], "unexpected characters"),
+    (["--config", "configs/base.yaml", "--", "not-an-override"], "override must look like"),
+    (["--config", "configs/nope.yaml"], "config file not found"),
+])
+def test_train_multinode_rejects_bad_arguments(args, msg):
+    r = subprocess.run(["bash", str(SCRIPTS / "train_multinode.sh"), *args], capture_output=True, text=True,
+                       cwd=repo_root())
+    assert r.returncode == 2 and msg in r.stderr
+
+
+def test_train_multinode_builds_the_accelerate_command(tmp_path):
+    """With a stub `accelerate` on PATH, the script execs it with validated, separate arguments."""
+    stub = tmp_path / "accelerate"
+    stub.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$STUB_OUT"\n')
+    stub.chmod(0o755)
+    out = tmp_path / "argv.txt"
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "STUB_OUT": str(out)}
+    r = subprocess.run(["bash", str(SCRIPTS / "train_multinode.sh"), "--config", "configs/qwen2.5-7b_cold_8gpu.yaml",
+                        "--num-machines", "2", "--machine-rank", "1", "--main-ip", "10.0.0.1",
+                        "--", "reward.gamma=0.25", "run.name=a b"], capture_output=True, text=True,
+                       cwd=repo_root(), env=env)
+    assert r.returncode == 0, r.stderr
+    argv = out.read_text().splitlines()
+    assert argv[:2] == ["launch", "--config_file"]
+    assert argv[argv.index("--num_processes") + 1] == "14"  # 2 nodes x 7 training processes
+    assert argv[argv.index("--machine_rank") + 1] == "1"
+    assert argv[-2:] == ["reward.gamma=0.25", "run.name=a b"]  # one argument each, spaces intact

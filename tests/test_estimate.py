@@ -1,0 +1,147 @@
+"""`awarl estimate`: p_i from K trajectories per real training question, appended per batch, resumable."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from awarl.config import config_from_dict  # noqa: E402
+from awarl.data.types import QAExample  # noqa: E402
+from awarl.io import DataError, shipped_data_dir  # noqa: E402
+from awarl.stages.estimate import (  # noqa: E402
+    estimate_row,
+    example_key,
+    join_p,
+    read_estimates,
+    run_estimate,
+)
+
+HOTPOT = shipped_data_dir() / "hotpotqa" / "hotpot_dev_distractor_v1.sample200.json"
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    from awarl.models.tiny import build_tiny_model
+
+    path = tmp_path_factory.getbasetemp() / "tiny-model"  # shared with the other test modules
+    if not (path / "config.json").exists():
+        build_tiny_model(path, seed=0)
+    return path
+
+
+@pytest.fixture(scope="session")
+def index(tmp_path_factory):
+    from awarl.data.corpus import build_corpus, write_corpus
+    from awarl.data.loaders import load_examples
+    from awarl.retrieval import build_index
+
+    d = tmp_path_factory.mktemp("est-idx")
+    exs = load_examples(HOTPOT, format="hotpotqa", limit=3, seed=0).examples
+    write_corpus(build_corpus(exs), d / "corpus.jsonl")
+    return build_index(d / "corpus.jsonl", "bm25", d / "bm25", show_progress=False)
+
+
+def cfg_dict(tmp_path: Path, tiny_dir: Path, index: Path, **gen) -> dict:
+    return {
+        "run": {"out_dir": str(tmp_path / "run"), "seed": 0},
+        "data": {"train": [{"path": str(HOTPOT), "format": "hotpotqa", "limit": 3}]},
+        "retrieval": {"kind": "bm25", "index_dir": str(index), "topk": 2},
+        "agent": {"max_turns": 1, "max_new_tokens_per_turn": 8, "max_trajectory_tokens": 40},
+        "generation": {"batch_size": 2, **gen},
+        "estimate": {"k": 2},
+        "train": {"model": str(tiny_dir)},
+    }
+
+
+def test_cli_writes_p_per_question_and_resolved_config(tmp_path, tiny_dir, index):
+    from awarl.cli import main
+
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg_dict(tmp_path, tiny_dir, index)))
+    assert main(["estimate", "--config", str(path), "-k", "3"]) == 0
+    out = tmp_path / "run" / "p_estimates.jsonl"
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 3 and len({r["qid"] for r in rows}) == 3
+    for r in rows:
+        assert set(r) == {"qid", "dataset", "question", "k", "correct", "p_i", "outcomes"}
+        assert r["k"] == 3 and sum(r["outcomes"].values()) == 3
+        assert r["p_i"] == pytest.approx(r["correct"] / 3) and r["correct"] == r["outcomes"]["correct"]
+        assert r["dataset"] == "hotpotqa"
+    resolved = yaml.safe_load((tmp_path / "run" / "estimate" / "resolved_config.yaml").read_text())
+    assert resolved["estimate"]["k"] == 3
+
+
+def write_script(path: Path, answers: dict[str, str]) -> Path:
+    path.write_text("".join(json.dumps({"question": q, "turns": [f"<answer> {a} </answer>"]}) + "\n"
+                            for q, a in answers.items()))
+    return path
+
+
+def test_p_counts_correct_trajectories_and_resume_after_kill(tmp_path, tiny_dir, index):
+    from awarl.data.loaders import load_examples
+
+    exs = load_examples(HOTPOT, format="hotpotqa", limit=3, seed=0).examples
+    # scripted: question 0 answered right, 1 abstains, 2 answered wrong -> p = 1, 0, 0
+    script = write_script(tmp_path / "script.jsonl", {exs[0].question: exs[0].answers[0],
+                                                      exs[1].question: "not enough information",
+                                                      exs[2].question: "zebra crossing"})
+    cfg = config_from_dict(cfg_dict(tmp_path, tiny_dir, index, backend="scripted", script=str(script)))
+    out = Path(cfg.run.out_dir) / "p_estimates.jsonl"
+
+    def kill_after_first(batch: int) -> None:
+        raise KeyboardInterrupt
+
+    # generation.batch_size=2, k=2 -> one question per batch; the kill comes right after the first append
+    with pytest.raises(KeyboardInterrupt):
+        run_estimate(cfg, on_batch=kill_after_first)
+    assert len(out.read_text().splitlines()) == 1
+    with open(out, "a") as f:  # a torn line, as a kill in the middle of a write would leave
+        f.write('{"qid": "x", "datas')
+    seen = []
+    run_estimate(cfg, on_batch=seen.append)
+    assert seen == [0, 1]  # only the two unfinished questions were generated
+    rows = read_estimates(out)
+    assert len(out.read_text().splitlines()) == 3
+    p = {k: r["p_i"] for k, r in rows.items()}
+    assert p == {example_key("hotpotqa", exs[0].id): 1.0, example_key("hotpotqa", exs[1].id): 0.0,
+                 example_key("hotpotqa", exs[2].id): 0.0}
+    assert rows[example_key("hotpotqa", exs[1].id)]["outcomes"]["abstain"] == 2
+    assert rows[example_key("hotpotqa", exs[2].id)]["outcomes"]["wrong"] == 2
+    # a finished run is a no-op
+    run_estimate(cfg, on_batch=seen.append)
+    assert seen == [0, 1]
+
+
+def ex(i: str, ds: str = "nq") -> QAExample:
+    return QAExample(id=i, dataset=ds, question=f"q{i}?", answers=["a"])
+
+
+def test_estimate_row_and_join():
+    row = estimate_row(ex("1"), ["correct", "wrong", "abstain", "correct"])
+    assert row["p_i"] == 0.5 and row["outcomes"] == {"correct": 2, "wrong": 1, "abstain": 1, "invalid": 0}
+    with pytest.raises(ValueError, match="unknown outcome"):
+        estimate_row(ex("1"), ["right"])
+    # ids repeat across datasets (Search-R1's train_N): the join key includes the dataset
+    est = {example_key("nq", "1"): {"p_i": 0.25}, example_key("hotpotqa", "1"): {"p_i": 0.75}}
+    ps, missing = join_p([ex("1", "nq"), ex("1", "hotpotqa"), ex("2", "nq")], est)
+    assert ps == [0.25, 0.75, None] and missing == 1
+
+
+def test_read_estimates_errors_name_file_and_line(tmp_path):
+    p = tmp_path / "p.jsonl"
+    p.write_text('{"qid": "1", "dataset": "nq", "p_i": 0.5}\n{"qid": "2", "dataset": "nq", "p_i": 1.5}\n')
+    with pytest.raises(DataError, match=r"p\.jsonl:2: p_i must be a number in \[0, 1\]"):
+        read_estimates(p)
+    p.write_text('{"qid": "1", "dataset": "nq", "p_i": 0.5}\nnot json\n{"qid": "2", "dataset": "nq", "p_i": 1}\n')
+    with pytest.raises(DataError, match=r"p\.jsonl:2"):
+        read_estimates(p)
+    p.write_text('{"qid": "1", "p_i": 0.5}\n')
+    with pytest.raises(DataError, match=r"p\.jsonl:1: estimate row lacks \['dataset'\]"):
+        read_estimates(p)

@@ -1,0 +1,322 @@
+"""AWA-RL GRPO training through TRL on CPU: a tiny real Qwen2 model, a real BM25 index over the context
+paragraphs of real HotpotQA questions, the real multi-turn rollout engine and the real AWA-RL reward.
+
+Generation in most tests replays written turns per trajectory (a correct, an abstaining and a wrong path
+per question, rotating), so every GRPO group has reward variance and the searches really insert
+environment tokens; the policy is still scored and updated on those tokens by TRL. One test generates
+with the live (random) policy through the transformers backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from awarl.config import config_from_dict  # noqa: E402
+from awarl.io import shipped_data_dir  # noqa: E402
+
+DIST = Path(__file__).parent / "dist"
+sys.path.insert(0, str(DIST))
+from train_two_proc import VariantBackend, variants_for  # noqa: E402
+
+HOTPOT = shipped_data_dir() / "hotpotqa" / "hotpot_dev_distractor_v1.sample200.json"
+N_TRAIN = 4
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    from awarl.models.tiny import build_tiny_model
+
+    path = tmp_path_factory.getbasetemp() / "tiny-model"  # shared with the other test modules
+    if not (path / "config.json").exists():
+        build_tiny_model(path, seed=0)
+    return path
+
+
+@pytest.fixture(scope="session")
+def train_examples():
+    from awarl.data.loaders import load_examples
+
+    return load_examples(HOTPOT, format="hotpotqa", dataset="hotpotqa", limit=N_TRAIN, seed=0).examples
+
+
+@pytest.fixture(scope="session")
+def closed_index(tmp_path_factory, train_examples):
+    """BM25 over the training questions' own context paragraphs (a real closed corpus)."""
+    from awarl.data.corpus import build_corpus, write_corpus
+    from awarl.retrieval import build_index
+
+    d = tmp_path_factory.mktemp("closed")
+    write_corpus(build_corpus(train_examples), d / "corpus.jsonl")
+    return build_index(d / "corpus.jsonl", "bm25", d / "bm25", show_progress=False)
+
+
+def make_cfg(tmp_path: Path, tiny_dir: Path, index: Path, **over) -> object:
+    data = {
+        "run": {"name": "t", "out_dir": str(tmp_path / "run"), "seed": 0},
+        "data": {"train": [{"path": str(HOTPOT), "format": "hotpotqa", "dataset": "hotpotqa", "limit": N_TRAIN}],
+                 "eval": [{"path": str(HOTPOT), "format": "hotpotqa", "dataset": "hotpotqa", "limit": 2}]},
+        "retrieval": {"kind": "bm25", "index_dir": str(index), "topk": 2},
+        "agent": {"max_turns": 2, "max_new_tokens_per_turn": 48, "max_trajectory_tokens": 700},
+        "generation": {"temperature": 1.0, "batch_size": 16},
+        "reward": {"lambda_cite": 0.1},
+        "critic": {"judge": "lexical"},
+        "estimate": {"k": 2, "out": str(tmp_path / "p.jsonl")},
+        "eval": {"limit": 2, "every_steps": 0},
+        "train": {"model": str(tiny_dir), "num_generations": 4, "per_device_train_batch_size": 4,
+                  "max_steps": 2, "save_steps": 1, "learning_rate": 5e-3, "report_to": ["none"],
+                  "bf16": False, "gradient_checkpointing": False},
+    }
+    for key, value in over.items():
+        sec, name = key.split("__")
+        data[sec][name] = value
+    return config_from_dict(data)
+
+
+def write_estimates(cfg, examples, ps):
+    from awarl.stages.estimate import estimate_row
+
+    lines = []
+    for ex, p in zip(examples, ps, strict=True):
+        k = 10
+        c = round(p * k)
+        row = estimate_row(ex, ["correct"] * c + ["wrong"] * (k - c))
+        lines.append(json.dumps(row))
+    Path(cfg.estimate.out).write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tiny_dir, closed_index, train_examples):
+    """Two real GRPO steps (checkpoint after each), instrumented: loss gradients, reward calls, params."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from awarl.stages.train import run_train
+
+    tmp = tmp_path_factory.mktemp("train")
+    cfg = make_cfg(tmp, tiny_dir, closed_index)
+    ps = [0.0, 0.9, 0.5, 0.2]
+    write_estimates(cfg, train_examples, ps)
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    backend = VariantBackend(tok, variants_for(train_examples))
+    rec: dict = {"reward_calls": [], "grad": None}
+
+    def on_trainer(trainer):
+        rec["before"] = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+        reward = trainer.reward_funcs[0]
+        orig_reward = reward.__call__
+
+        class Spy:
+            __name__ = "awarl_reward"
+
+            def __call__(self, *a, **kw):
+                r = orig_reward(*a, **kw)
+                rec["reward_calls"].append({"kw": {k: kw[k] for k in ("outcome", "qid", "p_i")},
+                                            "rewards": r, "stats": dict(reward.last_stats)})
+                return r
+
+        trainer.reward_funcs[0] = Spy()
+        orig_loss = trainer._compute_loss
+
+        def loss_with_grad_probe(model, inputs):
+            if rec["grad"] is not None:
+                return orig_loss(model, inputs)
+            store = {}
+            norm = model.model.norm
+            h = norm.register_forward_hook(lambda m, i, o: store.__setitem__("h", o))
+            loss = orig_loss(model, inputs)
+            h.remove()
+            (g,) = torch.autograd.grad(loss, store["h"], retain_graph=True)
+            # environment positions as the rollout engine produced them (not as TRL received them)
+            # (TRL shuffles the generation batch, so rows are matched by their completion tokens)
+            env = torch.zeros_like(inputs["completion_mask"], dtype=torch.bool)
+            for i, row in enumerate(inputs["completion_ids"].tolist()):
+                t = next(t for t in trainer.rollout_func.last
+                         if row[: len(t.completion_ids)] == list(t.completion_ids)
+                         and int(inputs["completion_mask"][i].sum()) == len(t.completion_ids))
+                env[i, : len(t.env_mask)] = torch.tensor([m == 0 for m in t.env_mask])
+            rec["grad"] = {"g": g.detach(), "env": env, "tool_mask": inputs["tool_mask"].detach().clone(),
+                           "completion_mask": inputs["completion_mask"].detach().clone(),
+                           "prompt_len": inputs["prompt_ids"].shape[1],
+                           "advantages": inputs["advantages"].detach().clone()}
+            return loss
+
+        trainer._compute_loss = loss_with_grad_probe
+
+    summary = run_train(cfg, tokenizer=tok, backend_factory=lambda trainer: backend, on_trainer=on_trainer,
+                        final_eval=False)
+    return {"cfg": cfg, "summary": summary, "rec": rec, "examples": train_examples, "ps": ps, "tok": tok,
+            "backend": backend}
+
+
+def test_loss_gradient_is_zero_on_environment_tokens(trained):
+    g = trained["rec"]["grad"]
+    assert g is not None, "the loss was never computed"
+    tool, comp, plen, env = g["tool_mask"], g["completion_mask"], g["prompt_len"], g["env"]
+    assert bool((env == ((tool == 0) & (comp == 1))).all())  # TRL received our env_mask
+    model_tok = ~env & (comp == 1)
+    assert env.any(), "no environment tokens: the searches did not insert information blocks"
+    # hidden state at sequence position plen+j-1 predicts completion token j (final norm is per position,
+    # so this gradient is exactly the gradient through that token's log-prob)
+    grad_norm = g["g"].norm(dim=-1)[:, plen - 1: plen - 1 + tool.shape[1]]
+    assert bool((grad_norm[env] == 0).all()), "environment tokens received policy-loss gradient"
+    rows = g["advantages"].abs() > 1e-6
+    assert rows.any()
+    assert (grad_norm[model_tok & rows.unsqueeze(1)] > 0).float().mean() > 0.9
+
+
+def test_parameters_change_and_checkpoints_written(trained):
+    summary, rec = trained["summary"], trained["rec"]
+    trainer = summary["trainer"]
+    after = dict(trainer.model.named_parameters())
+    changed = [n for n, p in rec["before"].items() if not (after[n].detach() == p).all()]
+    assert len(changed) >= len(rec["before"]) // 2
+    out = Path(summary["out_dir"])
+    assert summary["global_step"] == 2
+    for step in (1, 2):
+        ck = out / f"checkpoint-{step}"
+        assert (ck / "trainer_state.json").is_file() and (ck / "optimizer.pt").is_file()
+        state = json.loads((ck / "awarl_reward_state.json").read_text())
+        assert state["updates"] == step
+    assert (out / "final" / "config.json").is_file()
+    assert (out / "resolved_config.yaml").is_file()
+
+
+def test_reward_statistics_are_logged(trained):
+    trainer = trained["summary"]["trainer"]
+    logs = [h for h in trainer.state.log_history if "awarl/rho" in h]
+    assert len(logs) == 2
+    for h in logs:
+        shares = sum(h[f"awarl/share_{o}"] for o in ("correct", "wrong", "abstain", "invalid"))
+        assert shares == pytest.approx(1.0)
+        for k in ("awarl/rho_hat", "awarl/E", "awarl/E_bar", "awarl/penalty", "awarl/r_ref_mean",
+                  "awarl/r_cite_mean", "rollout/env_token_share"):
+            assert k in h
+    # the replayed paths rotate correct / abstain / wrong, so all three outcomes occur
+    calls = trained["rec"]["reward_calls"]
+    outcomes = {o for c in calls for o in c["kw"]["outcome"]}
+    assert {"correct", "abstain", "wrong"} <= outcomes
+
+
+def test_p_from_estimate_file_sets_refusal_reward(trained):
+    from awarl.rewards import abstention as A
+    from awarl.stages.estimate import example_key
+
+    cfg = trained["cfg"]
+    r = cfg.reward
+    p_of = {example_key(ex.dataset, ex.id): p for ex, p in zip(trained["examples"], trained["ps"], strict=True)}
+    seen = 0
+    for call in trained["rec"]["reward_calls"]:
+        kw, rewards, penalty = call["kw"], call["rewards"], call["stats"]["penalty"]
+        for o, q, p, rew in zip(kw["outcome"], kw["qid"], kw["p_i"], rewards, strict=True):
+            assert p == pytest.approx(p_of[q])  # the estimate file's p_i reached the reward
+            if o == "abstain":
+                expected = min(max(1 - max(p, r.p_min) ** r.gamma - penalty, r.r_clip[0]), r.r_clip[1])
+                assert rew == pytest.approx(expected)
+                assert expected == pytest.approx(
+                    A.refusal_reward(A.base_refusal_reward(p, r.gamma, r.p_min), penalty, r.r_clip))
+                seen += 1
+    assert seen >= 2
+
+
+def test_resume_continues_step_and_ema_state(trained, tiny_dir, closed_index):
+    from transformers import AutoTokenizer
+
+    from awarl.stages.train import run_train
+
+    cfg0 = trained["cfg"]
+    out = Path(cfg0.run.out_dir)
+    saved = json.loads((out / "checkpoint-2" / "awarl_reward_state.json").read_text())
+    cfg = cfg0.model_copy(update={"train": cfg0.train.model_copy(update={"max_steps": 3})})
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    backend = VariantBackend(tok, variants_for(trained["examples"]))
+    summary = run_train(cfg, resume="latest", tokenizer=tok, backend_factory=lambda t: backend, final_eval=False)
+    assert summary["global_step"] == 3
+    assert summary["reward_state"]["updates"] == saved["updates"] + 1
+    log3 = [h for h in summary["trainer"].state.log_history if "awarl/E_bar" in h and h.get("step") == 3]
+    assert len(log3) == 1
+    beta = cfg.reward.beta
+    # Ē_3 = β·Ē_2 + (1-β)·E_3 only if Ē_2 came back from the checkpoint
+    assert log3[0]["awarl/E_bar"] == pytest.approx(beta * saved["e_bar"] + (1 - beta) * log3[0]["awarl/E"])
+
+
+def test_live_policy_rollout_one_step(tmp_path, tiny_dir, closed_index, train_examples):
+    """The real generation path: transformers on the trainer's own (random) policy."""
+    from transformers import AutoTokenizer
+
+    from awarl.stages.train import run_train
+
+    cfg = make_cfg(tmp_path, tiny_dir, closed_index, train__max_steps=1, train__save_steps=50,
+                   agent__max_new_tokens_per_turn=12, agent__max_trajectory_tokens=60,
+                   eval__limit=1)
+    write_estimates(cfg, train_examples, [0.5] * len(train_examples))
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    seen = {}
+
+    def on_trainer(trainer):
+        adapter = trainer.rollout_func
+        orig = adapter.collate
+
+        def spy(rows, trajs, tr=None):
+            seen["training_mode_after"] = trainer.model.training
+            seen["trajs"] = trajs
+            return orig(rows, trajs, tr)
+
+        adapter.collate = spy
+
+    summary = run_train(cfg, tokenizer=tok, on_trainer=on_trainer, final_eval=True)
+    assert summary["global_step"] == 1
+    assert seen["training_mode_after"] is True  # generation ran in eval mode and restored train mode
+    assert len(seen["trajs"]) == 4 and all(len(t.completion_ids) <= 60 for t in seen["trajs"])
+    assert "eval/macro_ra_f1" in summary["eval"]
+    assert (Path(cfg.run.out_dir) / "eval" / "final" / "predictions.jsonl").is_file()
+
+
+def test_missing_estimates_is_an_error_for_awarl_and_counted_when_partial(tmp_path, tiny_dir, closed_index,
+                                                                           train_examples, caplog):
+    from awarl.stages.train import run_train, training_rows
+
+    cfg = make_cfg(tmp_path, tiny_dir, closed_index)
+    with pytest.raises(FileNotFoundError, match="awarl estimate"):
+        run_train(cfg)
+    write_estimates(cfg, train_examples[:1], [0.3])
+    with caplog.at_level("WARNING"):
+        rows, info = training_rows(cfg)
+    assert info["missing_p"] == N_TRAIN - 1 and info["with_p"] == 1
+    assert [r["p_i"] for r in rows].count(None) == N_TRAIN - 1
+    assert f"{N_TRAIN - 1} of {N_TRAIN} training questions have no p_i" in caplog.text
+
+
+def test_two_process_training_with_torchrun(tmp_path, tiny_dir, closed_index, train_examples):
+    """torchrun --nproc_per_node=2 (gloo, CPU): DDP keeps both replicas equal and the reward statistics
+    cover the whole generation batch of both processes."""
+    local = Path(sys.executable).parent / "torchrun"
+    torchrun = str(local) if local.exists() else shutil.which("torchrun")
+    if torchrun is None:
+        pytest.skip("torchrun is not installed")
+    cfg = make_cfg(tmp_path, tiny_dir, closed_index)
+    write_estimates(cfg, train_examples, [0.1, 0.4, 0.6, 0.9])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", str(DIST / "train_two_proc.py"),
+                           str(tmp_path), str(tiny_dir), str(closed_index), cfg.estimate.out],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world"] for r in ranks] == [2, 2] and [r["global_step"] for r in ranks] == [2, 2]
+    assert ranks[0]["checksum"] == pytest.approx(ranks[1]["checksum"], rel=1e-9)
+    assert ranks[0]["reward_state"] == ranks[1]["reward_state"]
+    assert ranks[0]["reward_state"]["updates"] == 2
+    per_rank = ranks[0]["local_completions"]
+    for h in ranks[0]["logs"]:
+        assert h["awarl/n"] == 2 * per_rank  # all-reduced over both processes
+    assert ranks[0]["eval"] is not None and "eval/macro_ra_f1" in ranks[0]["eval"]
+    assert (tmp_path / "run" / "checkpoint-2" / "awarl_reward_state.json").is_file()
