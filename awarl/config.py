@@ -257,10 +257,10 @@ class DemoConfig(Section):
     tiny_vocab_size: int = Field(4096, ge=512, description="BPE vocabulary of the tiny model's tokenizer.")
     tiny_hidden: int = Field(128, ge=16, description="Hidden size of the tiny Qwen2 model.")
     tiny_layers: int = Field(2, ge=1, description="Transformer layers of the tiny model.")
-    warmup_steps: int = Field(120, ge=0, description="Supervised protocol warm-up steps before RL "
+    warmup_steps: int = Field(300, ge=0, description="Supervised protocol warm-up steps before RL "
                               "(a random-init model never emits the protocol tags on its own).")
     warmup_batch_size: int = Field(8, ge=1, description="Warm-up sequences per step.")
-    warmup_lr: float = Field(2e-3, gt=0, description="Warm-up AdamW learning rate (tiny model: large).")
+    warmup_lr: float = Field(3e-3, gt=0, description="Warm-up AdamW learning rate (tiny model: large).")
     warmup_max_len: int = Field(1024, ge=64, description="Longer teacher sequences are left out of the warm-up.")
     train_questions: int = Field(32, ge=1, description="Training questions (estimate + GRPO), drawn from the "
                                  "shipped dev samples minus the evaluation questions.")

@@ -63,7 +63,7 @@ def test_aggregate_compares_finished_runs_and_marks_missing(tmp_path):
     spec, base_dir = load_sweep(sweep_file(tmp_path, grid={"reward.gamma": [0.25, 0.5, 1.0]}))
     runs = expand(spec, base_dir)
     for r, (p, a) in zip(runs[:2], [(0.8, 0.4), (0.6, 0.5)], strict=False):
-        d = Path(r["out_dir"]) / "eval_final"
+        d = Path(r["out_dir"]) / "eval" / "final"
         d.mkdir(parents=True)
         ra = 2 * p * a / (p + a)
         (d / "results.json").write_text(json.dumps({"macro": {"ra_f1": ra, "precision": p, "accuracy": a,

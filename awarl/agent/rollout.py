@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from awarl.agent.parser import ParsedTrajectory, parse_trajectory
-from awarl.agent.templates import Template
+from awarl.agent.templates import Template, abstention_phrases
 from awarl.retrieval.types import Passage
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class RolloutEngine:
         self.answer_close = tags.close("answer")
         self.stop_strings = [self.search_close, self.answer_close]
         # The template's phrases (what its prompt teaches) plus the run's configured ones.
-        self.abstention_phrases = list(dict.fromkeys([*template.abstention_phrases, *agent_cfg.abstention_phrases]))
+        self.abstention_phrases = abstention_phrases(template, agent_cfg.abstention_phrases)
         self._tag_map = {r: getattr(tags, r) for r in ("think", "search", "information", "cite", "answer")}
         self._number_re = template.passage_number_pattern()
 

@@ -160,6 +160,11 @@ def load_template(name_or_path: str | Path) -> Template:
     return template_from_dict(data, str(path))
 
 
+def abstention_phrases(template: Template, configured: list[str]) -> list[str]:
+    """The template's phrases (what its prompt teaches) plus the run's configured ones, in that order."""
+    return list(dict.fromkeys([*template.abstention_phrases, *configured]))
+
+
 def _as_ids(out: Any) -> list[int]:
     # transformers 5 returns a BatchEncoding from apply_chat_template(tokenize=True); older ones a list.
     if hasattr(out, "keys"):

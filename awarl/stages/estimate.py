@@ -156,7 +156,7 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
     Tests and callers that already hold an engine/model can pass them in."""
     from tqdm.auto import tqdm
 
-    from awarl.metrics import classify_outcome
+    from awarl.stages.evaluate import trajectory_outcome
 
     out = default_estimates_path(cfg)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -188,11 +188,7 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
         for i, ex in enumerate(batch):
             outcomes = []
             for t in trajs[i * k:(i + 1) * k]:
-                p = t.parsed
-                outcomes.append(classify_outcome(p.answer, ex.answers, valid=p.valid,
-                                                 phrases=cfg.agent.abstention_phrases,
-                                                 correctness=cfg.metrics.correctness,
-                                                 f1_threshold=cfg.metrics.f1_threshold).value)
+                outcomes.append(trajectory_outcome(t.parsed, ex.answers, cfg, engine.abstention_phrases).value)
             rows.append(estimate_row(ex, outcomes))
         append_jsonl(out, rows)
         total_correct += sum(r["correct"] for r in rows)

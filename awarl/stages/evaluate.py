@@ -69,14 +69,19 @@ def load_eval_set(cfg: AwarlConfig, datasets: list[str] | None = None, limit: in
     return EvalSet(out, files)
 
 
+def trajectory_outcome(parsed: Any, golds: list[str], cfg: AwarlConfig, phrases: list[str]) -> Outcome:
+    """The outcome of a parsed trajectory under the run's correctness rule. `phrases`: the engine's
+    abstention phrases (template + config), so the outcome and the parser's `abstained` flag agree."""
+    return classify_outcome(parsed.answer, golds, valid=parsed.valid, phrases=phrases,
+                            correctness=cfg.metrics.correctness, f1_threshold=cfg.metrics.f1_threshold)
+
+
 def trajectory_record(ex: QAExample, traj: Any, cfg: AwarlConfig, phrases: list[str]) -> dict[str, Any]:
     """One predictions.jsonl line (docs/formats.md) from an example and its trajectory.
 
-    `phrases`: the engine's abstention phrases (the template's plus the configured ones), so the outcome
-    here and the parser's `abstained` flag always agree."""
+    `phrases`: the engine's abstention phrases (see trajectory_outcome)."""
     p = traj.parsed
-    outcome = classify_outcome(p.answer, ex.answers, valid=p.valid, phrases=phrases,
-                               correctness=cfg.metrics.correctness, f1_threshold=cfg.metrics.f1_threshold)
+    outcome = trajectory_outcome(p, ex.answers, cfg, phrases)
     return {
         "id": ex.id,
         "dataset": ex.dataset,

@@ -38,7 +38,7 @@ from awarl.io import atomic_write_json, atomic_write_text
 
 log = logging.getLogger(__name__)
 
-FINAL_RESULTS = ("eval_final/results.json", "eval/results.json", "results.json")
+FINAL_RESULTS = ("eval/final/results.json", "eval_final/results.json", "results.json")
 
 
 class SweepSpec(BaseModel):

@@ -25,8 +25,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from awarl.agent.backends.base import Generation, eos_ids, finish
+from awarl.agent.templates import abstention_phrases
 from awarl.config import AwarlConfig
-from awarl.metrics import Outcome, classify_outcome
+from awarl.metrics import Outcome
+from awarl.stages.evaluate import trajectory_outcome
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +117,7 @@ class RolloutAdapter:
         self.tokenizer = tokenizer
         self.retriever = retriever
         self.template = template
+        self.phrases = abstention_phrases(template, cfg.agent.abstention_phrases)
         self.by_prompt = {r["prompt"]: r for r in rows}
         self._prompt_cache: dict[str, list[int]] = {}
         self.calls = 0
@@ -196,10 +199,7 @@ class RolloutAdapter:
                 cut += was_cut
                 outcome = Outcome.INVALID
             else:
-                outcome = classify_outcome(p.answer, row["answers"], valid=p.valid,
-                                           phrases=cfg.agent.abstention_phrases,
-                                           correctness=cfg.metrics.correctness,
-                                           f1_threshold=cfg.metrics.f1_threshold)
+                outcome = trajectory_outcome(p, row["answers"], cfg, self.phrases)
             if not ids:  # TRL needs at least one completion token per row
                 ids, mask, lps = [self._pad_id()], [0], [math.nan]
             out["prompt_ids"].append(list(t.prompt_ids))
