@@ -87,7 +87,7 @@ def serve_app(app) -> Iterator[str]:  # noqa: ANN001 - any ASGI app
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny random-init Qwen2 model + tokenizer (`awarl model tiny`), built once per session."""
     from awarl.models.tiny import build_tiny_model
 

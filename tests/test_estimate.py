@@ -27,16 +27,6 @@ HOTPOT = shipped_data_dir() / "hotpotqa" / "hotpot_dev_distractor_v1.sample200.j
 
 
 @pytest.fixture(scope="session")
-def tiny_dir(tmp_path_factory):
-    from awarl.models.tiny import build_tiny_model
-
-    path = tmp_path_factory.getbasetemp() / "tiny-model"  # shared with the other test modules
-    if not (path / "config.json").exists():
-        build_tiny_model(path, seed=0)
-    return path
-
-
-@pytest.fixture(scope="session")
 def index(tmp_path_factory):
     from awarl.data.corpus import build_corpus, write_corpus
     from awarl.data.loaders import load_examples

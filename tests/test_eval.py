@@ -32,9 +32,9 @@ def read_lines(path):
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_eval_end_to_end_with_server_resume_and_manifest(tmp_path, tiny_model_dir, server_url, monkeypatch):
+def test_eval_end_to_end_with_server_resume_and_manifest(tmp_path, tiny_dir, server_url, monkeypatch):
     out = tmp_path / "ev"
-    args = ["eval", "--model", str(tiny_model_dir), "--limit", "2", "--out", str(out),
+    args = ["eval", "--model", str(tiny_dir), "--limit", "2", "--out", str(out),
             "--retriever-url", server_url, "agent.max_new_tokens_per_turn=12",
             "agent.max_trajectory_tokens=200", "generation.batch_size=2", "metrics.bootstrap_samples=50"]
 
@@ -71,8 +71,8 @@ def test_eval_end_to_end_with_server_resume_and_manifest(tmp_path, tiny_model_di
     assert manifest["status"] == "complete" and manifest["generated_now"] == 4
     for ds in DATASETS:
         assert manifest["data"][ds]["sha256"] == file_sha256(shipped_data_dir() / SHIPPED_DEV[ds])
-    assert manifest["model"]["name"] == str(tiny_model_dir)
-    assert manifest["model"]["files_sha256"]["config.json"] == file_sha256(tiny_model_dir / "config.json")
+    assert manifest["model"]["name"] == str(tiny_dir)
+    assert manifest["model"]["files_sha256"]["config.json"] == file_sha256(tiny_dir / "config.json")
     assert manifest["retrieval"]["index"]["server"] == server_url
     assert manifest["retrieval"]["index"]["kind"] == "bm25"  # what the server reports on /health
     assert manifest["packages"]["torch"] and manifest["packages"]["trl"] == "1.16.0"
@@ -105,7 +105,7 @@ def scripted_cases():
     return cases
 
 
-def test_scripted_replay_scores_match_hand_computed(tmp_path, tiny_model_dir, shipped_bm25_dir):
+def test_scripted_replay_scores_match_hand_computed(tmp_path, tiny_dir, shipped_bm25_dir):
     from transformers import AutoTokenizer
 
     from awarl.retrieval import load_index
@@ -117,9 +117,9 @@ def test_scripted_replay_scores_match_hand_computed(tmp_path, tiny_model_dir, sh
     cfg = load_config(None, ["generation.backend=scripted", f"generation.script={script}", "eval.limit=2",
                              "run.seed=1", "metrics.bootstrap_samples=0", "generation.batch_size=4",
                              "agent.max_trajectory_tokens=4096"])
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
     retriever = load_index(shipped_bm25_dir)
-    res = run_eval(cfg, tmp_path / "out", model=str(tiny_model_dir), tokenizer=tok, retriever=retriever)
+    res = run_eval(cfg, tmp_path / "out", model=str(tiny_dir), tokenizer=tok, retriever=retriever)
 
     rows = read_done(tmp_path / "out" / "predictions.jsonl")
     for ex, _, want in cases:
@@ -140,7 +140,7 @@ def test_scripted_replay_scores_match_hand_computed(tmp_path, tiny_model_dir, sh
     assert gaps == {(ex.dataset, ex.id) for ex, _, want in cases if want == "abstain"}
 
     # The env mask: exactly the information blocks are environment tokens (never trainable).
-    engine = build_engine(cfg, str(tiny_model_dir), tok, retriever)
+    engine = build_engine(cfg, str(tiny_dir), tok, retriever)
     ex, _, _ = cases[2]
     (traj,) = engine.run([ex.question], temperature=0.0)
     env = [t for t, m in zip(traj.completion_ids, traj.env_mask, strict=True) if m == 0]

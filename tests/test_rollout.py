@@ -25,16 +25,6 @@ Q_LOOP = "Which zoo did Molly Badham found?"
 
 
 @pytest.fixture(scope="session")
-def tiny_dir(tmp_path_factory):
-    from awarl.models.tiny import build_tiny_model
-
-    path = tmp_path_factory.getbasetemp() / "tiny-model"
-    if not (path / "config.json").exists():
-        build_tiny_model(path, seed=0)
-    return path
-
-
-@pytest.fixture(scope="session")
 def tok(tiny_dir):
     from transformers import AutoTokenizer
 

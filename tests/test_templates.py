@@ -80,15 +80,10 @@ def test_unknown_template_lists_shipped_ones():
         load_template("no-such-template")
 
 
-def test_render_prompt_with_and_without_chat_template(tmp_path_factory):
+def test_render_prompt_with_and_without_chat_template(tiny_dir):
     from transformers import AutoTokenizer
 
-    from awarl.models.tiny import build_tiny_model
-
-    path = tmp_path_factory.getbasetemp() / "tiny-model"
-    if not (path / "config.json").exists():
-        build_tiny_model(path, seed=0)
-    tok = AutoTokenizer.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
     aw = load_template("awarl")
     ids = render_prompt(aw, "Who founded Rush?", tok)
     text = tok.decode(ids)

@@ -11,15 +11,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from awarl.models.tiny import EOS_TOKEN, PAD_TOKEN, PROTOCOL_TAGS, build_tiny_model  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def tiny_dir(tmp_path_factory):
-    # Shared path in the session's base temp, so other modules reuse the same build.
-    path = tmp_path_factory.getbasetemp() / "tiny-model"
-    if not (path / "config.json").exists():
-        build_tiny_model(path, seed=0)
-    return path
-
-
 def _ids(x):
     return list(x["input_ids"]) if hasattr(x, "keys") else list(x)
 

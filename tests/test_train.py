@@ -33,16 +33,6 @@ N_TRAIN = 4
 
 
 @pytest.fixture(scope="session")
-def tiny_dir(tmp_path_factory):
-    from awarl.models.tiny import build_tiny_model
-
-    path = tmp_path_factory.getbasetemp() / "tiny-model"  # shared with the other test modules
-    if not (path / "config.json").exists():
-        build_tiny_model(path, seed=0)
-    return path
-
-
-@pytest.fixture(scope="session")
 def train_examples():
     from awarl.data.loaders import load_examples
 
