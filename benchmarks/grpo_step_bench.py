@@ -31,23 +31,26 @@ first step, tokens/s over the measured steps) and a side-by-side table printed l
 into --out. --budget-s caps the wall time: a run stops after its current step once the budget is spent,
 and a run not yet started is skipped (recorded as such). The exit code is 1 if a run failed.
 
-On a GPU session (the device tool copies the working tree, not the venv), in one call:
+On a GPU session (the device tool copies the working tree, not the venv), in one call with
+`carry: [".whl"]` and `timeout_s` about 540:
 
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
-        && PYTHONPATH=.:/tmp/site PYTHONUNBUFFERED=1 python3 benchmarks/grpo_step_bench.py \
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl/*.whl && PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1 python3 benchmarks/grpo_step_bench.py \
         --shape 0.5B --steps 4 --budget-s 420 --out $OUT
 
-with `carry: [".whl"]`. The H200 image has torch, transformers 5.17, accelerate, tokenizers, numpy,
-pyarrow, pandas, pyyaml, httpx, tqdm; the wheels to carry (fetched beforehand on a machine with pip,
-into an ignored .whl folder) are the ones it lacks, at the venv's versions:
+The H200 image has torch, transformers 5.17, accelerate 1.15, peft, tokenizers, safetensors, numpy,
+scipy, pandas, pyarrow, pyyaml, httpx, jinja2, tqdm, xxhash. The wheels it lacks (about 4.6 MB, all
+checked to download for CPython 3.12) are fetched beforehand, here, into the ignored folder .whl
+(`echo /.whl/ >> .git/info/exclude`):
 
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
         -d .whl trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 pydantic==2.14.4 \
-        pydantic-core==2.50.5 annotated-types typing-inspection==0.4.5
+        pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 bm25s==0.3.16
 
-Only torch, transformers, trl, datasets (and their own needs) and the awarl package (PYTHONPATH=.) are
-imported; sentence-transformers, faiss and bm25s are not. On CPU (tests, this machine):
+(datasets 5.2 wants pyarrow >= 21; if the image's is older, add pyarrow==26.0.1, about 45 MB.) The script
+imports torch, transformers, trl, datasets and the awarl package (PYTHONPATH=.) with its own needs
+(pydantic, pyyaml, bm25s, numpy); never sentence-transformers or faiss. On CPU (tests, this machine):
 
     .venv/bin/python benchmarks/grpo_step_bench.py --shape tiny --steps 2 --completions 4 \
         --num-generations 2 --max-new-tokens 24 --out /tmp/grpo_bench
@@ -361,12 +364,15 @@ def run_awarl(b: Bench) -> tuple[StepRecord, dict[str, Any]]:
 
     summary = run_train(cfg, tokenizer=tok, retriever=retriever, examples=b.examples, final_eval=False,
                         callbacks=[step_timer(rec, b.deadline)], on_trainer=instrument)
-    args = summary["trainer"].args
+    trainer = summary["trainer"]
+    args = trainer.args
+    lens = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
     notes = {"loss_type": args.loss_type, "beta": args.beta, "bf16": args.bf16,
              "gradient_checkpointing": args.gradient_checkpointing, "generation": "transformers (awarl HFBackend)",
              "multi_turn": True, "searches_per_trajectory": round(extra["searches"] / max(extra["trajectories"], 1), 3),
+             "trl_logged_mean_length": lens,
              "reward": f"AWA-RL (lexical citation judge), constant p_i={CONSTANT_P:.2f}"}
-    del summary
+    del summary, trainer
     return rec, notes
 
 

@@ -82,3 +82,11 @@ def test_shipped_sweep_config_expands(tmp_path):
     spec, base_dir = load_sweep(REPO / "configs" / "sweep_gamma.yaml", [f"sweep.out_dir={tmp_path}/s"])
     runs = expand(spec, base_dir)
     assert sorted(load_config(r["config"]).reward.gamma for r in runs) == [0.25, 0.5, 0.75, 1.0]
+
+
+def test_local_dry_run_checks_every_run_with_train(tmp_path):
+    """Each grid point goes through `awarl train --dry-run` in its own process (no weights loaded)."""
+    res = run_sweep(sweep_file(tmp_path, grid={"reward.gamma": [0.25, 1.0]}), dry_run=True)
+    assert res["exit_codes"] == {"gamma=0.25": 0, "gamma=1.0": 0}
+    bad = sweep_file(tmp_path, grid={"reward.gamma": [0.5]}, overrides=["agent.template=no-such-template"])
+    assert run_sweep(bad, dry_run=True)["exit_codes"] == {"gamma=0.5": 2}  # the bad template is caught

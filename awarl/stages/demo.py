@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,9 @@ def run_demo(out_dir: str | Path, config: str | Path | None = None, overrides: l
     from awarl.stages.train import run_train
     from awarl.training.warmup import warmup_to_dir
 
+    # The demo is offline by design: every model it loads is one it built, so never wait on a hub lookup.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     out = Path(out_dir)
     ov = [f"run.out_dir={out}", f"train.p_estimates={out / 'p_estimates.jsonl'}",
           f"train.model={out / 'model' / 'warmup'}", f"estimate.model={out / 'model' / 'warmup'}"]

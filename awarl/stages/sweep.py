@@ -126,12 +126,13 @@ def _command(spec: SweepSpec, *args: str) -> list[str]:
 
 
 def run_commands(spec: SweepSpec, runs: list[dict], dry_run: bool = False) -> list[tuple[str, list[str]]]:
-    """The commands of the sweep in order: the shared estimate (once), then one `train` per run."""
+    """The commands of the sweep in order: the shared estimate (once), then one `train` per run.
+    A dry run checks each run with `train --dry-run` and estimates nothing."""
     cmds: list[tuple[str, list[str]]] = []
     extra = ["--dry-run"] if dry_run else []
-    if spec.share_estimate and runs:
+    if spec.share_estimate and runs and not dry_run:
         cmds.append(("estimate", [sys.executable, "-m", "awarl.cli", "estimate", "--config", runs[0]["config"],
-                                  f"estimate.out={Path(spec.out_dir) / 'p_estimates.jsonl'}", *extra]))
+                                  f"estimate.out={Path(spec.out_dir) / 'p_estimates.jsonl'}"]))
     for r in runs:
         resume = ["--resume"] if any(Path(r["out_dir"]).glob("checkpoint-*")) else []
         cmds.append((r["name"], _command(spec, "train", "--config", r["config"], *resume, *extra)))
