@@ -48,7 +48,8 @@ checked to download for CPython 3.12) are fetched beforehand, here, into the ign
         -d .whl trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 pydantic==2.14.4 \
         pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 bm25s==0.3.16
 
-(datasets 5.2 wants pyarrow >= 21; if the image's is older, add pyarrow==26.0.1, about 45 MB.) The script
+pyarrow is not carried: the image has it, `--no-deps` skips datasets' version pin (>= 24, not checked at
+import), and its wheel (55 MB) plus the working tree would pass the tool's 64 MiB limit. The script
 imports torch, transformers, trl, datasets and the awarl package (PYTHONPATH=.) with its own needs
 (pydantic, pyyaml, bm25s, numpy); never sentence-transformers or faiss. On CPU (tests, this machine):
 
