@@ -187,6 +187,19 @@ def _row(name: str, res: dict | None) -> str:
             f"{m['abstention_rate']:.3f} |")
 
 
+def reward_line(state: dict) -> str:
+    """The reward statistics of the last GRPO step, in words (the full series is in the tensorboard logs)."""
+    st = state.get("last_stats") or {}
+    if not st:
+        return "No reward statistics recorded."
+    return (f"Last step: observed refusal rate ρ = {st['rho']:.3f}, expected ρ̂ = {st['rho_hat']:.3f}, "
+            f"excess E = {st['E']:+.3f}, smoothed Ē = {st['E_bar']:+.3f}, penalty P(Ē) = {st['penalty']:+.2f}, "
+            f"mean refusal reward r_ref = {st['r_ref_mean']:.3f}; outcomes correct {st['share_correct']:.3f}, "
+            f"wrong {st['share_wrong']:.3f}, abstain {st['share_abstain']:.3f}, invalid {st['share_invalid']:.3f}; "
+            f"mean citation reward {st['r_cite_mean']:+.3f}. A negative Ē means the policy refuses less than the "
+            "p_i estimates say it should, so the penalty raises the refusal reward.")
+
+
 def write_demo_report(out: Path, cfg: AwarlConfig, before: dict, after: dict | None, summary: dict,
                       warm: dict, timer: Timer) -> Path:
     rs = summary.get("reward_state", {})
@@ -202,8 +215,7 @@ def write_demo_report(out: Path, cfg: AwarlConfig, before: dict, after: dict | N
         "## Stages", "",
         "| stage | seconds |", "|---|---|", *[f"| {k} | {v} |" for k, v in timer.stages.items()], "",
         f"Warm-up: {json.dumps(warm)}", "",
-        f"GRPO: {summary.get('global_step')} steps, final Ē = {rs.get('e_bar', float('nan')):.4f} "
-        f"(reward state {json.dumps(rs)})", "",
+        f"GRPO: {summary.get('global_step')} steps. {reward_line(rs)}", "",
         "## Files", "",
         "- `model/init`, `model/warmup`: the tiny model before and after the protocol warm-up",
         "- `corpus.jsonl`, `index/`: closed corpus of the shipped dev samples and its BM25 index",
