@@ -69,7 +69,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, DataError, FileNotFoundError) as e:
+    except (ConfigError, DataError, FileNotFoundError, ValueError) as e:
+        # Bad input (a config key, a data line, a missing file, a wrong value): the message names it. The
+        # traceback is for bugs; -v shows it anyway.
+        if args.verbose:
+            raise
         print(f"awarl {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -351,14 +351,26 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    """The config section a field holds: `X`, `list[X]`, `X | None` all give X."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _section_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
 def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:
     for part in loc[:-1]:
+        if isinstance(part, int):  # an index into a list of sections (e.g. data.train.0.path)
+            continue
         field = model.model_fields.get(str(part))
-        ann = getattr(field, "annotation", None) if field else None
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            model = ann
-        else:
+        inner = _section_model(field.annotation) if field else None
+        if inner is None:
             return []
+        model = inner
     return sorted(model.model_fields)
 
 
@@ -371,7 +383,8 @@ def format_validation_error(e: ValidationError, source: str, model: type[BaseMod
             allowed = _allowed_keys(model, loc)
             lines.append(f"  {key}: unknown key; allowed keys here: {', '.join(allowed)}")
         else:
-            lines.append(f"  {key}: {err['msg']} (got {err.get('input')!r})")
+            got = repr(err.get("input"))
+            lines.append(f"  {key}: {err['msg']} (got {got if len(got) <= 120 else got[:117] + '...'})")
     return "\n".join(lines)
 
 

@@ -89,3 +89,10 @@ def test_resolved_config_round_trips(tmp_path):
     data = yaml.safe_load(path.read_text())
     assert data["reward"]["gamma"] == 0.25 and data["critic"]["judge"] == "lexical"
     assert AwarlConfig.model_validate(data) == cfg
+
+
+def test_unknown_key_inside_a_list_of_sections_lists_its_keys():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ['data.train=[{"pth": "x.jsonl"}]'])
+    msg = str(e.value)
+    assert "data.train.0.pth: unknown key" in msg and "path" in msg and "format" in msg
