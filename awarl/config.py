@@ -143,6 +143,16 @@ class RewardConfig(Section):
         th = [t for t, _ in v]
         if th != sorted(th) or len(set(th)) != len(th) or any(t < 0 for t in th):
             raise ValueError("thresholds must be non-negative and strictly increasing")
+        # Penalties are magnitudes (the sign comes from Ē): a negative one would reverse the correction.
+        if any(p < 0 for _, p in v):
+            raise ValueError("penalties must be non-negative (the sign follows Ē)")
+        return v
+
+    @field_validator("r_clip")
+    @classmethod
+    def _clip_ordered(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if v[0] > v[1]:
+            raise ValueError(f"r_clip must be (low, high) with low <= high, got {v}")
         return v
 
 

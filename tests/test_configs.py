@@ -129,3 +129,120 @@ def test_train_multinode_builds_the_accelerate_command(tmp_path):
     assert argv[argv.index("--num_processes") + 1] == "14"  # 2 nodes x 7 training processes
     assert argv[argv.index("--machine_rank") + 1] == "1"
     assert argv[-2:] == ["reward.gamma=0.25", "run.name=a b"]  # one argument each, spaces intact
+
+
+def test_wandb_without_the_package_is_a_clear_error_before_any_weights(tmp_path, capsys, monkeypatch):
+    """Selecting wandb when it is not installed used to fail only when the Trainer was built, after the
+    policy had loaded; now `--dry-run` (and a real launch, before loading) name the key and the fix."""
+    import sys
+
+    from awarl.cli import main
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # not importable, whatever this machine has
+    rc = main(["train", "--config", str(CONFIGS / "base.yaml"), "--dry-run", f"run.out_dir={tmp_path}",
+               "train.report_to=[wandb]"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "train.report_to" in err and "'wandb'" in err and "pip install wandb" in err
+    assert main(["train", "--config", str(CONFIGS / "base.yaml"), "--dry-run", f"run.out_dir={tmp_path}",
+                 "train.report_to=[tensorbaord]"]) == 2
+    assert "unknown logger 'tensorbaord'" in capsys.readouterr().err
+
+
+def test_wandb_offline_only_without_any_credentials(tmp_path, monkeypatch):
+    """WANDB_MODE=offline is set when no key is configured; a `wandb login` (netrc entry) or an explicit
+    WANDB_MODE is respected instead of being silently forced offline."""
+    from awarl.config import load_config
+    from awarl.training.trainer import report_to
+
+    stub = tmp_path / "site" / "wandb"
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("WANDB_MODE", "")
+    monkeypatch.delenv("WANDB_MODE")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    cfg = load_config(None, ["train.report_to=[wandb, tensorboard]"])
+    assert report_to(cfg) == ["wandb", "tensorboard"]
+    assert os.environ["WANDB_MODE"] == "offline"
+
+    monkeypatch.delenv("WANDB_MODE")
+    netrc_file = tmp_path / "netrc"
+    netrc_file.write_text("machine api.wandb.ai\n  login user\n  password not-a-real-key\n")
+    netrc_file.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc_file))
+    report_to(cfg)
+    assert "WANDB_MODE" not in os.environ  # logged in: wandb decides (online)
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    report_to(cfg)
+    assert os.environ["WANDB_MODE"] == "disabled"
+    assert report_to(load_config(None, ["train.report_to=[none]"])) == "none"
+
+
+def _header_commands(path):
+    """The shell commands of a config's header comment, continuation lines joined, env assignments dropped."""
+    import re
+    import shlex
+
+    lines = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line[1:].strip())
+    cmds = []
+    for line in "\n".join(lines).replace("\\\n", " ").splitlines():
+        line = re.sub(r"^([A-Z_][A-Z0-9_]*=\S*\s+)+", "", line.split(" # ")[0])  # CUDA_VISIBLE_DEVICES=...
+        first = line.split()[:1]
+        if first and (first[0] in ("awarl", "accelerate") or first[0].startswith("scripts/")):
+            cmds.append(shlex.split(line))  # prose lines are skipped: they may hold unbalanced quotes
+    return cmds
+
+
+def _script_flags(script):
+    import re
+
+    return set(re.findall(r"^\s+(--[a-z-]+)\)", (SCRIPTS / script).read_text(), flags=re.M))
+
+
+@pytest.mark.parametrize("path", [p for p in RUN_CONFIGS if p.name != "base.yaml"],
+                         ids=[p.name for p in RUN_CONFIGS if p.name != "base.yaml"])
+def test_header_launch_commands_use_real_flags_and_start_every_service(path):
+    """Every command in a config's header parses with the real CLI / script flags, names files that exist,
+    and the services the config connects to (retriever server, `trl vllm-serve`) are started on the ports
+    the config expects. (The plain-GRPO header used to omit the retriever server its config needs.)"""
+    from urllib.parse import urlparse
+
+    from awarl.cli import build_parser
+
+    cfg = load_config(path)
+    cmds = _header_commands(path)
+    assert cmds, f"{path.name}: no launch command in the header"
+    parser = build_parser()
+    started = {}
+    for words in cmds:
+        if words[0] == "accelerate":
+            assert words[1] == "launch" and words[words.index("-m") + 1] == "awarl.cli"
+            acc = words[words.index("--config_file") + 1]
+            assert (repo_root() / acc).is_file(), acc
+            words = ["awarl", *words[words.index("-m") + 2:]]
+        if words[0] == "awarl":
+            args, rest = parser.parse_known_args(words[1:])
+            assert all("=" in r for r in rest), f"{path.name}: unknown arguments {rest}"
+            if getattr(args, "config", None):
+                assert (repo_root() / args.config).resolve() == path.resolve()
+            continue
+        script = words[0].split("/", 1)[1]
+        assert (SCRIPTS / script).is_file(), script
+        flags = [w for w in words[1:] if w.startswith("--")]
+        assert set(flags) <= _script_flags(script), f"{path.name}: {script} has no {set(flags) - _script_flags(script)}"
+        port = words[words.index("--port") + 1] if "--port" in words else None
+        started[script] = port
+        if script == "serve_vllm.sh":  # the server must hold the policy being trained
+            assert words[words.index("--model") + 1] == cfg.train.model, path.name
+    if cfg.retrieval.kind == "server":
+        assert started.get("serve_retriever.sh") == str(urlparse(cfg.retrieval.server_url).port), path.name
+    if cfg.train.use_vllm and cfg.train.vllm_mode == "server":
+        assert started.get("serve_vllm.sh") == str(cfg.train.vllm_server_port), path.name

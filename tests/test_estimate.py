@@ -135,3 +135,17 @@ def test_read_estimates_errors_name_file_and_line(tmp_path):
     p.write_text('{"qid": "1", "p_i": 0.5}\n')
     with pytest.raises(DataError, match=r"p\.jsonl:1: estimate row lacks \['dataset'\]"):
         read_estimates(p)
+
+
+@pytest.mark.parametrize("value", ["runs/ckpt #3/final", "2024.10", "null", "a: b"])
+def test_cli_model_and_out_are_taken_literally(tmp_path, monkeypatch, value):
+    """--model / --out used to go through the YAML override parser unquoted: `ckpt #3` lost everything after
+    the `#`, `2024.10` became a float (a validation error), `null` became None."""
+    import awarl.stages.estimate as est
+    from awarl.cli import main
+
+    seen = {}
+    monkeypatch.setattr(est, "run_estimate", lambda cfg: seen.setdefault("cfg", cfg) and tmp_path)
+    assert main(["estimate", "--model", value, "--out", str(tmp_path / value / "p.jsonl")]) == 0
+    assert seen["cfg"].estimate.model == value
+    assert seen["cfg"].estimate.out == str(tmp_path / value / "p.jsonl")

@@ -151,3 +151,33 @@ def test_build_critic_input_resolves_cited_numbers():
     item = build_critic_input("q?", "a", [3, 3, 9], _passages())
     assert [p.id for p in item.cited] == ["d3"]
     assert len(item.passages) == 3
+
+
+def test_uncited_answer_earns_no_coverage_from_sourceless_inferred_claims():
+    """An inferred claim without a named source used to earn inferred_weight even when the answer cited
+    nothing, so dropping every citation paid +0.5 per such claim. Coverage is support by CITED passages."""
+    ps = _passages()
+    verdict = CriticOutput(verified_claims=[
+        ClaimVerification(claim="c1", status="inferred", source_id=None, confidence=0.7),
+        ClaimVerification(claim="c2", status="grounded", source_id="d1", confidence=0.9),
+    ], overall_groundedness=0.5, flags=[])
+    for citations in ([], None, [9]):  # nothing cited, or only a number that was never retrieved
+        s = citation_reward(verdict, citations, ps, inferred_weight=0.5)
+        assert s.coverage == 0.0, citations
+    assert citation_reward(verdict, [9], ps).reward == -1.0  # the bogus citation is also redundant
+    # citing a retrieved passage restores the sourceless inferred credit (and the grounded one when it is d1)
+    assert citation_reward(verdict, [2], ps, inferred_weight=0.5).coverage == pytest.approx(0.5 / 2)
+    assert citation_reward(verdict, [1], ps, inferred_weight=0.5).coverage == pytest.approx(1.5 / 2)
+
+
+@pytest.mark.parametrize("override,msg", [
+    ("reward.r_clip=[1.0, -1.0]", "reward.r_clip"),
+    ("reward.penalty_steps=[[0.05, 0.0], [0.15, -0.2]]", "reward.penalty_steps"),
+])
+def test_reward_config_rejects_inverted_clip_and_negative_penalty(override, msg):
+    """Both used to pass validation: an inverted r_clip only failed at the first reward call (after the
+    model had loaded), and a negative penalty silently reversed the correction."""
+    from awarl.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=msg):
+        load_config(None, [override])

@@ -310,3 +310,33 @@ def test_two_process_training_with_torchrun(tmp_path, tiny_dir, closed_index, tr
         assert h["awarl/n"] == 2 * per_rank  # all-reduced over both processes
     assert ranks[0]["eval"] is not None and "eval/macro_ra_f1" in ranks[0]["eval"]
     assert (tmp_path / "run" / "checkpoint-2" / "awarl_reward_state.json").is_file()
+
+
+def test_lora_run_saves_a_merged_full_model(tmp_path, tiny_dir, closed_index, train_examples):
+    """With LoRA the trainer saved only adapter files to final/, which vLLM (`awarl eval ... backend=vllm`,
+    `trl vllm-serve`, a warm start) cannot load; final/ now holds the merged model, final/adapter the adapters."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from awarl.stages.train import run_train
+
+    cfg = make_cfg(tmp_path, tiny_dir, closed_index, train__max_steps=1, train__save_steps=50,
+                   train__learning_rate=5e-2,
+                   train__lora={"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0,
+                                "target_modules": ["q_proj", "v_proj"]})
+    write_estimates(cfg, train_examples, [0.1, 0.4, 0.6, 0.9])
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    backend = VariantBackend(tok, variants_for(train_examples))
+    summary = run_train(cfg, tokenizer=tok, backend_factory=lambda t: backend, final_eval=False)
+    final = Path(summary["final"])
+    assert (final / "adapter" / "adapter_config.json").is_file()
+    assert not (final / "adapter_config.json").exists() and (final / "config.json").is_file()
+    merged = AutoModelForCausalLM.from_pretrained(final)
+    base = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    assert not any("lora" in n for n, _ in merged.named_parameters())
+    ids = torch.tensor([tok("Which city is the capital of France?")["input_ids"]])
+    with torch.no_grad():
+        live = summary["trainer"].model(input_ids=ids).logits  # the trained policy (adapters folded in)
+        got = merged(input_ids=ids).logits
+        assert not torch.allclose(base(input_ids=ids).logits, got)  # the adapters changed the weights
+    assert torch.allclose(live, got, atol=1e-5)

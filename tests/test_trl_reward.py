@@ -163,3 +163,20 @@ def test_state_round_trip_through_callback(tmp_path):
 
 def test_name_is_set_for_trl_logging():
     assert AwaRLReward(RewardConfig()).__name__ == "awarl_reward"
+
+
+def test_state_is_saved_on_every_node_when_checkpoints_are_node_local(tmp_path):
+    """With save_on_each_node the Trainer writes a checkpoint per node; the reward state used to be written
+    by the global rank 0 only, so other nodes resumed with Ē = 0 while rank 0 had the real Ē."""
+    reward = AwaRLReward(RewardConfig())
+    reward(**batch())
+    cb = RewardStateCallback(reward)
+    state = TrainerState()
+    state.global_step = 3
+    state.is_world_process_zero, state.is_local_process_zero = False, True  # local rank 0 of node 1
+    for each_node, expect in ((False, False), (True, True)):
+        out = tmp_path / str(each_node)
+        (out / "checkpoint-3").mkdir(parents=True)
+        args = TrainingArguments(output_dir=str(out), report_to=[], save_on_each_node=each_node)
+        cb.on_save(args, state, TrainerControl())
+        assert (out / "checkpoint-3" / STATE_FILE).is_file() is expect

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from awarl.commands.common import add_config_args, config_from_args
 
@@ -29,11 +30,13 @@ def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from awarl.stages.estimate import run_estimate
 
+    # Overrides are parsed as YAML: quote the free-text values so a path such as `runs/2024.10` or
+    # `ckpt #3` stays the string it is (unquoted, YAML would read a float, or cut a comment off).
     extra = []
     if args.model:
-        extra.append(f"estimate.model={args.model}")
+        extra.append(f"estimate.model={json.dumps(args.model)}")
     if args.out:
-        extra.append(f"estimate.out={args.out}")
+        extra.append(f"estimate.out={json.dumps(args.out)}")
     if args.k is not None:
         extra.append(f"estimate.k={args.k}")
     args.overrides = list(args.overrides or []) + extra

@@ -1,7 +1,9 @@
 """Citation reward (SPEC section 4, step 10): coverage − redundancy from a critic verdict.
 
 coverage   = share of the answer's claims grounded in a CITED passage (an `inferred` claim earns
-             `inferred_weight`, when its source, if named, is cited);
+             `inferred_weight` when its source, if named, is cited; one with no named source earns it
+             only when the answer cites at least one retrieved passage: an answer that cites nothing
+             covers nothing);
 redundancy = share of cited passages that support no claim (a citation of a number that was never
              retrieved supports nothing).
 A passage can be named by the critic either by its corpus id or by its number in the trajectory; both are
@@ -61,13 +63,16 @@ def _resolver(passages: list[PassageRef]) -> dict[str, str]:
 
 def citation_reward(verdict: CriticOutput, citations: Iterable[int] | None, passages: list[PassageRef],
                     inferred_weight: float = 0.5) -> CitationScore:
-    """r_cite = coverage − redundancy, in [−1, 1]. No claims ⇒ coverage 0; no citations ⇒ redundancy 0."""
+    """r_cite = coverage − redundancy, in [−1, 1]. No claims, or no cited passage that was retrieved ⇒
+    coverage 0; no citations ⇒ redundancy 0."""
     names = _resolver(passages)
     by_number = {p.number: p.id for p in passages}
     cited_numbers = list(dict.fromkeys(int(c) for c in citations or []))
     # A citation of a number that was never retrieved gets a unique placeholder: it can support nothing.
     cited_ids = [by_number.get(n, f"<missing:{n}>") for n in cited_numbers]
     cited_set = set(cited_ids)
+    # Only passages that were actually retrieved can ground anything.
+    cites_evidence = any(n in by_number for n in cited_numbers)
 
     credit = 0.0
     supporting: set[str] = set()
@@ -78,7 +83,7 @@ def citation_reward(verdict: CriticOutput, citations: Iterable[int] | None, pass
                 credit += 1.0
                 supporting.add(src)
         elif c.status == "inferred":
-            if src is None or src in cited_set:
+            if (src is None and cites_evidence) or (src is not None and src in cited_set):
                 credit += inferred_weight
             if src is not None:
                 supporting.add(src)

@@ -346,7 +346,9 @@ def _make_callback_class() -> type:
             self.reward.training = False
 
         def on_save(self, args, state, control, **kwargs):
-            if state.is_world_process_zero:
+            # Written wherever the Trainer writes the checkpoint: with save_on_each_node (node-local disks)
+            # every node needs its copy, or a resume would restart Ē at 0 on some ranks only.
+            if state.is_local_process_zero if args.save_on_each_node else state.is_world_process_zero:
                 # Same folder name the Trainer just wrote (transformers' PREFIX_CHECKPOINT_DIR-global_step).
                 save_reward_state(self.reward, Path(args.output_dir) / f"checkpoint-{state.global_step}")
 

@@ -241,8 +241,10 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
     plan = make_plan(cfg, info, reward, cpu=cpu, n_procs=world_size())
     if dry_run:
         from awarl.agent.templates import load_template
+        from awarl.training.trainer import check_report_to
 
         load_template(cfg.agent.template)  # a bad template name/path fails here, not hours into a launch
+        check_report_to(list(t.report_to))  # so does a logger whose package is missing (e.g. wandb)
         if rows:
             build_dataset(rows)  # the dataset must build (column types), even though nothing trains
         return plan
@@ -306,7 +308,10 @@ def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, *, resum
     log.info("training %s for %d steps -> %s", cfg.train.model, cfg.train.max_steps, out)
     result = trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
     final_dir = out / "final"
-    trainer.save_model(str(final_dir))
+    lora = cfg.train.lora.enabled
+    # With LoRA the trainer saves adapters only; they go to final/adapter and final/ gets the merged model
+    # (below), because vLLM, `trl vllm-serve` and a warm start load a full model folder.
+    trainer.save_model(str(final_dir / "adapter" if lora else final_dir))
     if trainer.accelerator.is_main_process:
         tokenizer.save_pretrained(str(final_dir))
     summary: dict[str, Any] = {"out_dir": str(out), "final": str(final_dir), "global_step": trainer.state.global_step,
@@ -317,7 +322,26 @@ def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, *, resum
         if res is not None:
             summary["eval"] = _eval_metrics(res)
             trainer.log(summary["eval"])
+    if lora:
+        _save_merged(trainer, final_dir)  # last: merging folds the adapters into the live model
     return summary
+
+
+def _save_merged(trainer: Any, final_dir: Path) -> None:
+    """Fold the LoRA adapters into the base weights and save the full model to final_dir."""
+    sharded = trainer.is_fsdp_enabled or (
+        trainer.is_deepspeed_enabled and trainer.accelerator.state.deepspeed_plugin.zero_stage == 3)
+    if sharded:
+        # The adapters' base weights are partitioned across processes here; merge offline instead.
+        log.warning("LoRA under ZeRO-3/FSDP: %s/adapter holds the adapters only; merge them with peft "
+                    "(PeftModel.from_pretrained(base, adapter).merge_and_unload()) before serving", final_dir)
+        return
+    trainer.accelerator.wait_for_everyone()
+    if trainer.accelerator.is_main_process:
+        merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
+        merged.save_pretrained(str(final_dir))
+        log.info("merged LoRA adapters into %s (adapters alone: %s/adapter)", final_dir, final_dir)
+    trainer.accelerator.wait_for_everyone()
 
 
 def _eval_live(cfg: AwarlConfig, trainer: Any, tokenizer: Any, retriever: Any, out_dir: Path) -> dict | None:

@@ -40,12 +40,55 @@ def effective_settings(cfg: AwarlConfig, cpu: bool) -> tuple[dict[str, Any], lis
     return eff, notes
 
 
+# Packages each logger needs (any one of them), and how to get it; checked before any weights load.
+_LOGGER_PACKAGES = {"wandb": (("wandb",), 'pip install wandb  (or: pip install -e ".[wandb]")'),
+                    "tensorboard": (("tensorboard", "tensorboardX"), "pip install tensorboard")}
+
+
+def check_report_to(targets: list[str]) -> list[str]:
+    """`train.report_to` without `none`, validated: an unknown logger name or a missing package (wandb,
+    tensorboard) is a ConfigError naming the key. Without this the Trainer raises only once it is built,
+    i.e. after the policy (and vLLM) have loaded."""
+    import importlib.util
+
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    from awarl.config import ConfigError
+
+    out = [r for r in targets if r != "none"]
+    if "none" in targets and out:
+        raise ConfigError(f"train.report_to: `none` cannot be combined with other loggers, got {targets}")
+    for name in out:
+        if name not in INTEGRATION_TO_CALLBACK:
+            raise ConfigError(f"train.report_to: unknown logger {name!r}; known: none, "
+                              f"{', '.join(sorted(INTEGRATION_TO_CALLBACK))}")
+        pkgs, hint = _LOGGER_PACKAGES.get(name, ((), ""))
+        if pkgs and not any(importlib.util.find_spec(m) is not None for m in pkgs):
+            raise ConfigError(f"train.report_to: {name!r} is selected but the {pkgs[0]!r} package is not "
+                              f"installed ({hint}), or choose another logger, e.g. train.report_to=[tensorboard] "
+                              f"or train.report_to=[none]")
+    return out
+
+
+def _wandb_logged_in() -> bool:
+    """True when `wandb login` has stored a key (in ~/.netrc, or $NETRC). Only the entry's existence is
+    checked; the key itself is never read into awarl."""
+    import netrc
+
+    try:
+        return netrc.netrc(os.environ.get("NETRC") or None).authenticators("api.wandb.ai") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
 def report_to(cfg: AwarlConfig) -> list[str] | str:
-    targets = [r for r in cfg.train.report_to if r != "none"]
-    if "wandb" in targets and not os.environ.get("WANDB_MODE") and not os.environ.get("WANDB_API_KEY"):
+    targets = check_report_to(list(cfg.train.report_to))
+    if ("wandb" in targets and not os.environ.get("WANDB_MODE") and not os.environ.get("WANDB_API_KEY")
+            and not _wandb_logged_in()):
         # No credentials: log to local files that `wandb sync` can upload later, instead of failing.
         os.environ["WANDB_MODE"] = "offline"
-        log.info("wandb: no WANDB_API_KEY and no WANDB_MODE; logging offline (upload later with `wandb sync`)")
+        log.warning("wandb: no WANDB_API_KEY, no `wandb login` and no WANDB_MODE; logging offline to "
+                    "./wandb (upload later with `wandb sync`)")
     return targets or "none"
 
 
