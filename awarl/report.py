@@ -1,7 +1,8 @@
 """Evaluation report: results.json, results.md (tables + coverage gaps), results.png, and a rich table.
 
 Coverage gaps (questions the agent abstained on, with the searches it tried) are a required section:
-it says "none" when there are none, it is never left out.
+it says "none" when there are none, it is never left out. When the predictions carry the citation
+critic's verdicts (`awarl eval` with `critic.judge` set), a "Citation critic" section reports their means.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def results_markdown(results: dict[str, Any]) -> str:
     if ov:
         lines += ["", f"Overall (micro, all questions pooled): P {ov['precision']:.3f}, A {ov['accuracy']:.3f}, "
                   f"RA-F1 {ov['ra_f1']:.3f}, abstention rate {ov['abstention_rate']:.3f}."]
+    lines += _critic_markdown(results)
     gaps = results.get("coverage_gaps", [])
     lines += ["", "## Coverage gaps", ""]
     if not gaps:
@@ -82,6 +84,34 @@ def results_markdown(results: dict[str, Any]) -> str:
     if skipped:
         lines += ["", "## Skipped lines", ""] + [f"- {_md_escape(s)}" for s in skipped]
     return "\n".join(lines) + "\n"
+
+
+CRITIC_COLUMNS: list[tuple[str, str]] = [
+    ("judged", "judged"), ("failures", "judge failures"), ("coverage", "coverage"),
+    ("redundancy", "redundancy"), ("reward", "r_cite"), ("groundedness", "groundedness"),
+    ("flagged", "flagged"),
+]
+
+
+def _critic_markdown(results: dict[str, Any]) -> list[str]:
+    rows = [(name, m["critic"]) for name, m in _rows(results) if isinstance(m.get("critic"), dict)]
+    if not rows:
+        return []
+    lines = ["", "## Citation critic", "",
+             "Means over the answered, valid trajectories the judge verified (abstained and invalid ones are "
+             "not judged): coverage = share of claims grounded in a cited passage, redundancy = share of cited "
+             "passages supporting no claim, r_cite = coverage − redundancy, groundedness = the judge's share of "
+             "grounded claims (cited or not); flagged = judged answers with at least one flag. Macro means are "
+             "over the datasets with at least one judged answer.", ""]
+    lines.append("| dataset | " + " | ".join(label for _, label in CRITIC_COLUMNS) + " |")
+    lines.append("|---|" + "---:|" * len(CRITIC_COLUMNS))
+    for name, c in rows:
+        cells = []
+        for key, _ in CRITIC_COLUMNS:
+            v = c.get(key)
+            cells.append("–" if v is None else str(int(v)) if key in ("judged", "failures", "flagged") else f"{v:.3f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def plot_results(results: dict[str, Any], path: str | os.PathLike) -> Path:
@@ -162,6 +192,13 @@ def print_results_table(results: dict[str, Any], console: Any = None) -> None:
     ci = (results.get("macro") or {}).get("ci", {}).get("ra_f1")
     if ci:
         console.print(f"macro RA-F1 95% CI: [{ci[0]:.3f}, {ci[1]:.3f}]")
+    critic = (results.get("macro") or {}).get("critic")
+    if critic:
+        def fmt(key: str) -> str:
+            return "–" if critic.get(key) is None else f"{critic[key]:.3f}"
+        console.print(f"citation critic (macro): coverage {fmt('coverage')}, redundancy {fmt('redundancy')}, "
+                      f"groundedness {fmt('groundedness')}; {critic['judged']} judged, "
+                      f"{critic['failures']} judge failure(s)")
     gaps = results.get("coverage_gaps", [])
     console.print(f"coverage gaps: {len(gaps)} abstained question(s)" if gaps else "coverage gaps: none")
     skipped = results.get("skipped_lines", [])

@@ -300,3 +300,32 @@ def test_cli_data_errors(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "skipped 2 malformed" in out and len((tmp_path / "o.jsonl").read_text().splitlines()) == 3
     assert main(["data", "prepare", str(tmp_path / "nope.json"), "--out", str(tmp_path / "x.jsonl")]) == 2
+
+
+def test_jsonl_with_bom_and_non_utf8_line(tmp_path):
+    lines = MUSIQUE.read_bytes().splitlines()[:3]
+    p = tmp_path / "bom.jsonl"
+    p.write_bytes(b"\xef\xbb\xbf" + b"\n".join(lines) + b"\n")
+    res = load_examples(p)
+    assert res.format == "musique" and len(res.examples) == 3 and not res.skipped  # first record kept
+    bad = json.loads(lines[1])
+    bad["id"] = "latin1"
+    bad["question"] = "Où est caf\u00e9?"
+    p2 = tmp_path / "latin.jsonl"
+    latin = json.dumps(bad).encode().replace(b"caf\\u00e9", b"caf\xe9")  # a raw Latin-1 byte, not UTF-8
+    p2.write_bytes(b"\n".join([lines[0], latin, lines[2]]) + b"\n")
+    with pytest.raises(DataError, match=r"latin\.jsonl:2: .*utf-8"):
+        load_examples(p2)
+    res = load_examples(p2, on_error="skip")
+    assert [e.id for e in res.examples] == [json.loads(lines[0])["id"], json.loads(lines[2])["id"]]
+    assert len(res.skipped) == 1 and res.skipped[0].startswith(f"{p2}:2:")
+
+
+def test_unified_rejects_mistyped_fields(tmp_path):
+    ex = load_shipped("hotpotqa", limit=1)[0].to_dict()
+    for key, value, where in [("answerable", "false", "answerable"), ("metadata", "x", "metadata"),
+                              ("context", {"t": 1}, "context")]:
+        p = tmp_path / f"u_{key}.jsonl"
+        p.write_text(json.dumps({**ex, key: value}) + "\n")
+        with pytest.raises(DataError, match=rf"u_{key}\.jsonl:1: unified record: key '{where}'"):
+            load_examples(p, format="unified")

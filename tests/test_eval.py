@@ -77,6 +77,13 @@ def test_eval_end_to_end_with_server_resume_and_manifest(tmp_path, tiny_dir, ser
     assert manifest["retrieval"]["index"]["kind"] == "bm25"  # what the server reports on /health
     assert manifest["packages"]["torch"] and manifest["packages"]["trl"] == "1.16.0"
     assert manifest["sampling"]["temperature"] == 0.0 and manifest["template"] == "awarl"
+    from awarl.stages.evaluate import _canonical_sha256, template_sha256
+
+    assert manifest["template_sha256"] == template_sha256("awarl") != template_sha256("search-r1")
+    health_meta = manifest["retrieval"]["index"]["meta"]
+    assert manifest["retrieval"]["index"]["meta_sha256"] == _canonical_sha256(health_meta)
+    assert health_meta["corpus_sha256"]  # the corpus hash travels with the index identity
+    assert manifest["critic"]["judge"] == "lexical"
 
     results = json.loads((out / "results.json").read_text())
     assert set(results["per_dataset"]) == set(DATASETS) and results["n"] == 6
@@ -149,3 +156,179 @@ def test_scripted_replay_scores_match_hand_computed(tmp_path, tiny_dir, shipped_
     assert env_text.strip().startswith("<information>") and env_text.strip().endswith("</information>")
     assert "<information>" not in tok.decode(model) and "<answer>" in tok.decode(model)
     assert all(lp == 0.0 for lp, m in zip(traj.logprobs, traj.env_mask, strict=True) if m == 0)
+
+
+# ------------------------------------------------------------------ the citation critic in the report
+def _passage_tokens(p):
+    from awarl.critic.lexical_judge import tokens
+
+    return set(tokens(f"{p.title} {p.text}"))
+
+
+def _unique_phrase(passages):
+    """Three consecutive words of passage 0 whose content tokens are all in passage 0 and for less than half
+    in every other passage: the lexical judge must ground the claim in passage 0 and nowhere else."""
+    from awarl.critic.lexical_judge import content_tokens
+
+    words = passages[0].text.split()
+    for i in range(len(words) - 2):
+        phrase = " ".join(words[i:i + 3])
+        ct = content_tokens(phrase)
+        if len(ct) < 2 or not ct <= _passage_tokens(passages[0]):
+            continue
+        if all(len(ct & _passage_tokens(p)) / len(ct) < 0.5 for p in passages[1:]):
+            return phrase.strip(" .,;:!?")
+    raise AssertionError("no phrase unique to passage 0")
+
+
+def test_eval_reports_citation_critic_hand_checked(tmp_path, tiny_dir, shipped_bm25_dir):
+    from transformers import AutoTokenizer
+
+    from awarl.retrieval import load_index
+
+    retriever = load_index(shipped_bm25_dir)
+    a, b = load_shipped("hotpotqa", limit=2, seed=1)
+    c, d = load_shipped("2wikimultihopqa", limit=2, seed=1)
+    hits = {ex.id: retriever.search([ex.question], 3)[0] for ex in (a, b, c)}
+    x, y = _unique_phrase(hits[a.id]), _unique_phrase(hits[c.id])
+    for ex in (a, b, c):
+        assert not {"xyzzy", "plugh"} & set().union(*(_passage_tokens(p) for p in hits[ex.id]))
+    script = {
+        # grounded in [1], cites [1] and [2]: coverage 1, redundancy 1/2, groundedness 1, r_cite 1/2
+        a.question: [f"<search> {a.question} </search>", f"<cite> 1, 2 </cite> <answer> {x} </answer>"],
+        # in no passage, cites [1]: coverage 0, redundancy 1, groundedness 0, r_cite -1
+        b.question: [f"<search> {b.question} </search>", "<cite> 1 </cite> <answer> xyzzy plugh </answer>"],
+        # grounded in [1] but cites nothing: coverage 0, redundancy 0, groundedness 1, r_cite 0, flagged
+        c.question: [f"<search> {c.question} </search>", f"<answer> {y} </answer>"],
+        # abstains: not judged
+        d.question: [f"<search> {d.question} </search>", "<answer> not enough information </answer>"],
+    }
+    path = tmp_path / "script.jsonl"
+    path.write_text("".join(json.dumps({"question": q, "turns": t}) + "\n" for q, t in script.items()))
+    cfg = load_config(None, ["generation.backend=scripted", f"generation.script={path}", "eval.limit=2",
+                             "run.seed=1", "metrics.bootstrap_samples=0", "agent.max_trajectory_tokens=4096"])
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    out = tmp_path / "out"
+    res = run_eval(cfg, out, model=str(tiny_dir), tokenizer=tok, retriever=retriever,
+                   datasets=["hotpotqa", "2wikimultihopqa"])
+
+    rows = read_done(out / "predictions.jsonl")
+    for ex in (a, b, c):  # the judge saw exactly the passages the BM25 index returns
+        assert [p["id"] for p in rows[f"{ex.dataset}/{ex.id}"]["trajectory"]["passages"]] == \
+            [p.id for p in hits[ex.id]]
+    ca, cb, cc = (rows[f"{ex.dataset}/{ex.id}"]["critic"] for ex in (a, b, c))
+    assert rows[f"{d.dataset}/{d.id}"]["outcome"] == "abstain" and rows[f"{d.dataset}/{d.id}"]["critic"] is None
+    assert (ca["coverage"], ca["redundancy"], ca["groundedness"], ca["reward"]) == (1.0, 0.5, 1.0, 0.5)
+    assert ca["claims"] == 1 and ca["judge"] == "lexical"
+    assert any("cited passage [2]" in f and "supports no claim" in f for f in ca["flags"])
+    assert (cb["coverage"], cb["redundancy"], cb["groundedness"], cb["reward"]) == (0.0, 1.0, 0.0, -1.0)
+    assert (cc["coverage"], cc["redundancy"], cc["groundedness"], cc["reward"]) == (0.0, 0.0, 1.0, 0.0)
+    assert any(f.startswith("uncited supporting passage [1]") for f in cc["flags"])
+
+    hp, wk, macro = res["per_dataset"]["hotpotqa"]["critic"], res["per_dataset"]["2wikimultihopqa"]["critic"], \
+        res["macro"]["critic"]
+    assert (hp["judged"], hp["failures"], wk["judged"], wk["failures"]) == (2, 0, 1, 0)
+    assert hp["coverage"] == 0.5 and hp["redundancy"] == 0.75 and hp["groundedness"] == 0.5
+    assert hp["reward"] == -0.25
+    assert (wk["coverage"], wk["redundancy"], wk["groundedness"], wk["flagged"]) == (0.0, 0.0, 1.0, 1)
+    assert macro["judged"] == 3 and macro["failures"] == 0
+    assert macro["coverage"] == pytest.approx(0.25) and macro["redundancy"] == pytest.approx(0.375)
+    assert macro["groundedness"] == pytest.approx(0.75) and macro["reward"] == pytest.approx(-0.125)
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["macro"]["critic"] == macro
+    md = (out / "results.md").read_text()
+    assert "## Citation critic" in md
+    assert "| hotpotqa | 2 | 0 | 0.500 | 0.750 | -0.250 | 0.500 | 2 |" in md
+    assert json.loads((out / "manifest.json").read_text())["critic"]["judge"] == "lexical"
+
+    # critic.judge=none: no verdicts, and the report is the one of a plain predictions file
+    res_none = run_eval(cfg.model_copy(update={"critic": cfg.critic.model_copy(update={"judge": "none"})}),
+                        tmp_path / "none", model=str(tiny_dir), tokenizer=tok, retriever=retriever,
+                        datasets=["hotpotqa", "2wikimultihopqa"])
+    assert all(r["critic"] is None for r in read_done(tmp_path / "none" / "predictions.jsonl").values())
+    assert "critic" not in res_none["macro"] and "critic" not in res_none["per_dataset"]["hotpotqa"]
+    assert "Citation critic" not in (tmp_path / "none" / "results.md").read_text()
+    assert res_none["macro"]["ra_f1"] == res["macro"]["ra_f1"]
+
+
+def test_eval_counts_judge_failures(tmp_path, tiny_dir, shipped_bm25_dir):
+    """An OpenAI-compatible judge that answers garbage: every answered trajectory is a counted failure."""
+    from fastapi import FastAPI
+    from transformers import AutoTokenizer
+
+    from awarl.retrieval import load_index
+
+    app = FastAPI()
+    calls = []
+
+    @app.post("/v1/chat/completions")
+    async def complete(body: dict) -> dict:
+        calls.append(body)
+        return {"choices": [{"message": {"content": "this is not a verdict"}}]}
+
+    a, b = load_shipped("musique", limit=2, seed=1)
+    path = tmp_path / "script.jsonl"
+    path.write_text(json.dumps({"question": a.question, "turns": [f"<search> {a.question} </search>",
+                                                                  "<cite> 1 </cite> <answer> Paris </answer>"]})
+                    + "\n" + json.dumps({"question": b.question, "turns": ["<answer> not enough information "
+                                                                             "</answer>"]}) + "\n")
+    with serve_app(app) as url:
+        cfg = load_config(None, ["generation.backend=scripted", f"generation.script={path}", "eval.limit=2",
+                                 "run.seed=1", "metrics.bootstrap_samples=0", "critic.judge=openai",
+                                 f"critic.base_url={url}/v1", "critic.retries=0",
+                                 f"critic.cache_dir={tmp_path / 'cache'}"])
+        res = run_eval(cfg, tmp_path / "out", model=str(tiny_dir), tokenizer=AutoTokenizer.from_pretrained(tiny_dir),
+                       retriever=load_index(shipped_bm25_dir), datasets=["musique"])
+    assert len(calls) == 1  # the abstention is not sent to the judge
+    row = read_done(tmp_path / "out" / "predictions.jsonl")[f"musique/{a.id}"]
+    assert row["critic"]["failed"] is True and row["critic"]["judge"].startswith("openai:")
+    m = res["per_dataset"]["musique"]["critic"]
+    assert (m["judged"], m["failures"], m["coverage"]) == (0, 1, None)
+    assert res["macro"]["critic"]["failures"] == 1
+    assert "| musique | 0 | 1 | – |" in (tmp_path / "out" / "results.md").read_text()
+
+
+# ------------------------------------------------------------------------------ resume safety
+def test_resume_repairs_torn_line_and_refuses_other_settings(tmp_path, tiny_dir, shipped_bm25_dir):
+    from transformers import AutoTokenizer
+
+    from awarl.retrieval import load_index
+
+    exs = load_shipped("hotpotqa", limit=3, seed=2)
+    path = tmp_path / "script.jsonl"
+    path.write_text("".join(json.dumps({"question": ex.question, "turns": [f"<answer> {ex.answers[0]} </answer>"]})
+                            + "\n" for ex in exs))
+    overrides = ["generation.backend=scripted", f"generation.script={path}", "eval.limit=3", "run.seed=2",
+                 "metrics.bootstrap_samples=0", "generation.batch_size=1"]
+    tok, retriever = AutoTokenizer.from_pretrained(tiny_dir), load_index(shipped_bm25_dir)
+    out = tmp_path / "out"
+
+    def run(extra=()):
+        return run_eval(load_config(None, overrides + list(extra)), out, model=str(tiny_dir), tokenizer=tok,
+                        retriever=retriever, datasets=["hotpotqa"])
+
+    run()
+    pred = out / "predictions.jsonl"
+    lines = pred.read_text().splitlines(keepends=True)
+    # A run killed inside the write of its last line: two whole lines and half of the third.
+    pred.write_text(lines[0] + lines[1] + lines[2][: len(lines[2]) // 2])
+    res = run()
+    rows = [json.loads(x) for x in pred.read_text().splitlines()]  # every line parses: nothing glued
+    assert sorted(r["id"] for r in rows) == sorted(ex.id for ex in exs)
+    assert res["n"] == 3 and res["per_dataset"]["hotpotqa"]["correct"] == 3
+    assert json.loads((out / "manifest.json").read_text())["generated_now"] == 1
+
+    # Other sampling settings or another template on the same folder: refused, nothing appended.
+    with pytest.raises(ValueError, match=r"sampling\.temperature: 0\.0 -> 0\.7"):
+        run(["eval.temperature=0.7"])
+    with pytest.raises(ValueError, match="template"):
+        run(["agent.template=search-r1"])
+    assert pred.read_text().count("\n") == 3
+    run()  # the same settings still resume (nothing left to generate)
+    assert json.loads((out / "manifest.json").read_text())["generated_now"] == 0
+
+
+def test_eval_cli_rejects_bad_limit(tmp_path, capsys):
+    assert main(["eval", "--limit", "0", "--out", str(tmp_path / "x")]) == 2
+    assert "--limit must be >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()

@@ -161,3 +161,86 @@ def test_cli_score_end_to_end(tmp_path, capsys):
     empty.write_text("not json\n")
     assert main(["score", str(empty)]) == 2
     assert "no scorable line" in capsys.readouterr().err
+
+
+def _critic(cov, red, grounded, flags=()):
+    return {"judge": "lexical", "coverage": cov, "redundancy": red, "reward": cov - red,
+            "groundedness": grounded, "claims": 1, "flags": list(flags)}
+
+
+def test_critic_verdicts_averaged_per_dataset_and_macro():
+    rows = _rows()
+    rows[0]["critic"] = _critic(1.0, 0.5, 1.0, ["cited passage [2] supports no claim"])  # a: correct
+    rows[1]["critic"] = {"judge": "lexical", "failed": True, "error": "timeout"}         # a: correct, failed
+    rows[2]["critic"] = _critic(0.0, 1.0, 0.0)                                          # a: wrong
+    rows[3]["critic"] = _critic(1.0, 1.0, 1.0)  # a: abstention -> a stray verdict is ignored
+    rows[4]["critic"] = _critic(0.5, 0.0, 0.5)                                          # b: correct
+    rows[5]["critic"] = None                                                            # b: invalid
+    res = score_predictions(rows, MetricsConfig(bootstrap_samples=0), PHRASES)
+    a, b = res["per_dataset"]["a"]["critic"], res["per_dataset"]["b"]["critic"]
+    assert (a["judged"], a["failures"], a["flagged"]) == (2, 1, 1)
+    assert a["coverage"] == 0.5 and a["redundancy"] == 0.75 and a["groundedness"] == 0.5
+    assert a["reward"] == -0.25
+    assert (b["judged"], b["failures"], b["coverage"], b["redundancy"], b["groundedness"]) == (1, 0, 0.5, 0.0, 0.5)
+    macro = res["macro"]["critic"]
+    assert (macro["judged"], macro["failures"], macro["datasets_judged"]) == (3, 1, 2)
+    assert macro["coverage"] == pytest.approx(0.5) and macro["redundancy"] == pytest.approx(0.375)
+    assert macro["groundedness"] == pytest.approx(0.5) and macro["reward"] == pytest.approx(0.125)
+    assert res["overall"]["critic"]["coverage"] == pytest.approx(0.5)  # pooled: (1 + 0 + 0.5) / 3
+    md = results_markdown(res)
+    assert "## Citation critic" in md and "| a | 2 | 1 | 0.500 | 0.750 | -0.250 | 0.500 | 1 |" in md
+    # the outcome metrics do not depend on the critic fields
+    plain = score_predictions(_rows(), MetricsConfig(bootstrap_samples=0), PHRASES)
+    for ds in ("a", "b"):
+        with_critic = dict(res["per_dataset"][ds])
+        with_critic.pop("critic")
+        assert with_critic == plain["per_dataset"][ds]
+
+
+def test_predictions_without_critic_score_exactly_as_before():
+    plain = score_predictions(_rows(), MetricsConfig(bootstrap_samples=20), PHRASES)
+    nulls = score_predictions([{**r, "critic": None} for r in _rows()], MetricsConfig(bootstrap_samples=20), PHRASES)
+    assert plain == nulls
+    assert "critic" not in plain["macro"] and "critic" not in plain["overall"]
+    assert all("critic" not in m for m in plain["per_dataset"].values())
+    assert "Citation critic" not in results_markdown(plain)
+
+
+@pytest.mark.parametrize("critic, reason", [
+    ("good", "key 'critic': expected an object"),
+    ({"coverage": 1.0, "redundancy": 0.0}, "missing 'groundedness'"),
+    ({"coverage": 1.5, "redundancy": 0.0, "groundedness": 1.0}, "critic.coverage"),
+    ({"coverage": 1.0, "redundancy": 0.0, "groundedness": True}, "critic.groundedness"),
+    ({"coverage": 1.0, "redundancy": 0.0, "groundedness": 1.0, "flags": "x"}, "critic.flags"),
+])
+def test_malformed_critic_field_skips_the_line_with_its_reason(critic, reason):
+    rows = [_row(1, "a", "Paris", critic=critic), _row(2, "a", "Paris")]
+    res = score_predictions(rows, MetricsConfig(bootstrap_samples=0), PHRASES, source="p.jsonl",
+                            line_numbers=[1, 2])
+    assert res["n"] == 1 and len(res["skipped_lines"]) == 1
+    assert res["skipped_lines"][0].startswith("p.jsonl:1:") and reason in res["skipped_lines"][0]
+
+
+def test_judge_correctness_needs_no_verdict_for_abstentions_or_blank_answers():
+    rows = [_row(1, "a", "Paris", judge_correct=True),
+            _row(2, "a", "Not enough information."),  # abstention: no verdict needed
+            _row(3, "a", "   "),                      # blank: invalid, no verdict needed
+            _row(4, "a", "Lyon")]                     # a real answer without a verdict: skipped
+    res = score_predictions(rows, MetricsConfig(correctness="judge", bootstrap_samples=0), PHRASES)
+    m = res["per_dataset"]["a"]
+    assert (m["n"], m["correct"], m["abstain"], m["invalid"]) == (3, 1, 1, 1)
+    assert len(res["skipped_lines"]) == 1 and "row 3" in res["skipped_lines"][0]
+    assert [g["id"] for g in res["coverage_gaps"]] == ["a-2"]
+
+
+def test_score_file_survives_non_utf8_and_bom(tmp_path):
+    good = [json.dumps(r).encode() for r in _rows()]
+    pred = tmp_path / "preds.jsonl"
+    # a BOM before the first line (files saved on Windows) and one line in Latin-1 (not UTF-8)
+    bad = json.dumps(_row(99, "a", "Paris")).replace("question 99?", "caf\u00e9?").encode("latin-1")
+    pred.write_bytes(b"\xef\xbb\xbf" + b"\n".join(good[:4] + [bad] + good[4:]) + b"\n")
+    res = score_file(pred, tmp_path / "out", load_config(None, ["metrics.bootstrap_samples=0"]))
+    assert res["n"] == 8  # the BOM line is read, the Latin-1 line is skipped
+    assert len(res["skipped_lines"]) == 1 and res["skipped_lines"][0].startswith(f"{pred}:5:")
+    assert "utf-8" in res["skipped_lines"][0]
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["coverage_gaps"] == res["coverage_gaps"]

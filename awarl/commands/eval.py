@@ -12,7 +12,9 @@ EPILOG = """examples:
       --retriever-url http://127.0.0.1:8000 --limit 500 --out runs/eval/searchr1-7b generation.backend=vllm
   # one of ours, on the shipped dev samples with the closed-corpus BM25 index (built on first use)
   awarl eval --model runs/demo/policy --limit 20 --out runs/eval/demo
-A rerun of the same command resumes: finished questions are skipped."""
+A rerun of the same command resumes: finished questions are skipped (a rerun with another model, template,
+agent limits, sampling, seed, data or index is refused: use another --out). Every answered, valid trajectory
+is checked by the citation critic (critic.judge: lexical by default, openai, or none to skip)."""
 
 
 def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
@@ -35,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from awarl.stages.evaluate import run_eval
     from awarl.stages.resources import ensure_default_retrieval
 
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be >= 1 (questions per dataset), got {args.limit}")
     extra = []
     if args.template:
         extra.append(f"agent.template={args.template}")

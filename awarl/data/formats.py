@@ -201,6 +201,12 @@ def convert_unified(rec: Any, dataset: str | None = None) -> QAExample:
     _get(rec, "dataset", str)
     _str_id(_get(rec, "id", (str, int)), "id")
     _get(rec, "answers", list, optional=True)
+    # Checked here because from_dict would coerce silently: bool("false") is True, dict("ab") is an error
+    # without the key's name.
+    _get(rec, "answerable", bool, optional=True)
+    _get(rec, "context", list, optional=True)
+    _get(rec, "supporting_facts", list, optional=True)
+    _get(rec, "metadata", dict, optional=True)
     try:
         ex = QAExample.from_dict(rec)
     except (TypeError, ValueError, KeyError) as e:

@@ -2,12 +2,21 @@
 
 `awarl eval` and the training loop's periodic evaluation both call :func:`run_eval`. It is resumable:
 predictions are appended batch by batch (fsync'd), so a rerun skips finished questions and a killed run
-loses at most the batch in flight. A manifest records everything that makes the result reproducible.
+loses at most the batch in flight. A manifest records everything that makes the result reproducible, and a
+rerun whose model, template, agent limits, sampling, seed, data or index differ from the recorded ones is
+refused instead of mixing two runs' predictions in one report.
+
+The citation critic (`critic.judge`, SPEC section 5) verifies every answered, valid trajectory against all
+the passages it retrieved, in original text; its verdict summary is stored on the prediction line and the
+report averages it per dataset and macro (awarl.stages.score.critic_summary).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
 import platform
 import time
 from collections.abc import Callable
@@ -18,7 +27,7 @@ from typing import Any
 
 from awarl.config import AwarlConfig, save_resolved
 from awarl.data.types import QAExample
-from awarl.io import append_jsonl, atomic_write_json, file_sha256, iter_jsonl
+from awarl.io import append_jsonl, atomic_write_json, file_sha256
 from awarl.metrics import Outcome, classify_outcome
 
 log = logging.getLogger(__name__)
@@ -104,12 +113,65 @@ def trajectory_record(ex: QAExample, traj: Any, cfg: AwarlConfig, phrases: list[
     }
 
 
+def critic_label(cfg: AwarlConfig) -> str:
+    """The judge named on each verdict: `lexical`, or `openai:<model>`."""
+    return f"openai:{cfg.critic.model}" if cfg.critic.judge == "openai" else cfg.critic.judge
+
+
+def judge_trajectories(judge: Any, items: list[tuple[str, Any, str]], inferred_weight: float,
+                       label: str) -> list[dict | None]:
+    """Verdict summaries for (question, trajectory, outcome) triples: None where the outcome is not an
+    answered, valid one (correct or wrong) or there is no judge, `{"judge", "failed": true, "error"}` where the judge failed, else `{"judge",
+    "coverage", "redundancy", "reward", "groundedness", "claims", "flags"}` (awarl.rewards.citation)."""
+    from awarl.rewards.citation import build_critic_input, citation_reward, passages_from_rollout
+
+    out: list[dict | None] = [None] * len(items)
+    if judge is None:
+        return out
+    idx, inputs, refs = [], [], []
+    for j, (question, traj, outcome) in enumerate(items):
+        # SPEC section 4 step 10: only answered, valid trajectories are judged (same rule as training).
+        if outcome not in (Outcome.CORRECT.value, Outcome.WRONG.value):
+            continue
+        p = traj.parsed
+        try:
+            refs_j = passages_from_rollout(traj.passages, where="trajectory passages")
+        except ValueError as e:
+            out[j] = {"judge": label, "failed": True, "error": str(e)}
+            continue
+        inputs.append(build_critic_input(question, p.answer, p.citations, refs_j))
+        refs.append(refs_j)
+        idx.append(j)
+    if not inputs:
+        return out
+    try:
+        verdicts = list(judge.verify(inputs))
+        if len(verdicts) != len(inputs):
+            raise ValueError(f"judge returned {len(verdicts)} verdicts for {len(inputs)} answers")
+    except Exception as e:  # noqa: BLE001 - a judge must never fail an evaluation; failures are counted
+        log.warning("citation judge failed on a batch of %d answers: %s", len(inputs), e)
+        for j in idx:
+            out[j] = {"judge": label, "failed": True, "error": str(e)[:500]}
+        return out
+    for j, v, refs_j in zip(idx, verdicts, refs, strict=True):
+        if v is None:
+            out[j] = {"judge": label, "failed": True, "error": "no valid verdict"}
+            continue
+        score = citation_reward(v, items[j][1].parsed.citations, refs_j, inferred_weight)
+        out[j] = {"judge": label, "coverage": score.coverage, "redundancy": score.redundancy,
+                  "reward": score.reward, "groundedness": float(v.overall_groundedness),
+                  "claims": len(v.verified_claims), "flags": list(v.flags)}
+    return out
+
+
 def read_done(path: Path) -> dict[str, dict]:
     """Finished predictions keyed by (dataset, id); a torn last line from a killed run is ignored."""
+    from awarl.data.loaders import read_jsonl_lines
+
     if not path.exists():
         return {}
     errors: list[str] = []
-    done = {f"{r['dataset']}/{r['id']}": r for _, r in iter_jsonl(path, on_error="skip", errors=errors)
+    done = {f"{r['dataset']}/{r['id']}": r for _, r in read_jsonl_lines(path, on_error="skip", errors=errors)
             if "id" in r and "dataset" in r}
     for e in errors:
         log.warning("ignoring unreadable line (an interrupted write?): %s", e)
@@ -142,12 +204,27 @@ def model_identity(model_ref: str, model: Any = None) -> dict[str, Any]:
     return ident
 
 
-def write_manifest(out_dir: Path, cfg: AwarlConfig, eval_set: EvalSet, model_ident: dict,
-                   retriever_meta: dict | None, extra: dict | None = None) -> dict:
-    manifest = {
+def _canonical_sha256(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
+
+
+def template_sha256(template_ref: str) -> str | None:
+    """Hash of the resolved template (prompt text, tags, phrases), so an edited template file is noticed."""
+    from awarl.agent.templates import load_template
+
+    try:
+        return _canonical_sha256(load_template(template_ref).model_dump(mode="json"))
+    except Exception:  # noqa: BLE001 - the engine reports a bad template itself
+        return None
+
+
+def build_manifest(cfg: AwarlConfig, eval_set: EvalSet, model_ident: dict, retriever_meta: dict | None,
+                   extra: dict | None = None) -> dict:
+    return {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "model": model_ident,
         "template": cfg.agent.template,
+        "template_sha256": template_sha256(cfg.agent.template),
         "agent": cfg.agent.model_dump(mode="json"),
         "sampling": {"temperature": cfg.eval.temperature, "top_p": cfg.generation.top_p,
                      "backend": cfg.generation.backend, "batch_size": cfg.generation.batch_size},
@@ -155,13 +232,61 @@ def write_manifest(out_dir: Path, cfg: AwarlConfig, eval_set: EvalSet, model_ide
         "data": {ds: {"path": f, "sha256": file_sha256(f)} for ds, f in eval_set.files.items()},
         "questions": len(eval_set.examples),
         "retrieval": {"kind": cfg.retrieval.kind, "topk": cfg.retrieval.topk, "index": retriever_meta},
+        "critic": {"judge": critic_label(cfg), "inferred_weight": cfg.reward.inferred_weight,
+                   "support_threshold": cfg.critic.support_threshold},
         "packages": _versions(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         **(extra or {}),
     }
+
+
+def write_manifest(out_dir: Path, cfg: AwarlConfig, eval_set: EvalSet, model_ident: dict,
+                   retriever_meta: dict | None, extra: dict | None = None) -> dict:
+    manifest = build_manifest(cfg, eval_set, model_ident, retriever_meta, extra)
     atomic_write_json(out_dir / MANIFEST, manifest)
     return manifest
+
+
+def _fingerprint(m: dict) -> dict[str, Any]:
+    """What must not change between a run and its resumption (dotted key -> value; absent keys are None).
+    Not included on purpose: the generation backend and batch size (finishing a run on another engine is
+    legitimate), the question limit and dataset list (only the requested questions are scored), the critic."""
+    model, sampling, retrieval = m.get("model") or {}, m.get("sampling") or {}, m.get("retrieval") or {}
+    fp = {"model.name": model.get("name"), "model.revision": model.get("revision"),
+          "model.files_sha256": model.get("files_sha256"), "template": m.get("template"),
+          "template_sha256": m.get("template_sha256"), "agent": m.get("agent"), "seed": m.get("seed"),
+          "sampling.temperature": sampling.get("temperature"), "sampling.top_p": sampling.get("top_p"),
+          "retrieval.kind": retrieval.get("kind"), "retrieval.topk": retrieval.get("topk"),
+          "retrieval.index.meta_sha256": (retrieval.get("index") or {}).get("meta_sha256")}
+    for ds, d in (m.get("data") or {}).items():
+        fp[f"data.{ds}.sha256"] = (d or {}).get("sha256")
+    return fp
+
+
+def resume_conflicts(old: dict, new: dict) -> list[str]:
+    """Settings that differ between the manifest of the predictions on disk and this run. A key missing on
+    either side (an older manifest, a server without /health) is not a conflict."""
+    a, b = _fingerprint(old), _fingerprint(new)
+    return [f"{k}: {a[k]!r} -> {b[k]!r}" for k in sorted(set(a) & set(b))
+            if a[k] is not None and b[k] is not None and a[k] != b[k]]
+
+
+def check_resumable(out_dir: Path, manifest: dict) -> None:
+    """Refuse to append to predictions made under different settings (ValueError naming them)."""
+    old_path, pred_path = out_dir / MANIFEST, out_dir / PREDICTIONS
+    if not old_path.is_file() or not pred_path.is_file() or pred_path.stat().st_size == 0:
+        return
+    try:
+        old = json.loads(old_path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as e:
+        raise ValueError(f"{old_path}: unreadable manifest ({e}); cannot tell whether {pred_path} was made "
+                         "with the same settings: use another --out or delete the folder") from None
+    conflicts = resume_conflicts(old if isinstance(old, dict) else {}, manifest)
+    if conflicts:
+        raise ValueError(f"{out_dir}: holds predictions made with other settings, resuming would mix two runs "
+                         f"({'; '.join(c[:300] for c in conflicts)}); use another --out or delete "
+                         f"{pred_path}")
 
 
 def retriever_identity(retriever: Any) -> dict | None:
@@ -169,12 +294,18 @@ def retriever_identity(retriever: Any) -> dict | None:
     server reports on /health (a Search-R1 server has no /health: then only its URL is known)."""
     meta = getattr(retriever, "meta", None)
     if meta is not None:
-        return dict(meta)
+        # meta_sha256 identifies the index build (corpus hash, settings, build time) without hashing
+        # multi-GB index files.
+        return {**dict(meta), "meta_sha256": _canonical_sha256(dict(meta))}
     if hasattr(retriever, "health"):
         try:
-            return {"server": getattr(retriever, "base_url", None), **retriever.health()}
+            health = retriever.health()
         except Exception as e:  # noqa: BLE001 - the manifest must not fail an evaluation
             return {"server": getattr(retriever, "base_url", None), "health_error": str(e)}
+        out = {"server": getattr(retriever, "base_url", None), **health}
+        if isinstance(health.get("meta"), dict):
+            out["meta_sha256"] = _canonical_sha256(health["meta"])
+        return out
     return None
 
 
@@ -194,15 +325,49 @@ class LiveStats:
         return {"acc": f"{self.correct / n:.3f}", "abstain": f"{self.abstain / n:.3f}"}
 
 
+def repair_torn_tail(path: Path) -> int:
+    """Cut a partial last line (a run killed inside a write) so the next append starts on a fresh line
+    instead of being glued to the fragment and lost. Returns the number of bytes removed."""
+    if not path.is_file():
+        return 0
+    size = path.stat().st_size
+    if size == 0:
+        return 0
+    with open(path, "rb+") as f:
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return 0
+        # Scan back for the last newline in blocks (the torn line can be long: a whole trajectory).
+        pos, keep = size, 0
+        while pos > 0:
+            start = max(0, pos - (1 << 16))
+            f.seek(start)
+            block = f.read(pos - start)
+            nl = block.rfind(b"\n")
+            if nl >= 0:
+                keep = start + nl + 1
+                break
+            pos = start
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+    log.warning("%s: removed a partial last line (%d bytes) left by an interrupted run", path, size - keep)
+    return size - keep
+
+
 def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfig, out_path: Path, *,
-                         batch_size: int, temperature: float, seed: int,
-                         on_batch: Callable[[int], None] | None = None) -> int:
+                         batch_size: int, temperature: float, seed: int, top_p: float = 1.0,
+                         judge: Any = None, on_batch: Callable[[int], None] | None = None) -> int:
     """Run the engine over the examples not yet in `out_path`, appending one line per question after
-    each batch. Returns how many questions were generated now."""
+    each batch (with the critic's verdict summary when `judge` is given). Returns how many questions were
+    generated now."""
     from tqdm.auto import tqdm
 
+    repair_torn_tail(out_path)
     done = read_done(out_path)
-    todo = [ex for ex in examples if f"{ex.dataset}/{ex.id}" not in done]
+    # dict.fromkeys: the same question listed twice (two data.eval files) is generated once.
+    todo = list({f"{ex.dataset}/{ex.id}": ex for ex in examples
+                 if f"{ex.dataset}/{ex.id}" not in done}.values())
     if done:
         log.info("resuming: %d of %d questions already in %s", len(examples) - len(todo), len(examples), out_path)
     stats = LiveStats()
@@ -212,9 +377,15 @@ def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfi
     bar.set_postfix(stats.postfix())
     for start in range(0, len(todo), batch_size):
         batch = todo[start:start + batch_size]
-        trajs = engine.run([ex.question for ex in batch], temperature=temperature, seed=seed + start)
+        trajs = engine.run([ex.question for ex in batch], temperature=temperature, top_p=top_p,
+                           seed=seed + start)
         rows = [trajectory_record(ex, t, cfg, engine.abstention_phrases)
                 for ex, t in zip(batch, trajs, strict=True)]
+        verdicts = judge_trajectories(judge, [(ex.question, t, r["outcome"])
+                                              for ex, t, r in zip(batch, trajs, rows, strict=True)],
+                                      cfg.reward.inferred_weight, critic_label(cfg))
+        for r, v in zip(rows, verdicts, strict=True):
+            r["critic"] = v
         append_jsonl(out_path, rows)
         for r in rows:
             stats.add(r["outcome"])
@@ -245,6 +416,7 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
     Writes DIR/predictions.jsonl, DIR/manifest.json, DIR/resolved_config.yaml, DIR/results.{json,md,png}.
     Returns the results dict of the scorer.
     """
+    from awarl.critic import make_judge
     from awarl.report import write_report
     from awarl.retrieval import load_retriever
     from awarl.stages.score import score_predictions
@@ -265,12 +437,20 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
     engine = build_engine(cfg, model, tokenizer, retriever)
     retriever_meta = retriever_identity(retriever)
     backend_model = getattr(engine.backend, "model", None)
-    write_manifest(out, cfg, eval_set, model_identity(model_ref, backend_model), retriever_meta,
-                   {"status": "running"})
+    manifest = build_manifest(cfg, eval_set, model_identity(model_ref, backend_model), retriever_meta,
+                              {"status": "running"})
+    check_resumable(out, manifest)
+    atomic_write_json(out / MANIFEST, manifest)
+    judge = make_judge(cfg.critic, cfg.critic.cache_dir or out / "critic_cache")
     t0 = time.time()
     pred_path = out / PREDICTIONS
-    n_new = generate_predictions(engine, eval_set.examples, cfg, pred_path, batch_size=cfg.generation.batch_size,
-                                 temperature=cfg.eval.temperature, seed=cfg.run.seed, on_batch=on_batch)
+    try:
+        n_new = generate_predictions(engine, eval_set.examples, cfg, pred_path,
+                                     batch_size=cfg.generation.batch_size, temperature=cfg.eval.temperature,
+                                     top_p=cfg.generation.top_p, seed=cfg.run.seed, judge=judge, on_batch=on_batch)
+    finally:
+        if hasattr(judge, "close"):
+            judge.close()
     wanted = {f"{ex.dataset}/{ex.id}" for ex in eval_set.examples}
     rows = [r for k, r in read_done(pred_path).items() if k in wanted]
     results = score_predictions(rows, cfg.metrics, engine.abstention_phrases, seed=cfg.run.seed)
