@@ -157,6 +157,46 @@ def test_dense_hnsw_agrees_with_flat(tmp_path: Path, wiki18_tiny: Path, dense_in
     assert [[p.id for p in r] for r in hnsw.search(queries, 3)] == [[p.id for p in r] for r in flat.search(queries, 3)]
 
 
+# ---------------------------------------------------------------------------------------- streaming
+def test_bm25_build_memory_does_not_scale_with_corpus_text(tmp_path: Path) -> None:
+    """wiki-18 is 14 GB: the build may hold the token ids the index is made of, never the texts. Passages
+    here are 4 KB of one-letter words (no BM25 tokens), so a streamed build's peak is a small fraction of
+    the 16 MB corpus while one that reads the corpus whole (or keeps texts) peaks above it."""
+    import tracemalloc
+
+    filler = " ".join("abcdefghij") + " "
+    corpus = tmp_path / "long.jsonl"
+    with open(corpus, "w", encoding="utf-8") as f:
+        for i in range(4000):
+            f.write(json.dumps({"id": str(i), "contents": f'"Title {i}"\nword{i % 50} ' + filler * 200}) + "\n")
+    size = corpus.stat().st_size
+    build_index(corpus, "bm25", tmp_path / "warm", show_progress=False, chunk_size=200)  # imports, caches
+    tracemalloc.start()
+    try:
+        build_index(corpus, "bm25", tmp_path / "idx", show_progress=False, chunk_size=200)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < size / 4, f"build peaked at {peak / 1e6:.1f} MB for a {size / 1e6:.1f} MB corpus"
+    assert load_index(tmp_path / "idx").search(["word7 title"], 1)[0][0].title == "Title 7"
+
+
+def test_dense_build_embeds_the_stream_chunk_by_chunk(tmp_path: Path, wiki18_tiny: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from awarl.retrieval.dense import DenseBuilder
+
+    sizes: list[int] = []
+    add = DenseBuilder.add
+
+    def recording_add(self: DenseBuilder, texts: list[str]) -> None:
+        sizes.append(len(texts))
+        add(self, texts)
+
+    monkeypatch.setattr(DenseBuilder, "add", recording_add)
+    build_index(wiki18_tiny, "dense", tmp_path / "d", show_progress=False, batch_size=1)
+    assert sizes == [16, 16, 8]  # 16 encoder batches a chunk, never the whole corpus at once
+
+
 # ------------------------------------------------------------------------------- refusing bad indexes
 def copy_index(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
@@ -188,6 +228,27 @@ def test_truncated_docstore_refused(bm25_index: Path, tmp_path: Path) -> None:
     (idx / "docstore.jsonl").write_bytes(data[:-10])
     with pytest.raises(RetrievalIndexError, match="modified or truncated"):
         load_index(idx)
+
+
+@pytest.mark.parametrize("name", ["data.csc.index.npy", "vocab.index.json", "faiss.index"])
+def test_corrupt_index_files_refused_with_the_folder_named(name: str, bm25_index: Path, dense_index: Path,
+                                                          tmp_path: Path) -> None:
+    idx = copy_index(dense_index if name == "faiss.index" else bm25_index, tmp_path / "i")
+    data = (idx / name).read_bytes()
+    (idx / name).write_bytes(data[: len(data) // 2])
+    with pytest.raises(RetrievalIndexError, match=r"unreadable.*rebuild the index") as e:
+        load_index(idx)
+    assert str(idx) in str(e.value)
+
+
+def test_docstore_edited_in_place_names_the_passage(bm25_index: Path, tmp_path: Path) -> None:
+    idx = copy_index(bm25_index, tmp_path / "i")
+    data = bytearray((idx / "docstore.jsonl").read_bytes())
+    data[0:1] = b"X"  # same size: only reading the passage can tell
+    (idx / "docstore.jsonl").write_bytes(bytes(data))
+    retriever = load_index(idx)
+    with pytest.raises(DataError, match=r"docstore\.jsonl: passage 0 .* is corrupt"):
+        retriever.docstore.get(0)
 
 
 def test_changed_corpus_refused_absent_corpus_tolerated(tmp_path: Path, wiki18_small: Path) -> None:

@@ -64,6 +64,9 @@ def test_dense_answers_match_direct_calls(dense_index: Path) -> None:
     (json.dumps({"queries": ["q"], "topk": "3"}).encode(), 422, "integer"),
     (json.dumps({"queries": ["q"], "return_scores": "yes"}).encode(), 422, "return_scores"),
     (json.dumps({"queries": ["q" * 150] * 8, "pad": "p" * 3000}).encode(), 413, "body larger"),
+    (b"[" * 1000 + b"]" * 1000, 400, "nested too deeply"),
+    (b'{"queries": ["\\ud800 Hale"]}', 422, "lone surrogate"),
+    (json.dumps({"queries": ["q"], "topk": list(range(300))}).encode(), 422, "..."),
 ])
 def test_bad_requests_get_4xx_and_server_keeps_serving(bm25, body: bytes, status: int, says: str) -> None:
     app = make_app(bm25, max_batch=8, max_topk=10, max_query_chars=200, max_body_bytes=2048)
@@ -89,6 +92,39 @@ def test_failing_search_answers_500_then_recovers(bm25) -> None:
         assert r.status_code == 500 and "disk error" in r.json()["detail"]
         r = httpx.post(url + "/retrieve", json={"queries": ["Horatio Hale"], "topk": 1})
         assert r.status_code == 200 and r.json()["result"][0][0]["id"] == "1"
+
+
+def test_a_failing_request_does_not_fail_the_requests_merged_with_it(bm25) -> None:
+    class Flaky:
+        """The real index, made to fail on any batch holding one query (fault injection)."""
+
+        def search(self, queries: list[str], k: int) -> list[list[Passage]]:
+            if "boom" in queries:
+                raise RuntimeError("disk error")
+            return bm25.search(queries, k)
+
+    n = 6
+    app = make_app(Flaky(), bm25.meta, batch_wait_ms=300)
+    barrier = threading.Barrier(n)
+    answers: dict[int, httpx.Response] = {}
+
+    def worker(i: int, url: str) -> None:
+        with httpx.Client(timeout=30) as c:
+            barrier.wait()
+            answers[i] = c.post(url + "/retrieve", json={"queries": ["boom" if i == 0 else QUERIES[i % 5]],
+                                                         "return_scores": True})
+
+    with serve_app(app) as url:
+        threads = [threading.Thread(target=worker, args=(i, url)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    assert app.state.batcher.max_merged >= 2  # the bad request was merged with good ones
+    assert answers[0].status_code == 500 and "disk error" in answers[0].json()["detail"]
+    for i in range(1, n):
+        assert answers[i].status_code == 200
+        assert answers[i].json() == {"result": [[wire(p) for p in bm25.search([QUERIES[i % 5]], 3)[0]]]}
 
 
 def test_concurrent_requests_are_batched_and_answered_correctly(bm25) -> None:
@@ -148,6 +184,21 @@ def test_client_matches_direct_calls_and_splits_long_lists(bm25) -> None:
             client.search(["q"], 1000)
         assert client.search([], 3) == []
         client.close()
+
+
+def test_client_adapts_to_a_smaller_server_batch_and_never_sends_what_a_server_refuses(bm25) -> None:
+    # A server started with --max-batch 4 answers 413 to the client's default 64 queries a request; blank
+    # and run-on queries (a degenerate policy writes them) would get 422/413: none may stop a training run.
+    many = [f"{q} {i}" for i in range(2) for q in QUERIES]  # 10 queries
+    with serve_app(make_app(bm25, max_batch=4, max_query_chars=200)) as url:
+        client = RetrievalClient(url, timeout_s=10, retries=0, max_query_chars=200)
+        assert client.search(many, 2) == bm25.search(many, 2)
+        assert client.max_batch <= 4
+        run_on = "Horatio Hale " + "ethnologist " * 100
+        got = client.search(["  ", run_on, "", "Evan Morris"], 2)
+        assert got == [[], bm25.search([run_on[:200]], 2)[0], [], bm25.search(["Evan Morris"], 2)[0]]
+        assert got[1] and got[3]
+        assert client.search(["Evan Morris"], 0) == [[]]
 
 
 class _FlakySearchR1(BaseHTTPRequestHandler):

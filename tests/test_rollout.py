@@ -150,6 +150,47 @@ def test_invalid_endings(tok, bm25):
     assert after.parsed.valid and after.response_text == "<answer> Twycross Zoo </answer>"
 
 
+class MergedStopTokenBackend:
+    """Stands in for a model whose tokenizer has tokens that complete a stop string and carry more (Qwen's
+    `>.`, `><`, `>\\n\\n`): each scripted turn comes back with the ids of `extra` after the stop string,
+    all under finish_reason "stop", as a real backend reports such a token."""
+
+    def __init__(self, tok, turns, extra):
+        self.tok, self.turns, self.extra, self.calls = tok, turns, extra, 0
+
+    def generate(self, prompts, *, max_new_tokens, temperature, top_p, stop_strings, seed):
+        from awarl.agent.backends.base import Generation
+
+        text = self.turns[self.calls] + self.extra
+        self.calls += 1
+        ids = self.tok.encode(text, add_special_tokens=False)
+        return [Generation(ids, [-0.1] * len(ids), "stop") for _ in prompts]
+
+
+def test_a_token_that_completes_a_stop_string_and_carries_more_still_ends_the_turn(tok, bm25):
+    retr = CountingRetriever(bm25)
+    be = MergedStopTokenBackend(tok, ["<search> Evan Morris lobbyist </search>", "<answer> Genentech </answer>"], ".")
+    (t,) = engine(be, tok, retr).run([Q_MORRIS], temperature=0)
+    assert retr.calls == [["Evan Morris lobbyist"]]  # the search ran; the turn was not taken for an eos
+    assert t.stop_reason == "answer" and t.parsed.searches == ["Evan Morris lobbyist"]
+    assert t.parsed.answer == "Genentech" and len(env_spans(t)) == 1
+    check_alignment(t, tok)
+
+
+def test_a_backend_whose_logprobs_do_not_match_its_ids_is_refused(tok, bm25):
+    class ShortLogprobs(MergedStopTokenBackend):
+        """A broken backend: one logprob fewer than tokens (masks would silently shift)."""
+
+        def generate(self, prompts, **kw):
+            return [Generation(g.token_ids, g.logprobs[:-1], g.finish_reason) for g in super().generate(prompts, **kw)]
+
+    from awarl.agent.backends.base import Generation
+
+    be = ShortLogprobs(tok, ["<answer> Genentech </answer>"], "")
+    with pytest.raises(RuntimeError, match="ShortLogprobs returned .* logprobs for .* tokens"):
+        engine(be, tok, bm25).run([Q_MORRIS], temperature=0)
+
+
 def test_prompt_ids_are_used_as_given(tok, bm25):
     sb = ScriptedBackend(tok, {Q_MORRIS: ["<answer> Genentech </answer>"]})
     ids = tok.encode(f"plain prompt: {Q_MORRIS}", add_special_tokens=False)
@@ -263,6 +304,31 @@ def test_vllm_backend_parameter_mapping(tok):
     for g in gens:
         assert g.finish_reason == "stop" and tok.decode(g.token_ids) == "<search> q </search>"
         assert g.logprobs == [-0.5] * len(g.token_ids)
+
+
+def test_vllm_backend_labels_an_eos_from_the_generation_config_as_eos(tok):
+    """vLLM also stops on the eos ids of the model's generation_config (Qwen instruct: <|endoftext|> besides
+    the tokenizer's <|im_end|>) and reports finish_reason "stop" with stop_reason None: that message ended,
+    it was not cut by the token budget."""
+    from awarl.agent.backends.vllm import VLLMBackend
+
+    other_eos = tok.convert_tokens_to_ids("<|endoftext|>")
+    assert other_eos != tok.eos_token_id
+    ids = tok.encode("<think> done", add_special_tokens=False)
+
+    class FakeVLLMLLMEndings:
+        """Stands in for vllm.LLM: one output per (token ids, finish_reason, stop_reason)."""
+
+        def generate(self, prompts, sampling_params, use_tqdm):
+            rows = [(ids + [other_eos], "stop", None), (ids, "length", None), (ids + [other_eos], "stop", other_eos)]
+            return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=t, logprobs=None, finish_reason=f,
+                                                             stop_reason=r)]) for t, f, r in rows]
+
+    be = VLLMBackend(FakeVLLMLLMEndings(), tok, sampling_params_cls=FakeSamplingParams)
+    ended, cut, stop_token = be.generate([[1]] * 3, max_new_tokens=8, temperature=1.0, stop_strings=["</answer>"],
+                                         seed=0)
+    assert (ended.finish_reason, ended.token_ids) == ("eos", ids + [other_eos])
+    assert cut.finish_reason == "length" and stop_token.finish_reason == "eos"
 
 
 def test_vllm_backend_import_error_is_clear():

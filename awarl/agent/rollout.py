@@ -118,6 +118,9 @@ class RolloutEngine:
             pending: list[tuple[_State, str]] = []
             for s, g, budget in zip(active, gens, budgets, strict=True):
                 ids, lps, reason = list(g.token_ids), list(g.logprobs), g.finish_reason
+                if len(lps) != len(ids):  # env_mask and logprobs must stay aligned with completion_ids
+                    raise RuntimeError(f"{type(self.backend).__name__} returned {len(lps)} logprobs for "
+                                       f"{len(ids)} tokens")
                 if len(ids) > budget:
                     ids, lps, reason = ids[:budget], lps[:budget], "length"
                 s.add(ids, lps, model=True)
@@ -140,12 +143,16 @@ class RolloutEngine:
         if reason == "eos":
             s.stop_reason = "eos"
             return None
-        tail = self.tokenizer.decode(ids[-_TAIL_TOKENS:], skip_special_tokens=False).rstrip()
-        if tail.endswith(self.answer_close):
-            s.stop_reason = "answer"
-            return None
-        if not tail.endswith(self.search_close):  # a backend reported "stop" without a stop string
+        # The stop string need not end the text: a BPE token can complete it and carry more (`>.`, `><`,
+        # `>\n\n` in Qwen's vocabulary), and the ids are kept as produced. The turn was cut at its first
+        # stop string, so the one found last in the tail is the one that ended it.
+        tail = self.tokenizer.decode(ids[-_TAIL_TOKENS:], skip_special_tokens=False)
+        at_answer, at_search = tail.rfind(self.answer_close), tail.rfind(self.search_close)
+        if at_answer < 0 and at_search < 0:  # a backend reported "stop" without a stop string
             s.stop_reason = "eos"
+            return None
+        if at_answer > at_search:
+            s.stop_reason = "answer"
             return None
         if s.searches >= self.cfg.max_turns:
             s.stop_reason = "max_turns"
@@ -161,7 +168,10 @@ class RolloutEngine:
             return
         # An empty query is not sent: it gets an empty block and the parser marks it invalid.
         queries = [q for _, q in pending if q]
-        results = iter(self.retriever.search(queries, self.topk) if queries else [])
+        found = self.retriever.search(queries, self.topk) if queries else []
+        if len(found) != len(queries):
+            raise RuntimeError(f"retriever returned {len(found)} result lists for {len(queries)} queries")
+        results = iter(found)
         for s, q in pending:
             hits = [_as_passage(p) for p in next(results)][: self.topk] if q else []
             numbered = []

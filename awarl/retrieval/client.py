@@ -3,7 +3,8 @@
 `POST {url}/retrieve {"queries": [...], "topk": k, "return_scores": true}` →
 `{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}`. Search-R1's server answers bare
 document dicts when `return_scores` is false; both shapes are parsed. Transport errors, timeouts, 429 and
-5xx answers are retried with exponential backoff; other 4xx answers are the caller's fault and raise at once.
+5xx answers are retried with exponential backoff; a 413 halves the queries sent per request; other 4xx
+answers are the caller's fault and raise at once.
 """
 
 from __future__ import annotations
@@ -21,12 +22,18 @@ class RetrievalClientError(RuntimeError):
     """The retrieval server refused the request, or could not be reached after all retries."""
 
 
+class _TooLarge(RetrievalClientError):
+    """HTTP 413: the request had more (or longer) queries than the server takes."""
+
+
 def _passage(item: Any, where: str) -> Passage:
     if not isinstance(item, dict):
         raise RetrievalClientError(f"{where}: expected a JSON object, got {type(item).__name__}")
     doc, score = (item["document"], item.get("score", 0.0)) if "document" in item else (item, 0.0)
     if not isinstance(doc, dict):
         raise RetrievalClientError(f"{where}: \"document\" must be an object")
+    if isinstance(score, bool) or not isinstance(score, (int, float)):
+        raise RetrievalClientError(f"{where}: \"score\" must be a number, got {str(score)[:50]!r}")
     pid = str(doc.get("id", doc.get("_id", "")))
     contents = doc.get("contents")
     if not isinstance(contents, str):
@@ -41,7 +48,7 @@ class RetrievalClient:
     """A Retriever over HTTP. Thread-safe; long query lists are split into requests of `max_batch`."""
 
     def __init__(self, url: str, timeout_s: float = 30.0, retries: int = 3, *, backoff_s: float = 0.5,
-                 max_batch: int = 64) -> None:
+                 max_batch: int = 64, max_query_chars: int = 4096) -> None:
         import httpx
 
         url = url.rstrip("/")
@@ -50,6 +57,7 @@ class RetrievalClient:
         self.retries = retries
         self.backoff_s = backoff_s
         self.max_batch = max_batch
+        self.max_query_chars = max_query_chars
         self._http = httpx.Client(timeout=timeout_s)
 
     def _post(self, path: str, payload: dict[str, Any]) -> Any:
@@ -71,6 +79,8 @@ class RetrievalClient:
             if r.status_code == 429 or r.status_code >= 500:
                 last = f"HTTP {r.status_code}"
                 continue
+            if r.status_code == 413:
+                raise _TooLarge(f"{url}: HTTP 413: {r.text[:500]}")
             if r.status_code >= 400:
                 raise RetrievalClientError(f"{url}: HTTP {r.status_code}: {r.text[:500]}")
             try:
@@ -80,19 +90,42 @@ class RetrievalClient:
         raise RetrievalClientError(f"{url}: no answer after {self.retries + 1} attempts ({last})")
 
     def search(self, queries: list[str], k: int) -> list[list[Passage]]:
-        out: list[list[Passage]] = []
-        for start in range(0, len(queries), self.max_batch):
-            chunk = list(queries[start:start + self.max_batch])
-            data = self._post("/retrieve", {"queries": chunk, "topk": k, "return_scores": True})
-            result = data.get("result") if isinstance(data, dict) else None
-            if not isinstance(result, list) or len(result) != len(chunk):
-                raise RetrievalClientError(f"{self.base_url}/retrieve: expected \"result\" with {len(chunk)} "
-                                           f"lists, got {str(data)[:200]}")
-            for qi, row in enumerate(result):
-                if not isinstance(row, list):
-                    raise RetrievalClientError(f"{self.base_url}/retrieve: result[{qi}] is not a list")
-                out.append([_passage(item, f"result[{qi}][{j}]") for j, item in enumerate(row[:k])])
+        """Like the in-process retrievers: a blank query (or k <= 0) gets no passages and is not sent (a
+        server refuses it), and a query a policy let run on is cut to `max_query_chars` (servers refuse
+        longer ones; a degenerate query must not stop a training run)."""
+        out: list[list[Passage]] = [[] for _ in queries]
+        todo = [(i, q[: self.max_query_chars]) for i, q in enumerate(queries) if q.strip()] if k > 0 else []
+        start = 0
+        while start < len(todo):
+            chunk = todo[start:start + self.max_batch]
+            try:
+                rows = self._search_chunk([q for _, q in chunk], k)
+            except _TooLarge:
+                if len(chunk) == 1:
+                    raise RetrievalClientError(f"{self.base_url}/retrieve: the server refuses even one query "
+                                               f"({len(chunk[0][1])} characters) as too large") from None
+                # the server takes fewer queries a request than we assumed: halve and go on
+                self.max_batch = max(1, len(chunk) // 2)
+                log.warning("retrieval server refused %d queries in one request; sending %d at a time",
+                            len(chunk), self.max_batch)
+                continue
+            for (i, _), row in zip(chunk, rows, strict=True):
+                out[i] = row
+            start += len(chunk)
         return out
+
+    def _search_chunk(self, chunk: list[str], k: int) -> list[list[Passage]]:
+        data = self._post("/retrieve", {"queries": chunk, "topk": k, "return_scores": True})
+        result = data.get("result") if isinstance(data, dict) else None
+        if not isinstance(result, list) or len(result) != len(chunk):
+            raise RetrievalClientError(f"{self.base_url}/retrieve: expected \"result\" with {len(chunk)} "
+                                       f"lists, got {str(data)[:200]}")
+        rows = []
+        for qi, row in enumerate(result):
+            if not isinstance(row, list):
+                raise RetrievalClientError(f"{self.base_url}/retrieve: result[{qi}] is not a list")
+            rows.append([_passage(item, f"result[{qi}][{j}]") for j, item in enumerate(row[:k])])
+        return rows
 
     def health(self) -> dict[str, Any]:
         r = self._http.get(self.base_url + "/health")

@@ -115,8 +115,12 @@ class Docstore:
 
     def get(self, i: int, score: float = 0.0) -> Passage:
         start, end = int(self.offsets[i]), int(self.offsets[i + 1])
-        obj = json.loads(os.pread(self._fd, end - start, start))
-        return Passage.from_contents(obj["id"], obj["contents"], score)
+        try:
+            obj = json.loads(os.pread(self._fd, end - start, start))
+            return Passage.from_contents(obj["id"], obj["contents"], score)
+        except (ValueError, KeyError, TypeError) as e:  # a docstore edited in place keeps its size
+            raise DataError(f"{self.path}: passage {i} (bytes {start}-{end}) is corrupt ({type(e).__name__}: "
+                            f"{e}); rebuild the index") from None
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -224,11 +224,19 @@ def load_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True, devi
     if meta["kind"] == "bm25":
         from awarl.retrieval.bm25 import BM25Retriever
 
-        retriever = BM25Retriever(index_dir, meta["settings"], docstore, mmap=mmap)
+        try:
+            retriever = BM25Retriever(index_dir, meta["settings"], docstore, mmap=mmap)
+        except (ValueError, OSError, KeyError) as e:  # truncated .npy, corrupt vocab/params JSON
+            raise RetrievalIndexError(f"{index_dir}: the BM25 index files are unreadable ({type(e).__name__}: "
+                                      f"{str(e)[:300]}); rebuild the index") from None
     else:
-        from awarl.retrieval.dense import DenseRetriever, read_faiss
+        from awarl.retrieval.dense import FAISS_FILE, DenseRetriever, read_faiss
 
-        index = read_faiss(index_dir)
+        try:
+            index = read_faiss(index_dir)
+        except RuntimeError as e:  # faiss reports a truncated or corrupt file as RuntimeError
+            raise RetrievalIndexError(f"{index_dir / FAISS_FILE}: unreadable faiss index ({str(e)[:300]}); "
+                                      "rebuild the index") from None
         if index.ntotal != meta["passage_count"]:
             raise RetrievalIndexError(f"{index_dir}: meta says {meta['passage_count']} passages but the faiss "
                                       f"index has {index.ntotal}")

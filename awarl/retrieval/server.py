@@ -54,12 +54,20 @@ class _BadRequest(Exception):
         self.status, self.detail = status, detail
 
 
+def _short(value: Any) -> str:
+    """A bad value echoed in an error, cut so a 1 MB field does not come back whole."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "..."
+
+
 def parse_request(body: bytes, limits: ServerLimits) -> tuple[list[str], int, bool]:
     """Validate a /retrieve body; returns (queries, topk, return_scores) or raises _BadRequest."""
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as e:
         raise _BadRequest(400, f"body is not valid JSON: {e}") from None
+    except RecursionError:  # a deeply nested body must not crash the handler
+        raise _BadRequest(400, "body is not valid JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise _BadRequest(422, "body must be a JSON object with \"queries\"")
     queries = data.get("queries")
@@ -74,16 +82,20 @@ def parse_request(body: bytes, limits: ServerLimits) -> tuple[list[str], int, bo
             raise _BadRequest(422, f"queries[{i}] is empty")
         if len(q) > limits.max_query_chars:
             raise _BadRequest(413, f"queries[{i}] has {len(q)} characters; at most {limits.max_query_chars}")
+        try:  # JSON escapes can carry lone surrogates, which encoders' tokenizers reject
+            q.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _BadRequest(422, f"queries[{i}] is not valid Unicode (lone surrogate)") from None
     topk = data.get("topk")
     if topk is None or topk == 0:
         topk = limits.default_topk
     if isinstance(topk, bool) or not isinstance(topk, int):
-        raise _BadRequest(422, f"\"topk\" must be an integer, got {topk!r}")
+        raise _BadRequest(422, f"\"topk\" must be an integer, got {_short(topk)}")
     if not 1 <= topk <= limits.max_topk:
         raise _BadRequest(422, f"\"topk\" must be in [1, {limits.max_topk}], got {topk}")
     return_scores = data.get("return_scores", False)
     if not isinstance(return_scores, bool):
-        raise _BadRequest(422, f"\"return_scores\" must be true or false, got {return_scores!r}")
+        raise _BadRequest(422, f"\"return_scores\" must be true or false, got {_short(return_scores)}")
     return queries, topk, return_scores
 
 
@@ -149,7 +161,6 @@ class _Batcher:
 
     async def _run(self) -> None:
         assert self.queue is not None
-        loop = asyncio.get_running_loop()
         carry: _Pending | None = None
         while True:
             first = carry or await self.queue.get()
@@ -160,25 +171,47 @@ class _Batcher:
                 by_k.setdefault(p.k, []).append(p)
             for k, items in by_k.items():
                 queries = [q for p in items for q in p.queries]
-                self.batch_calls += 1
                 self.max_merged = max(self.max_merged, len(items))
                 try:
-                    results = await loop.run_in_executor(self.executor, self.retriever.search, queries, k)
-                    if len(results) != len(queries):
-                        raise RuntimeError(f"retriever returned {len(results)} lists for {len(queries)} queries")
-                except Exception as e:  # answered as 500 to each waiting request; the loop goes on
-                    log.exception("search failed")
+                    results = await self._search(queries, k)
+                except Exception as e:
+                    if len(items) == 1:
+                        self._fail(items[0], e)
+                        continue
+                    # One bad request must not fail the others merged with it: search them one by one.
+                    log.warning("merged search of %d requests failed; retrying them one by one", len(items))
                     for p in items:
-                        if not p.future.done():
-                            p.future.set_exception(e)
+                        try:
+                            p_results = await self._search(p.queries, k)
+                        except Exception as e:
+                            self._fail(p, e)
+                            continue
+                        self._answer([p], p_results)
                     continue
-                start = 0
-                for p in items:
-                    if not p.future.done():  # the client may have gone away
-                        p.future.set_result(results[start:start + len(p.queries)])
-                    start += len(p.queries)
-                self.requests += len(items)
-                self.queries += len(queries)
+                self._answer(items, results)
+
+    async def _search(self, queries: list[str], k: int) -> list[list[Passage]]:
+        self.batch_calls += 1
+        results = await asyncio.get_running_loop().run_in_executor(self.executor, self.retriever.search,
+                                                                   queries, k)
+        if len(results) != len(queries):
+            raise RuntimeError(f"retriever returned {len(results)} lists for {len(queries)} queries")
+        return results
+
+    def _fail(self, p: _Pending, e: Exception) -> None:
+        """Answered as 500 to the waiting request; the worker loop goes on."""
+        log.error("search failed: %s: %s", type(e).__name__, e, exc_info=e)
+        if not p.future.done():
+            p.future.set_exception(e)
+
+    def _answer(self, items: list[_Pending], results: list[list[Passage]]) -> None:
+        start = 0
+        for p in items:
+            if not p.future.done():  # the client may have gone away
+                p.future.set_result(results[start:start + len(p.queries)])
+            start += len(p.queries)
+        self.requests += len(items)
+        self.queries += start
 
 
 def make_app(retriever: Retriever, meta: dict[str, Any] | None = None, *, max_batch: int = 64,

@@ -65,5 +65,11 @@ class VLLMBackend:
             lps = [float(step[t].logprob) if step and t in step else 0.0
                    for step, t in zip(comp.logprobs or [None] * len(ids), ids, strict=False)]
             # vLLM stops on the token completing the stop string; `finish` trims and labels uniformly.
-            result.append(finish(ids, lps, self.tokenizer, stop_strings, self.eos))
+            g = finish(ids, lps, self.tokenizer, stop_strings, self.eos)
+            if g.finish_reason == "length" and getattr(comp, "finish_reason", None) == "stop" and \
+                    not isinstance(getattr(comp, "stop_reason", None), str):
+                # vLLM ended on an eos it takes from the model's generation_config (Qwen instruct: also
+                # <|endoftext|>), which the tokenizer's eos may not list: the message ended, it was not cut.
+                g = Generation(g.token_ids, g.logprobs, "eos")
+            result.append(g)
         return result
