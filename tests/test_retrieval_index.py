@@ -261,6 +261,12 @@ def test_changed_corpus_refused_absent_corpus_tolerated(tmp_path: Path, wiki18_s
     with pytest.raises(RetrievalIndexError, match="changed since the index was built"):
         load_index(idx)
     assert load_index(idx, verify_corpus=False).search(["Horatio Hale"], 1)[0][0].title == "Horatio Hale"
+    from awarl.config import RetrievalConfig
+    from awarl.retrieval import load_retriever
+
+    with pytest.raises(RetrievalIndexError, match="changed since the index was built"):
+        load_retriever(RetrievalConfig(index_dir=str(idx)))
+    assert load_retriever(RetrievalConfig(index_dir=str(idx), verify_corpus=False)).search(["Horatio Hale"], 1)
     corpus.unlink()  # an index is self-contained: it still loads and serves without its corpus
     assert load_index(idx).search(["Horatio Hale"], 1)[0][0].title == "Horatio Hale"
 

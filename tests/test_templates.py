@@ -92,3 +92,11 @@ def test_render_prompt_with_and_without_chat_template(tiny_dir):
     tok.chat_template = None
     plain = render_prompt(aw, "Who founded Rush?", tok)
     assert tok.decode(plain) == aw.user_message("Who founded Rush?")
+
+
+def test_search_r1_adds_the_question_mark_its_checkpoints_saw():
+    sr1, aw = load_template("search-r1"), load_template("awarl")
+    assert "Question: who got the first nobel prize in physics?" in sr1.user_message(
+        "who got the first nobel prize in physics")
+    assert sr1.user_message("Who founded Rush?").count("Who founded Rush?") == 1  # no second mark
+    assert aw.user_message("who got it").endswith("Question: who got it")  # awarl passes questions through

@@ -8,7 +8,7 @@ checkpoint's training prompt needs no code. Two ship with awarl:
 - `search-r1`: Search-R1's prompt and information format verbatim (no citations, no abstention).
 
 YAML keys: name, user_prompt (must contain `{question}`), system_prompt, abstention_phrases, citations,
-tags ({think, search, information, cite, answer} -> tag name without brackets), information
+ensure_question_mark (append "?" to a question without one, as Search-R1's data processing does), tags ({think, search, information, cite, answer} -> tag name without brackets), information
 ({prefix, passage, suffix, strip, numbering}); `passage` may use {number}, {title}, {text}, {id}.
 """
 
@@ -79,6 +79,8 @@ class Template(_Frozen):
     system_prompt: str | None = None
     abstention_phrases: tuple[str, ...] = ()
     citations: bool = False
+    # Search-R1's data processing appends "?" to a question that lacks one; its checkpoints saw that.
+    ensure_question_mark: bool = False
     tags: TagNames = Field(default_factory=TagNames)
     information: InformationFormat = Field(default_factory=InformationFormat)
 
@@ -91,6 +93,8 @@ class Template(_Frozen):
 
     # ------------------------------------------------------------------ rendering
     def user_message(self, question: str) -> str:
+        if self.ensure_question_mark and question.strip() and not question.strip().endswith("?"):
+            question = question.strip() + "?"
         # str.replace, not str.format: prompts legitimately contain braces (JSON examples).
         return self.user_prompt.replace("{question}", question)
 

@@ -263,7 +263,7 @@ def load_retriever(cfg: RetrievalConfig) -> Retriever:
         settings = {"model": cfg.embedding_model} if cfg.kind == "dense" else {}
         log.info("building %s index %s from %s", cfg.kind, index_dir, cfg.corpus)
         build_index(cfg.corpus, cfg.kind, index_dir, **settings)
-    retriever = load_index(index_dir)
+    retriever = load_index(index_dir, verify_corpus=cfg.verify_corpus)
     kind = retriever.meta["kind"]
     if kind != cfg.kind:
         raise ConfigError(f"retrieval.kind: {cfg.kind} but {index_dir} is a {kind} index")
