@@ -53,20 +53,26 @@ def append_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
         os.fsync(f.fileno())
 
 
-def iter_jsonl(path: str | os.PathLike, *, on_error: str = "fail",
-               errors: list[str] | None = None) -> Iterator[tuple[int, dict]]:
-    """Yield (line_number, object) for each non-empty line. A bad line raises DataError naming the file and
-    line (on_error="fail") or is recorded in `errors` and skipped (on_error="skip"). A truncated last line
-    (a killed writer) is treated the same way."""
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
+def iter_jsonl(path: str | os.PathLike, *, on_error: str = "fail", errors: list[str] | None = None,
+               objects_only: bool = True) -> Iterator[tuple[int, Any]]:
+    """Yield (line number, parsed value) of each non-blank JSON line.
+
+    One bad line (not UTF-8, not JSON, too deeply nested, or - with `objects_only` - not a JSON object, such
+    as a truncated last line from a killed writer) never aborts the whole file: it raises DataError naming
+    `file:LINE` (on_error="fail") or is recorded in `errors` and skipped (on_error="skip"). A UTF-8
+    byte-order mark on the first line (files exported on Windows) is ignored.
+    """
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            if not raw.strip():
                 continue
             try:
-                obj = json.loads(line)
-                if not isinstance(obj, dict):
+                obj = json.loads(raw.decode("utf-8"))
+                if objects_only and not isinstance(obj, dict):
                     raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
-            except ValueError as e:
+            except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
                 msg = f"{path}:{n}: malformed JSON line: {e}"
                 if on_error == "fail":
                     raise DataError(msg) from None

@@ -18,7 +18,7 @@ from typing import Any
 
 from awarl.data.formats import CONVERTERS, DEFAULT_DATASET, FORMATS, RecordError, sniff_record
 from awarl.data.types import QAExample
-from awarl.io import DataError, shipped_data_dir
+from awarl.io import DataError, iter_jsonl, shipped_data_dir
 
 log = logging.getLogger(__name__)
 
@@ -136,37 +136,8 @@ def _records(path: Path, on_error: str, errors: list[str]) -> Iterator[tuple[str
         for i, rec in enumerate(data):
             yield f"{path}: record {i}", rec
     else:
-        for n, rec in read_jsonl_lines(path, on_error=on_error, errors=errors):
+        for n, rec in iter_jsonl(path, on_error=on_error, errors=errors):
             yield f"{path}:{n}", rec
-
-
-def read_jsonl_lines(path: str | os.PathLike, *, on_error: str = "fail", errors: list[str] | None = None,
-                     objects_only: bool = True) -> Iterator[tuple[int, Any]]:
-    """Yield (line number, parsed value) of each non-blank JSON line.
-
-    Unlike a text-mode reader, one line that is not UTF-8, too deeply nested or not JSON cannot abort the
-    whole file: it raises DataError naming `file:LINE` (on_error="fail") or is recorded in `errors` and
-    skipped ("skip"). A UTF-8 byte-order mark on the first line (files exported on Windows) is ignored,
-    as format detection already ignores it. `objects_only` also rejects lines that are not JSON objects.
-    """
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, 1):
-            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw.decode("utf-8"))
-                if objects_only and not isinstance(obj, dict):
-                    raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
-            except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
-                msg = f"{path}:{n}: malformed JSON line: {e}"
-                if on_error == "fail":
-                    raise DataError(msg) from None
-                if errors is not None:
-                    errors.append(msg)
-                continue
-            yield n, obj
 
 
 def _default_dataset(path: Path, fmt: str) -> str | None:

@@ -166,12 +166,12 @@ def judge_trajectories(judge: Any, items: list[tuple[str, Any, str]], inferred_w
 
 def read_done(path: Path) -> dict[str, dict]:
     """Finished predictions keyed by (dataset, id); a torn last line from a killed run is ignored."""
-    from awarl.data.loaders import read_jsonl_lines
+    from awarl.io import iter_jsonl
 
     if not path.exists():
         return {}
     errors: list[str] = []
-    done = {f"{r['dataset']}/{r['id']}": r for _, r in read_jsonl_lines(path, on_error="skip", errors=errors)
+    done = {f"{r['dataset']}/{r['id']}": r for _, r in iter_jsonl(path, on_error="skip", errors=errors)
             if "id" in r and "dataset" in r}
     for e in errors:
         log.warning("ignoring unreadable line (an interrupted write?): %s", e)

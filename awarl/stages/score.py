@@ -229,7 +229,7 @@ def macro_critic(per_dataset: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def score_file(path: str | os.PathLike, out_dir: str | os.PathLike | None, cfg: AwarlConfig) -> dict[str, Any]:
     """Score a predictions JSONL and write results.json / results.md / results.png into `out_dir`
     (default: the predictions file's folder). Returns the results dict."""
-    from awarl.data.loaders import read_jsonl_lines
+    from awarl.io import iter_jsonl
     from awarl.report import write_report
 
     path = Path(path)
@@ -237,9 +237,8 @@ def score_file(path: str | os.PathLike, out_dir: str | os.PathLike | None, cfg: 
         raise FileNotFoundError(f"predictions file not found: {path}")
     errors: list[str] = []
     rows, lines = [], []
-    # Not awarl.io.iter_jsonl: a line that is not UTF-8 must be skipped like any other bad line, not abort
-    # the whole file.
-    for n, obj in read_jsonl_lines(path, on_error="skip", errors=errors):
+    # A line that is not UTF-8 or not JSON is skipped and named like any other bad line.
+    for n, obj in iter_jsonl(path, on_error="skip", errors=errors):
         rows.append(obj)
         lines.append(n)
     results = score_predictions(rows, cfg.metrics, list(cfg.agent.abstention_phrases), seed=cfg.run.seed,
