@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 class DataError(ValueError):
@@ -42,10 +45,42 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> int:
     return len(lines)
 
 
+def repair_torn_tail(path: str | os.PathLike) -> int:
+    """Cut a partial last line (a writer killed mid-line) so the next append starts on a fresh line instead
+    of being glued to the fragment and lost. Returns the number of bytes removed (0 when the file is whole:
+    checking costs one byte read)."""
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size == 0:
+        return 0
+    size = path.stat().st_size
+    with open(path, "rb+") as f:
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return 0
+        # Scan back for the last newline in blocks (the torn line can be long: a whole trajectory).
+        pos, keep = size, 0
+        while pos > 0:
+            start = max(0, pos - (1 << 16))
+            f.seek(start)
+            block = f.read(pos - start)
+            nl = block.rfind(b"\n")
+            if nl >= 0:
+                keep = start + nl + 1
+                break
+            pos = start
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+    log.warning("%s: removed a partial last line (%d bytes) left by an interrupted run", path, size - keep)
+    return size - keep
+
+
 def append_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
-    """Append complete lines and fsync: a killed process loses at most the rows not yet appended."""
+    """Append complete lines and fsync: a killed process loses at most the rows not yet appended. A torn
+    last line left by an earlier kill is removed first, so it never swallows the first new row."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    repair_torn_tail(path)
     with open(path, "a", encoding="utf-8") as f:
         for r in rows:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")

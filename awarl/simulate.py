@@ -27,6 +27,7 @@ import numpy as np
 
 from awarl.config import AwarlConfig, RewardConfig, SimulateConfig, save_resolved
 from awarl.io import atomic_write_json, atomic_write_text
+from awarl.metrics import ra_f1
 from awarl.rewards import abstention as A
 from awarl.rewards.strategies import abstain_reward
 
@@ -60,10 +61,6 @@ def _logit(p: np.ndarray) -> np.ndarray:
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))  # overflow-free logistic
-
-
-def ra_f1(precision: float, accuracy: float) -> float:
-    return 2 * precision * accuracy / (precision + accuracy) if precision + accuracy > 0 else 0.0
 
 
 def make_population(sc: SimulateConfig, rng: np.random.Generator) -> Population:

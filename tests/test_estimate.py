@@ -13,11 +13,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from awarl.config import config_from_dict  # noqa: E402
-from awarl.data.types import QAExample  # noqa: E402
+from awarl.data.types import QAExample, example_key  # noqa: E402
 from awarl.io import DataError, shipped_data_dir  # noqa: E402
 from awarl.stages.estimate import (  # noqa: E402
     estimate_row,
-    example_key,
     join_p,
     read_estimates,
     run_estimate,

@@ -6,7 +6,8 @@ import json
 
 from awarl.cli import main
 from awarl.config import RewardConfig
-from awarl.simulate import dead_zone, ra_f1
+from awarl.metrics import ra_f1
+from awarl.simulate import dead_zone
 
 
 def test_simulate_penalty_pulls_toward_rho_hat_and_plateau_rises_with_gamma(tmp_path):

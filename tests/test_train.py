@@ -198,8 +198,8 @@ def test_reward_statistics_are_logged(trained):
 
 
 def test_p_from_estimate_file_sets_refusal_reward(trained):
+    from awarl.data.types import example_key
     from awarl.rewards import abstention as A
-    from awarl.stages.estimate import example_key
 
     cfg = trained["cfg"]
     r = cfg.reward

@@ -6,6 +6,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
+def example_key(dataset: str, qid: str) -> str:
+    """A question's key everywhere it is joined: estimate file, training rows, reward, predictions
+    (ids alone collide across datasets: Search-R1 reuses `train_N` for NQ and HotpotQA)."""
+    return f"{dataset}/{qid}"
+
+
 @dataclass
 class Paragraph:
     """One context paragraph shipped with a question (HotpotQA/2Wiki/MuSiQue contexts)."""

@@ -66,21 +66,22 @@ def plan_text(cfg: AwarlConfig, out: Path) -> str:
         f"  expected time: about 4-8 minutes on 2 CPU cores; everything is offline.\n")
 
 
-def split_questions(cfg: AwarlConfig) -> tuple[list, list]:
-    """(training questions, evaluation questions), disjoint; eval = the seeded `eval.limit` subsample."""
+def split_questions(cfg: AwarlConfig) -> tuple[list, list, list]:
+    """(warm-up pool, training questions, evaluation questions). The evaluation questions are the seeded
+    `eval.limit` subsample `awarl eval` would take; the pool is every other shipped dev question (the
+    warm-up imitates the teacher on all of them) and the training questions are drawn from it."""
+    import random
+
     from awarl.data.loaders import load_shipped
-    from awarl.stages.estimate import example_key
+    from awarl.data.types import example_key
     from awarl.stages.evaluate import load_eval_set
 
     eval_set = load_eval_set(cfg)
     held_out = {example_key(e.dataset, e.id) for e in eval_set.examples}
-    pool = [e for ds in cfg.eval.datasets for e in load_shipped(ds, seed=cfg.run.seed)
+    pool = [e for ds in cfg.eval.datasets for e in load_shipped(ds)
             if example_key(e.dataset, e.id) not in held_out]
-    import random
-
-    rng = random.Random(cfg.run.seed)
-    train = rng.sample(pool, min(cfg.demo.train_questions, len(pool)))
-    return train, eval_set.examples
+    train = random.Random(cfg.run.seed).sample(pool, min(cfg.demo.train_questions, len(pool)))
+    return pool, train, eval_set.examples
 
 
 def run_demo(out_dir: str | Path, config: str | Path | None = None, overrides: list[str] | None = None) -> dict:
@@ -99,8 +100,9 @@ def run_demo(out_dir: str | Path, config: str | Path | None = None, overrides: l
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     out = Path(out_dir)
-    ov = [f"run.out_dir={out}", f"train.p_estimates={out / 'p_estimates.jsonl'}",
-          f"train.model={out / 'model' / 'warmup'}", f"estimate.model={out / 'model' / 'warmup'}"]
+    corpus, index_dir, warm_dir = out / "corpus.jsonl", out / "index", out / "model" / "warmup"
+    ov = [f"run.out_dir={out}", f"train.p_estimates={out / 'p_estimates.jsonl'}", f"train.model={warm_dir}",
+          f"estimate.model={warm_dir}", f"retrieval.index_dir={index_dir}", f"retrieval.corpus={corpus}"]
     cfg = load_config(config or default_config_path(), ov + list(overrides or []))
     out.mkdir(parents=True, exist_ok=True)
     save_resolved(cfg, out)
@@ -119,32 +121,20 @@ def run_demo(out_dir: str | Path, config: str | Path | None = None, overrides: l
     t = time.time()
     from awarl.data.corpus import shipped_closed_corpus
 
-    corpus = out / "corpus.jsonl"
     if not corpus.exists():
         shipped_closed_corpus(corpus)
-    index_dir = ensure_index(corpus, "bm25", out / "index")
-    cfg = load_config(config or default_config_path(),
-                      ov + [f"retrieval.index_dir={index_dir}", f"retrieval.corpus={corpus}"] + list(overrides or []))
-    save_resolved(cfg, out)
-    retriever = load_index(index_dir)
+    retriever = load_index(ensure_index(corpus, "bm25", index_dir))
     timer.done("corpus + index", t)
 
-    train_qs, eval_qs = split_questions(cfg)
+    pool, train_qs, eval_qs = split_questions(cfg)
     _say(f"[demo] {len(train_qs)} training questions, {len(eval_qs)} held-out evaluation questions")
 
     # 3. warm-up
     t = time.time()
-    warm_dir = out / "model" / "warmup"
     template = load_template(cfg.agent.template)
     warm_info: dict[str, Any] = {}
     info_path = out / "model" / "warmup_info.json"
     if not (warm_dir / "config.json").exists():
-        from awarl.data.loaders import load_shipped
-        from awarl.stages.estimate import example_key
-
-        held_out = {example_key(e.dataset, e.id) for e in eval_qs}
-        pool = [e for ds in cfg.eval.datasets for e in load_shipped(ds)
-                if example_key(e.dataset, e.id) not in held_out]
         warm_info = warmup_to_dir(init_dir, warm_dir, pool, retriever, template, topk=cfg.retrieval.topk,
                                   steps=cfg.demo.warmup_steps, batch_size=cfg.demo.warmup_batch_size,
                                   lr=cfg.demo.warmup_lr, seed=cfg.run.seed, max_len=cfg.demo.warmup_max_len,

@@ -21,18 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from awarl.config import AwarlConfig, DataFile, save_resolved
-from awarl.data.types import QAExample
+from awarl.data.types import QAExample, example_key
 from awarl.io import DataError, append_jsonl, iter_jsonl, repo_root
 from awarl.metrics import Outcome
 
 log = logging.getLogger(__name__)
 
 OUTCOME_KEYS: tuple[str, ...] = tuple(o.value for o in Outcome)
-
-
-def example_key(dataset: str, qid: str) -> str:
-    """The join key of a question across the estimate file, the training dataset and the reward."""
-    return f"{dataset}/{qid}"
 
 
 def resolve_data_path(path: str | os.PathLike) -> Path:
@@ -123,21 +118,6 @@ def read_estimates(path: str | os.PathLike) -> dict[str, dict]:
     return out
 
 
-def _drop_torn_tail(path: Path) -> None:
-    """Cut an unterminated last line before appending, so new rows never glue onto a torn one."""
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    data = path.read_bytes()
-    if data.endswith(b"\n"):
-        return
-    keep = data.rfind(b"\n") + 1
-    log.warning("%s: removing a torn last line (%d bytes) left by an interrupted run", path, len(data) - keep)
-    with open(path, "r+b") as f:
-        f.truncate(keep)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def join_p(examples: Sequence[QAExample], estimates: dict[str, dict]) -> tuple[list[float | None], int]:
     """p_i per example (None where the estimate file has no row) and how many are missing."""
     ps: list[float | None] = []
@@ -170,7 +150,6 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
                  len(examples), out)
     if not todo:
         return out
-    _drop_torn_tail(out)
     if engine is None:
         engine = _build_engine(cfg, model, tokenizer, retriever)
     # One batch holds whole questions (all K samples of each), so a finished batch is a set of finished rows.

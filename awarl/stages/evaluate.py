@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import platform
 import time
 from collections.abc import Callable
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from awarl.config import AwarlConfig, save_resolved
-from awarl.data.types import QAExample
+from awarl.data.types import QAExample, example_key
 from awarl.io import append_jsonl, atomic_write_json, file_sha256
 from awarl.metrics import Outcome, classify_outcome
 
@@ -171,8 +170,8 @@ def read_done(path: Path) -> dict[str, dict]:
     if not path.exists():
         return {}
     errors: list[str] = []
-    done = {f"{r['dataset']}/{r['id']}": r for _, r in iter_jsonl(path, on_error="skip", errors=errors)
-            if "id" in r and "dataset" in r}
+    done = {example_key(str(r["dataset"]), str(r["id"])): r
+            for _, r in iter_jsonl(path, on_error="skip", errors=errors) if "id" in r and "dataset" in r}
     for e in errors:
         log.warning("ignoring unreadable line (an interrupted write?): %s", e)
     return done
@@ -239,13 +238,6 @@ def build_manifest(cfg: AwarlConfig, eval_set: EvalSet, model_ident: dict, retri
         "platform": platform.platform(),
         **(extra or {}),
     }
-
-
-def write_manifest(out_dir: Path, cfg: AwarlConfig, eval_set: EvalSet, model_ident: dict,
-                   retriever_meta: dict | None, extra: dict | None = None) -> dict:
-    manifest = build_manifest(cfg, eval_set, model_ident, retriever_meta, extra)
-    atomic_write_json(out_dir / MANIFEST, manifest)
-    return manifest
 
 
 def _fingerprint(m: dict) -> dict[str, Any]:
@@ -325,36 +317,6 @@ class LiveStats:
         return {"acc": f"{self.correct / n:.3f}", "abstain": f"{self.abstain / n:.3f}"}
 
 
-def repair_torn_tail(path: Path) -> int:
-    """Cut a partial last line (a run killed inside a write) so the next append starts on a fresh line
-    instead of being glued to the fragment and lost. Returns the number of bytes removed."""
-    if not path.is_file():
-        return 0
-    size = path.stat().st_size
-    if size == 0:
-        return 0
-    with open(path, "rb+") as f:
-        f.seek(size - 1)
-        if f.read(1) == b"\n":
-            return 0
-        # Scan back for the last newline in blocks (the torn line can be long: a whole trajectory).
-        pos, keep = size, 0
-        while pos > 0:
-            start = max(0, pos - (1 << 16))
-            f.seek(start)
-            block = f.read(pos - start)
-            nl = block.rfind(b"\n")
-            if nl >= 0:
-                keep = start + nl + 1
-                break
-            pos = start
-        f.truncate(keep)
-        f.flush()
-        os.fsync(f.fileno())
-    log.warning("%s: removed a partial last line (%d bytes) left by an interrupted run", path, size - keep)
-    return size - keep
-
-
 def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfig, out_path: Path, *,
                          batch_size: int, temperature: float, seed: int, top_p: float = 1.0,
                          judge: Any = None, on_batch: Callable[[int], None] | None = None) -> int:
@@ -363,11 +325,10 @@ def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfi
     generated now."""
     from tqdm.auto import tqdm
 
-    repair_torn_tail(out_path)
     done = read_done(out_path)
     # dict.fromkeys: the same question listed twice (two data.eval files) is generated once.
-    todo = list({f"{ex.dataset}/{ex.id}": ex for ex in examples
-                 if f"{ex.dataset}/{ex.id}" not in done}.values())
+    todo = list({example_key(ex.dataset, ex.id): ex for ex in examples
+                 if example_key(ex.dataset, ex.id) not in done}.values())
     if done:
         log.info("resuming: %d of %d questions already in %s", len(examples) - len(todo), len(examples), out_path)
     stats = LiveStats()
@@ -435,10 +396,8 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
     if not eval_set.examples:
         raise ValueError("no evaluation questions: check eval.datasets / data.eval")
     engine = build_engine(cfg, model, tokenizer, retriever)
-    retriever_meta = retriever_identity(retriever)
-    backend_model = getattr(engine.backend, "model", None)
-    manifest = build_manifest(cfg, eval_set, model_identity(model_ref, backend_model), retriever_meta,
-                              {"status": "running"})
+    manifest = build_manifest(cfg, eval_set, model_identity(model_ref, getattr(engine.backend, "model", None)),
+                              retriever_identity(retriever), {"status": "running"})
     check_resumable(out, manifest)
     atomic_write_json(out / MANIFEST, manifest)
     judge = make_judge(cfg.critic, cfg.critic.cache_dir or out / "critic_cache")
@@ -451,18 +410,10 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
     finally:
         if hasattr(judge, "close"):
             judge.close()
-    wanted = {f"{ex.dataset}/{ex.id}" for ex in eval_set.examples}
+    wanted = {example_key(ex.dataset, ex.id) for ex in eval_set.examples}
     rows = [r for k, r in read_done(pred_path).items() if k in wanted]
     results = score_predictions(rows, cfg.metrics, engine.abstention_phrases, seed=cfg.run.seed)
     write_report(results, out)
-    write_manifest(out, cfg, eval_set, model_identity(model_ref, backend_model), retriever_meta,
-                   {"status": "complete", "generated_now": n_new, "seconds": round(time.time() - t0, 1)})
+    manifest.update(status="complete", generated_now=n_new, seconds=round(time.time() - t0, 1))
+    atomic_write_json(out / MANIFEST, manifest)
     return results
-
-
-def predictions_summary(path: str | Path) -> dict[str, int]:
-    """Outcome counts of a predictions file (for logs and tests)."""
-    counts: dict[str, int] = {}
-    for r in read_done(Path(path)).values():
-        counts[r.get("outcome", "?")] = counts.get(r.get("outcome", "?"), 0) + 1
-    return counts

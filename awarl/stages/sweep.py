@@ -38,7 +38,8 @@ from awarl.io import atomic_write_json, atomic_write_text
 
 log = logging.getLogger(__name__)
 
-FINAL_RESULTS = ("eval/final/results.json", "eval_final/results.json", "results.json")
+# Where `awarl train` writes its final evaluation (awarl/stages/train.py).
+FINAL_RESULTS = Path("eval") / "final" / "results.json"
 
 
 class SweepSpec(BaseModel):
@@ -157,11 +158,8 @@ def write_scripts(spec: SweepSpec, runs: list[dict]) -> list[Path]:
 
 
 def find_results(run_dir: str | Path) -> Path | None:
-    for rel in FINAL_RESULTS:
-        p = Path(run_dir) / rel
-        if p.is_file():
-            return p
-    return None
+    p = Path(run_dir) / FINAL_RESULTS
+    return p if p.is_file() else None
 
 
 def run_local(spec: SweepSpec, runs: list[dict], dry_run: bool = False) -> dict[str, int]:

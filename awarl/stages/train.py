@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from awarl.config import AwarlConfig, ConfigError, save_resolved
-from awarl.data.types import QAExample
-from awarl.stages.estimate import example_key, join_p, load_train_examples, read_estimates
+from awarl.data.types import QAExample, example_key
+from awarl.stages.estimate import join_p, load_train_examples, read_estimates
 
 log = logging.getLogger(__name__)
 
