@@ -7,7 +7,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,19 @@ def append_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
         f.flush()
         os.fsync(f.fileno())
+
+
+def pending_batches(items: Sequence[Any], size: int, is_done: Callable[[Any], bool]
+                    ) -> Iterator[tuple[int, list[Any]]]:
+    """(start, unfinished items) of each batch of `size` cut from the WHOLE list, skipping finished batches.
+
+    Resumable jobs append one batch at a time, so a killed run loses whole batches; cutting from the whole
+    list (not from what is left) lets its rerun draw the same batches, and seeding a batch by `start` then
+    makes the rerun's samples equal those of an uninterrupted run."""
+    for start in range(0, len(items), size):
+        batch = [x for x in items[start:start + size] if not is_done(x)]
+        if batch:
+            yield start, batch
 
 
 def iter_jsonl(path: str | os.PathLike, *, on_error: str = "fail", errors: list[str] | None = None,

@@ -92,6 +92,44 @@ def test_eval_end_to_end_with_server_resume_and_manifest(tmp_path, tiny_dir, ser
     assert (out / "resolved_config.yaml").exists()
 
 
+def test_sampled_eval_resumed_after_kill_equals_uninterrupted_run(tmp_path, tiny_dir, shipped_bm25_dir):
+    """At temperature > 0 a rerun after a kill must draw the samples an uninterrupted run draws: batches are
+    cut from the whole question list and seeded by their position in it, not by what is left."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from awarl.retrieval import load_index
+    from awarl.stages.evaluate import generate_predictions
+
+    cfg = load_config(None, ["agent.max_new_tokens_per_turn=10", "agent.max_trajectory_tokens=120",
+                             "critic.judge=none"])
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    engine = build_engine(cfg, AutoModelForCausalLM.from_pretrained(tiny_dir), tok, load_index(shipped_bm25_dir))
+    examples = load_shipped("hotpotqa", limit=6, seed=0)
+    kw = dict(batch_size=2, temperature=1.0, seed=3)
+
+    whole = tmp_path / "whole.jsonl"
+    assert generate_predictions(engine, examples, cfg, whole, **kw) == 6
+
+    def kill_after_second(i):
+        if i == 1:
+            raise KeyboardInterrupt
+
+    resumed = tmp_path / "resumed.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        generate_predictions(engine, examples, cfg, resumed, on_batch=kill_after_second, **kw)
+    assert len(read_lines(resumed)) == 4
+    assert generate_predictions(engine, examples, cfg, resumed, **kw) == 2
+
+    def responses(path):
+        return {r["id"]: r["trajectory"]["response"] for r in read_lines(path)}
+
+    assert responses(resumed) == responses(whole)
+    # ...and the samples do depend on the seed, so the equality above is not trivial.
+    other = tmp_path / "other.jsonl"
+    generate_predictions(engine, examples, cfg, other, **{**kw, "seed": 4})
+    assert responses(other) != responses(whole)
+
+
 # ---------------------------------------------------------------- scripted replay through the real loop
 def scripted_cases():
     """Two questions per dataset with scripted model turns and the outcome each must get."""

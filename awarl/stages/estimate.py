@@ -22,7 +22,7 @@ from typing import Any
 
 from awarl.config import AwarlConfig, DataFile, save_resolved
 from awarl.data.types import QAExample, example_key
-from awarl.io import DataError, append_jsonl, iter_jsonl, repo_root
+from awarl.io import DataError, append_jsonl, iter_jsonl, pending_batches, repo_root
 from awarl.metrics import Outcome
 
 log = logging.getLogger(__name__)
@@ -155,12 +155,13 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
     # One batch holds whole questions (all K samples of each), so a finished batch is a set of finished rows.
     per_batch = max(1, cfg.generation.batch_size // k)
     bar = tqdm(total=len(examples), initial=len(examples) - len(todo), desc="estimate p_i", unit="q")
-    total_correct = 0
-    for b, start in enumerate(range(0, len(todo), per_batch)):
-        batch = todo[start:start + per_batch]
+    total_correct = n_new = 0
+    # Seeded by position in the whole list: a rerun after a kill draws what an uninterrupted run would.
+    batches = pending_batches(examples, per_batch, lambda ex: example_key(ex.dataset, ex.id) in done)
+    for b, (start, batch) in enumerate(batches):
         questions = [ex.question for ex in batch for _ in range(k)]
         trajs = engine.run(questions, temperature=cfg.estimate.temperature, top_p=cfg.generation.top_p,
-                           seed=cfg.run.seed + len(examples) - len(todo) + start)
+                           seed=cfg.run.seed + start)
         if len(trajs) != len(questions):
             raise RuntimeError(f"rollout engine returned {len(trajs)} trajectories for {len(questions)} requests")
         rows = []
@@ -171,8 +172,9 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
             rows.append(estimate_row(ex, outcomes))
         append_jsonl(out, rows)
         total_correct += sum(r["correct"] for r in rows)
+        n_new += len(batch)
         bar.update(len(batch))
-        bar.set_postfix(mean_p=f"{total_correct / (k * min(start + per_batch, len(todo))):.3f}")
+        bar.set_postfix(mean_p=f"{total_correct / (k * n_new):.3f}")
         if on_batch:
             on_batch(b)
     bar.close()

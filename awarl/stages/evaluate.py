@@ -26,7 +26,7 @@ from typing import Any
 
 from awarl.config import AwarlConfig, save_resolved
 from awarl.data.types import QAExample, example_key
-from awarl.io import append_jsonl, atomic_write_json, file_sha256
+from awarl.io import append_jsonl, atomic_write_json, file_sha256, pending_batches
 from awarl.metrics import Outcome, classify_outcome
 
 log = logging.getLogger(__name__)
@@ -326,18 +326,18 @@ def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfi
     from tqdm.auto import tqdm
 
     done = read_done(out_path)
-    # dict.fromkeys: the same question listed twice (two data.eval files) is generated once.
-    todo = list({example_key(ex.dataset, ex.id): ex for ex in examples
-                 if example_key(ex.dataset, ex.id) not in done}.values())
+    # The same question listed twice (two data.eval files) is generated once.
+    unique = list({example_key(ex.dataset, ex.id): ex for ex in examples}.values())
+    n_todo = sum(example_key(ex.dataset, ex.id) not in done for ex in unique)
     if done:
-        log.info("resuming: %d of %d questions already in %s", len(examples) - len(todo), len(examples), out_path)
+        log.info("resuming: %d of %d questions already in %s", len(unique) - n_todo, len(unique), out_path)
     stats = LiveStats()
     for r in done.values():
         stats.add(r.get("outcome", ""))
-    bar = tqdm(total=len(examples), initial=len(examples) - len(todo), desc="eval", unit="q")
+    bar = tqdm(total=len(unique), initial=len(unique) - n_todo, desc="eval", unit="q")
     bar.set_postfix(stats.postfix())
-    for start in range(0, len(todo), batch_size):
-        batch = todo[start:start + batch_size]
+    # Seeded by position in the whole list: a rerun after a kill draws what an uninterrupted run would.
+    for start, batch in pending_batches(unique, batch_size, lambda ex: example_key(ex.dataset, ex.id) in done):
         trajs = engine.run([ex.question for ex in batch], temperature=temperature, top_p=top_p,
                            seed=seed + start)
         rows = [trajectory_record(ex, t, cfg, engine.abstention_phrases)
@@ -355,7 +355,7 @@ def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfi
         if on_batch:
             on_batch(start // batch_size)
     bar.close()
-    return len(todo)
+    return n_todo
 
 
 def build_engine(cfg: AwarlConfig, model: Any, tokenizer: Any, retriever: Any) -> Any:
