@@ -56,9 +56,9 @@ class TRLVLLMBackend:
         if not prompts:
             return []
         extra = {"stop": list(stop_strings), "include_stop_str_in_output": True}
-        if seed is not None:
-            extra["seed"] = seed
         if self._client is not None:
+            # No seed in server mode: vLLM would apply a request's one seed to every prompt in it, and the
+            # repeated prompts of a GRPO group would all get the same completion.
             out = self._client.generate(prompts=prompts, n=1, temperature=temperature, top_p=top_p,
                                         max_tokens=max_new_tokens, logprobs=0, generation_kwargs=extra)
             ids_list = out["completion_ids"]
@@ -68,8 +68,10 @@ class TRLVLLMBackend:
             from vllm import SamplingParams
 
             llm = self.trainer.vllm_generation.llm
-            params = SamplingParams(n=1, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens,
-                                    logprobs=0, **extra)
+            # One seed per prompt (seed + index), as in awarl's VLLMBackend: a shared one would collapse groups.
+            params = [SamplingParams(n=1, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens,
+                                     logprobs=0, seed=None if seed is None else seed + i, **extra)
+                      for i in range(len(prompts))]
             res = llm.generate([{"prompt_token_ids": p} for p in prompts], sampling_params=params, use_tqdm=False)
             ids_list, lps_list = [], []
             for r in res:
