@@ -105,7 +105,9 @@ class GenerationConfig(Section):
 # ----------------------------------------------------------------------------------------- metrics
 class MetricsConfig(Section):
     correctness: Literal["em", "f1", "cover_em", "judge"] = Field("em", description="How an answer is judged "
-                                                                   "correct (SPEC section 3).")
+                                                                   "correct (SPEC section 3). judge: an LLM "
+                                                                   "grader at critic.base_url/critic.model "
+                                                                   "decides what exact match does not settle.")
     f1_threshold: float = Field(0.8, ge=0.0, le=1.0, description="correctness=f1: token F1 needed.")
     bootstrap_samples: int = Field(1000, ge=0, description="Bootstrap resamples for 95% CIs (0 = off).")
 

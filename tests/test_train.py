@@ -256,10 +256,10 @@ def test_live_policy_rollout_one_step(tmp_path, tiny_dir, closed_index, train_ex
         adapter = trainer.rollout_func
         orig = adapter.collate
 
-        def spy(rows, trajs, tr=None):
+        def spy(rows, trajs, tr=None, grades=None):
             seen["training_mode_after"] = trainer.model.training
             seen["trajs"] = trajs
-            return orig(rows, trajs, tr)
+            return orig(rows, trajs, tr, grades)
 
         adapter.collate = spy
 

@@ -1,4 +1,5 @@
-"""Citation judge backed by any OpenAI-compatible `/v1/chat/completions` endpoint (vLLM, a provider, ...).
+"""Judges backed by any OpenAI-compatible `/v1/chat/completions` endpoint (vLLM, a provider, ...): the
+citation critic (`verify`) and, for `metrics.correctness: judge`, the answer grader (`grade_answers`).
 
 The prompt follows the critic-loop article: the critic is a narrow verifier, not a second writer; it checks
 every claim of the answer against the ORIGINAL retrieved passages (never summaries) and labels it grounded,
@@ -20,19 +21,29 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 from pydantic import ValidationError
 
 from awarl.config import CriticConfig
-from awarl.critic.schema import CriticInput, CriticOutput, critic_output_json_schema
+from awarl.critic.schema import (
+    AnswerCheck,
+    AnswerVerdict,
+    CriticInput,
+    CriticOutput,
+    answer_verdict_json_schema,
+    critic_output_json_schema,
+)
 from awarl.io import atomic_write_json
 
 log = logging.getLogger(__name__)
 
 PROMPT_VERSION = "awarl-critic/1"  # part of the cache key: changing the prompt invalidates old verdicts
+Verdict = TypeVar("Verdict", CriticOutput, AnswerVerdict)
 
 SYSTEM_PROMPT = """You are a citation critic for a question-answering search agent. You do not write or \
 improve answers; you only verify them.
@@ -65,6 +76,27 @@ def build_messages(item: CriticInput) -> list[dict]:
     user = (f"QUESTION:\n{item.question}\n\nANSWER:\n{item.answer}\n\nCITED PASSAGES: {cited}\n\n"
             f"ALL RETRIEVED PASSAGES (original text):\n{_format_passages(item.passages)}")
     return [{"role": "system", "content": SYSTEM_PROMPT.format(schema=schema)},
+            {"role": "user", "content": user}]
+
+
+GRADER_PROMPT = """You grade a question-answering system. Decide whether the PREDICTION gives the same \
+answer to the QUESTION as at least one of the GOLD ANSWERS.
+
+Count as the same answer: differences of spelling, capitalisation, punctuation, articles, abbreviations, \
+word order, units written differently, or extra words that do not change the answer (for example "the \
+city of Paris" for "Paris"). Count as a different answer: another entity, number or date; a prediction \
+that hedges between several answers; one that adds a claim contradicting the gold answer. Judge against \
+the gold answers only, not against what you believe the true answer is.
+
+Reply with one JSON object and nothing else, matching this JSON schema:
+{schema}"""
+
+
+def build_grader_messages(item: AnswerCheck) -> list[dict]:
+    schema = json.dumps(answer_verdict_json_schema(), separators=(",", ":"))
+    golds = "\n".join(f"- {a}" for a in item.answers)
+    user = f"QUESTION:\n{item.question}\n\nGOLD ANSWERS:\n{golds}\n\nPREDICTION:\n{item.prediction}"
+    return [{"role": "system", "content": GRADER_PROMPT.format(schema=schema)},
             {"role": "user", "content": user}]
 
 
@@ -110,30 +142,29 @@ class OpenAIJudge:
     def _cache_path(self, key: str) -> Path | None:
         return self.cache_dir / key[:2] / f"{key}.json" if self.cache_dir else None
 
-    def _cache_get(self, key: str) -> CriticOutput | None:
+    def _cache_get(self, key: str, kind: type[Verdict]) -> Verdict | None:
         path = self._cache_path(key)
         if path is None or not path.is_file():
             return None
         try:
-            return CriticOutput.model_validate(json.loads(path.read_text(encoding="utf-8")))
+            return kind.model_validate(json.loads(path.read_text(encoding="utf-8")))
         except (ValueError, ValidationError, OSError):
             log.warning("ignoring unreadable critic cache entry %s", path)
             return None
 
-    def _cache_put(self, key: str, out: CriticOutput) -> None:
+    def _cache_put(self, key: str, out: CriticOutput | AnswerVerdict) -> None:
         path = self._cache_path(key)
         if path is not None:
             atomic_write_json(path, out.model_dump(mode="json"))
 
     # ---------------------------------------------------------------------------------- request
-    def _request(self, messages: list[dict]) -> CriticOutput:
+    def _request(self, messages: list[dict], kind: type[Verdict], schema_name: str, schema: dict) -> Verdict:
         body = {
             "model": self.cfg.model,
             "messages": messages,
             "temperature": 0.0,
             "max_tokens": self.cfg.max_tokens,
-            "response_format": {"type": "json_schema",
-                                "json_schema": {"name": "critic_output", "schema": critic_output_json_schema()}},
+            "response_format": {"type": "json_schema", "json_schema": {"name": schema_name, "schema": schema}},
         }
         delay = self.cfg.backoff_s
         last: Exception | None = None
@@ -157,34 +188,44 @@ class OpenAIJudge:
                 raise JudgeResponseError(f"response of {len(resp.content)} bytes exceeds max_response_bytes")
             try:
                 content = resp.json()["choices"][0]["message"]["content"]
-                return CriticOutput.model_validate(_extract_json(content))
+                return kind.model_validate(_extract_json(content))
             except (ValueError, KeyError, IndexError, TypeError, ValidationError) as e:
                 raise JudgeResponseError(f"reply does not match the verdict schema: {str(e)[:300]}") from None
         raise TimeoutError(f"no answer after {self.cfg.retries + 1} attempt(s): {last}")
 
-    def _verify_one(self, item: CriticInput) -> CriticOutput | None:
-        messages = build_messages(item)
+    def _call(self, messages: list[dict], kind: type[Verdict], schema_name: str, schema: dict) -> Verdict | None:
+        """The cached verdict, or a new one; None when it failed (counted, never raised into training)."""
         key = self.cache_key(messages)
-        cached = self._cache_get(key)
+        cached = self._cache_get(key, kind)
         if cached is not None:
             with self._lock:
                 self.cache_hits += 1
             return cached
         try:
-            out = self._request(messages)
+            out = self._request(messages, kind, schema_name, schema)
         except Exception as e:  # never raise into training: count and move on
             reason = type(e).__name__
             with self._lock:
                 self.failures += 1
                 self.failure_reasons[reason] += 1
-            log.warning("critic judge failed (%s): %s", reason, e)
+            log.warning("%s judge failed (%s): %s", schema_name, reason, e)
             return None
         self._cache_put(key, out)
         return out
 
-    def verify(self, items: list[CriticInput]) -> list[CriticOutput | None]:
+    def _map(self, fn: Callable[[Any], Any], items: list) -> list:
         if not items:
             return []
-        workers = min(self.cfg.concurrency, len(items))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(self._verify_one, items))
+        with ThreadPoolExecutor(max_workers=min(self.cfg.concurrency, len(items))) as pool:
+            return list(pool.map(fn, items))
+
+    def verify(self, items: list[CriticInput]) -> list[CriticOutput | None]:
+        """Citation verdicts (SPEC section 5), one per item; None where the judge failed."""
+        return self._map(lambda it: self._call(build_messages(it), CriticOutput, "critic_output",
+                                               critic_output_json_schema()), items)
+
+    def grade_answers(self, items: list[AnswerCheck]) -> list[bool | None]:
+        """Whether each prediction is the same answer as a gold one; None where the judge failed."""
+        verdicts = self._map(lambda it: self._call(build_grader_messages(it), AnswerVerdict, "answer_verdict",
+                                                   answer_verdict_json_schema()), items)
+        return [None if v is None else v.correct for v in verdicts]

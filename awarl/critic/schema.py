@@ -53,6 +53,21 @@ class CriticInput(BaseModel):
     passages: list[PassageRef] = Field(default_factory=list, description="Every passage retrieved, original text.")
 
 
+class AnswerCheck(BaseModel):
+    """One answer to grade under `metrics.correctness: judge`: is `prediction` the same answer as a gold one?"""
+
+    question: str
+    prediction: str
+    answers: list[str] = Field(..., min_length=1, description="Gold answers (aliases).")
+
+
+class AnswerVerdict(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    correct: bool
+    reason: str = ""
+
+
 class Judge(Protocol):
     failures: int
 
@@ -86,5 +101,15 @@ def critic_output_json_schema() -> dict:
             "flags": {"type": "array", "items": {"type": "string"}},
         },
         "required": ["verified_claims", "overall_groundedness", "flags"],
+        "additionalProperties": False,
+    }
+
+
+def answer_verdict_json_schema() -> dict:
+    """JSON schema of AnswerVerdict (closed, for constrained decoding like the critic's)."""
+    return {
+        "type": "object",
+        "properties": {"correct": {"type": "boolean"}, "reason": {"type": "string"}},
+        "required": ["correct", "reason"],
         "additionalProperties": False,
     }

@@ -136,7 +136,8 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
     Tests and callers that already hold an engine/model can pass them in."""
     from tqdm.auto import tqdm
 
-    from awarl.stages.evaluate import trajectory_outcome
+    from awarl.critic.correctness import make_answer_grader
+    from awarl.stages.evaluate import grade_trajectories, trajectory_outcome
 
     out = default_estimates_path(cfg)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -156,28 +157,38 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
     per_batch = max(1, cfg.generation.batch_size // k)
     bar = tqdm(total=len(examples), initial=len(examples) - len(todo), desc="estimate p_i", unit="q")
     total_correct = n_new = 0
-    # Seeded by position in the whole list: a rerun after a kill draws what an uninterrupted run would.
-    batches = pending_batches(examples, per_batch, lambda ex: example_key(ex.dataset, ex.id) in done)
-    for b, (start, batch) in enumerate(batches):
-        questions = [ex.question for ex in batch for _ in range(k)]
-        trajs = engine.run(questions, temperature=cfg.estimate.temperature, top_p=cfg.generation.top_p,
-                           seed=cfg.run.seed + start)
-        if len(trajs) != len(questions):
-            raise RuntimeError(f"rollout engine returned {len(trajs)} trajectories for {len(questions)} requests")
-        rows = []
-        for i, ex in enumerate(batch):
-            outcomes = []
-            for t in trajs[i * k:(i + 1) * k]:
-                outcomes.append(trajectory_outcome(t.parsed, ex.answers, cfg, engine.abstention_phrases).value)
-            rows.append(estimate_row(ex, outcomes))
-        append_jsonl(out, rows)
-        total_correct += sum(r["correct"] for r in rows)
-        n_new += len(batch)
-        bar.update(len(batch))
-        bar.set_postfix(mean_p=f"{total_correct / (k * n_new):.3f}")
-        if on_batch:
-            on_batch(b)
+    grader = make_answer_grader(cfg, out.parent / "critic_cache")
+    try:
+        # Seeded by position in the whole list: a rerun after a kill draws what an uninterrupted run would.
+        batches = pending_batches(examples, per_batch, lambda ex: example_key(ex.dataset, ex.id) in done)
+        for b, (start, batch) in enumerate(batches):
+            questions = [ex.question for ex in batch for _ in range(k)]
+            trajs = engine.run(questions, temperature=cfg.estimate.temperature, top_p=cfg.generation.top_p,
+                               seed=cfg.run.seed + start)
+            if len(trajs) != len(questions):
+                raise RuntimeError(f"rollout engine returned {len(trajs)} trajectories for {len(questions)} "
+                                   "requests")
+            grades = grade_trajectories(grader, questions, trajs, [ex.answers for ex in batch for _ in range(k)],
+                                        engine.abstention_phrases)
+            rows = []
+            for i, ex in enumerate(batch):
+                outcomes = [trajectory_outcome(t.parsed, ex.answers, cfg, engine.abstention_phrases, g).value
+                            for t, g in zip(trajs[i * k:(i + 1) * k], grades[i * k:(i + 1) * k], strict=True)]
+                rows.append(estimate_row(ex, outcomes))
+            append_jsonl(out, rows)
+            total_correct += sum(r["correct"] for r in rows)
+            n_new += len(batch)
+            bar.update(len(batch))
+            bar.set_postfix(mean_p=f"{total_correct / (k * n_new):.3f}")
+            if on_batch:
+                on_batch(b)
+    finally:
+        if grader is not None:
+            grader.close()
     bar.close()
+    if grader is not None and grader.failures:
+        log.warning("answer grader: %d failure(s) (%s); those answers kept exact match's verdict",
+                    grader.failures, dict(grader.failure_reasons))
     log.info("wrote p_i of %d questions to %s", len(todo), out)
     return out
 

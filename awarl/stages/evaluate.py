@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from awarl.config import AwarlConfig, save_resolved
+from awarl.critic.correctness import Grade, grade_answers, make_answer_grader
 from awarl.data.types import QAExample, example_key
 from awarl.io import append_jsonl, atomic_write_json, file_sha256, pending_batches
 from awarl.metrics import Outcome, classify_outcome
@@ -77,19 +78,32 @@ def load_eval_set(cfg: AwarlConfig, datasets: list[str] | None = None, limit: in
     return EvalSet(out, files)
 
 
-def trajectory_outcome(parsed: Any, golds: list[str], cfg: AwarlConfig, phrases: list[str]) -> Outcome:
+def trajectory_outcome(parsed: Any, golds: list[str], cfg: AwarlConfig, phrases: list[str],
+                       grade: Grade | None = None) -> Outcome:
     """The outcome of a parsed trajectory under the run's correctness rule. `phrases`: the engine's
-    abstention phrases (template + config), so the outcome and the parser's `abstained` flag agree."""
+    abstention phrases (template + config), so the outcome and the parser's `abstained` flag agree.
+    `grade`: the LLM grader's verdict (`metrics.correctness: judge`, see awarl.critic.correctness)."""
     return classify_outcome(parsed.answer, golds, valid=parsed.valid, phrases=phrases,
-                            correctness=cfg.metrics.correctness, f1_threshold=cfg.metrics.f1_threshold)
+                            correctness=cfg.metrics.correctness, f1_threshold=cfg.metrics.f1_threshold,
+                            judge_correct=grade.correct if grade else None)
 
 
-def trajectory_record(ex: QAExample, traj: Any, cfg: AwarlConfig, phrases: list[str]) -> dict[str, Any]:
+def grade_trajectories(grader: Any, questions: list[str], trajs: list[Any], golds: list[list[str]],
+                       phrases: list[str]) -> list[Grade]:
+    """The grader's verdicts for a batch of trajectories (all `Grade(None)` without a grader)."""
+    return grade_answers(grader, [(q, t.parsed.answer, t.parsed.valid, g)
+                                  for q, t, g in zip(questions, trajs, golds, strict=True)], phrases)
+
+
+def trajectory_record(ex: QAExample, traj: Any, cfg: AwarlConfig, phrases: list[str],
+                      grade: Grade | None = None) -> dict[str, Any]:
     """One predictions.jsonl line (docs/formats.md) from an example and its trajectory.
 
-    `phrases`: the engine's abstention phrases (see trajectory_outcome)."""
+    `phrases`: the engine's abstention phrases, `grade`: the LLM grader's verdict (see trajectory_outcome)."""
     p = traj.parsed
-    outcome = trajectory_outcome(p, ex.answers, cfg, phrases)
+    outcome = trajectory_outcome(p, ex.answers, cfg, phrases, grade)
+    graded = {} if grade is None or grade.correct is None else \
+        {"judge_correct": grade.correct, **({"judge_failed": True} if grade.failed else {})}
     return {
         "id": ex.id,
         "dataset": ex.dataset,
@@ -98,6 +112,7 @@ def trajectory_record(ex: QAExample, traj: Any, cfg: AwarlConfig, phrases: list[
         "answers": ex.answers,
         "valid": p.valid,
         "outcome": outcome.value,
+        **graded,
         "trajectory": {
             "searches": list(p.searches),
             "citations": list(p.citations),
@@ -233,6 +248,8 @@ def build_manifest(cfg: AwarlConfig, eval_set: EvalSet, model_ident: dict, retri
         "retrieval": {"kind": cfg.retrieval.kind, "topk": cfg.retrieval.topk, "index": retriever_meta},
         "critic": {"judge": critic_label(cfg), "inferred_weight": cfg.reward.inferred_weight,
                    "support_threshold": cfg.critic.support_threshold},
+        "correctness": {"rule": cfg.metrics.correctness, "f1_threshold": cfg.metrics.f1_threshold,
+                        "grader": f"openai:{cfg.critic.model}" if cfg.metrics.correctness == "judge" else None},
         "packages": _versions(),
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -250,7 +267,9 @@ def _fingerprint(m: dict) -> dict[str, Any]:
           "template_sha256": m.get("template_sha256"), "agent": m.get("agent"), "seed": m.get("seed"),
           "sampling.temperature": sampling.get("temperature"), "sampling.top_p": sampling.get("top_p"),
           "retrieval.kind": retrieval.get("kind"), "retrieval.topk": retrieval.get("topk"),
-          "retrieval.index.meta_sha256": (retrieval.get("index") or {}).get("meta_sha256")}
+          "retrieval.index.meta_sha256": (retrieval.get("index") or {}).get("meta_sha256"),
+          # the lines' outcomes were decided under it (an LLM grader's verdicts cannot be recomputed)
+          "correctness": m.get("correctness")}
     for ds, d in (m.get("data") or {}).items():
         fp[f"data.{ds}.sha256"] = (d or {}).get("sha256")
     return fp
@@ -319,10 +338,11 @@ class LiveStats:
 
 def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfig, out_path: Path, *,
                          batch_size: int, temperature: float, seed: int, top_p: float = 1.0,
-                         judge: Any = None, on_batch: Callable[[int], None] | None = None) -> int:
+                         judge: Any = None, grader: Any = None,
+                         on_batch: Callable[[int], None] | None = None) -> int:
     """Run the engine over the examples not yet in `out_path`, appending one line per question after
-    each batch (with the critic's verdict summary when `judge` is given). Returns how many questions were
-    generated now."""
+    each batch (with the critic's verdict summary when `judge` is given, and the answer grader's verdict
+    under `metrics.correctness: judge`). Returns how many questions were generated now."""
     from tqdm.auto import tqdm
 
     done = read_done(out_path)
@@ -340,8 +360,10 @@ def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfi
     for start, batch in pending_batches(unique, batch_size, lambda ex: example_key(ex.dataset, ex.id) in done):
         trajs = engine.run([ex.question for ex in batch], temperature=temperature, top_p=top_p,
                            seed=seed + start)
-        rows = [trajectory_record(ex, t, cfg, engine.abstention_phrases)
-                for ex, t in zip(batch, trajs, strict=True)]
+        grades = grade_trajectories(grader, [ex.question for ex in batch], trajs, [ex.answers for ex in batch],
+                                    engine.abstention_phrases)
+        rows = [trajectory_record(ex, t, cfg, engine.abstention_phrases, g)
+                for ex, t, g in zip(batch, trajs, grades, strict=True)]
         verdicts = judge_trajectories(judge, [(ex.question, t, r["outcome"])
                                               for ex, t, r in zip(batch, trajs, rows, strict=True)],
                                       cfg.reward.inferred_weight, critic_label(cfg))
@@ -401,15 +423,21 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
     check_resumable(out, manifest)
     atomic_write_json(out / MANIFEST, manifest)
     judge = make_judge(cfg.critic, cfg.critic.cache_dir or out / "critic_cache")
+    grader = make_answer_grader(cfg, out / "critic_cache")
     t0 = time.time()
     pred_path = out / PREDICTIONS
     try:
         n_new = generate_predictions(engine, eval_set.examples, cfg, pred_path,
                                      batch_size=cfg.generation.batch_size, temperature=cfg.eval.temperature,
-                                     top_p=cfg.generation.top_p, seed=cfg.run.seed, judge=judge, on_batch=on_batch)
+                                     top_p=cfg.generation.top_p, seed=cfg.run.seed, judge=judge, grader=grader,
+                                     on_batch=on_batch)
     finally:
-        if hasattr(judge, "close"):
-            judge.close()
+        for j in (judge, grader):
+            if hasattr(j, "close"):
+                j.close()
+    if grader is not None and grader.failures:
+        log.warning("answer grader: %d failure(s) (%s); those answers kept exact match's verdict and are "
+                    "flagged judge_failed in %s", grader.failures, dict(grader.failure_reasons), pred_path)
     wanted = {example_key(ex.dataset, ex.id) for ex in eval_set.examples}
     rows = [r for k, r in read_done(pred_path).items() if k in wanted]
     results = score_predictions(rows, cfg.metrics, engine.abstention_phrases, seed=cfg.run.seed)

@@ -137,7 +137,10 @@ def make_plan(cfg: AwarlConfig, info: dict[str, Any], reward: Any, *, cpu: bool,
                    "outcome_rewards": {"correct": r.r_correct, "wrong": r.r_wrong, "invalid": r.r_invalid},
                    "lambda_cite": r.lambda_cite,
                    "judge": type(reward.judge).__name__ if getattr(reward, "judge", None) else "none",
-                   "p_table_size": len(getattr(reward, "p_table", {})), "default_p": r.default_p},
+                   "p_table_size": len(getattr(reward, "p_table", {})), "default_p": r.default_p,
+                   "correctness": cfg.metrics.correctness + (f" (LLM grader {cfg.critic.model} at "
+                                                             f"{cfg.critic.base_url})"
+                                                             if cfg.metrics.correctness == "judge" else "")},
         "device": {"cpu": cpu, **eff, "forced": notes},
         "logging": {"report_to": list(t.report_to), "logging_steps": t.logging_steps},
     }
@@ -257,6 +260,7 @@ def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, *, resum
            tokenizer: Any, retriever: Any, final_eval: bool, backend_factory: Any,
            extra_callbacks: list, on_trainer: Any) -> dict:
     from awarl.agent.templates import load_template
+    from awarl.critic.correctness import make_answer_grader
     from awarl.retrieval import load_retriever
     from awarl.rewards.trl_reward import RewardStateCallback, load_reward_state
     from awarl.stages.resources import ensure_default_retrieval
@@ -283,8 +287,9 @@ def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, *, resum
         cfg = ensure_default_retrieval(cfg)
         retriever = load_retriever(cfg.retrieval)
     dataset = build_dataset(rows)
+    grader = make_answer_grader(cfg, out / "critic_cache")
     adapter = RolloutAdapter(cfg, tokenizer, retriever, load_template(cfg.agent.template), rows,
-                             backend_factory=backend_factory)
+                             backend_factory=backend_factory, grader=grader)
 
     holder: dict[str, Any] = {}
 

@@ -27,8 +27,9 @@ from typing import Any
 from awarl.agent.backends.base import Generation, eos_ids, finish
 from awarl.agent.templates import abstention_phrases
 from awarl.config import AwarlConfig
+from awarl.critic.correctness import Grade
 from awarl.metrics import Outcome
-from awarl.stages.evaluate import trajectory_outcome
+from awarl.stages.evaluate import grade_trajectories, trajectory_outcome
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +113,10 @@ class RolloutAdapter:
     deduplicated by text for that reason)."""
 
     def __init__(self, cfg: AwarlConfig, tokenizer: Any, retriever: Any, template: Any, rows: list[dict], *,
-                 backend_factory: Callable[[Any], Any] | None = None) -> None:
+                 backend_factory: Callable[[Any], Any] | None = None, grader: Any = None) -> None:
         self.cfg = cfg
+        # The LLM answer grader under `metrics.correctness: judge` (awarl.critic.correctness), else None.
+        self.grader = grader
         # backend_factory(trainer) -> Backend replaces the live policy as the generator (tests, replays).
         self.backend_factory = backend_factory
         self.tokenizer = tokenizer
@@ -181,19 +184,22 @@ class RolloutAdapter:
                                seed=None, prompt_ids=prompt_ids)
         if len(trajs) != len(rows):
             raise RuntimeError(f"rollout engine returned {len(trajs)} trajectories for {len(rows)} prompts")
+        grades = grade_trajectories(self.grader, questions, trajs, [r["answers"] for r in rows], self.phrases)
         self.calls += 1
         self.last = trajs
-        return self.collate(rows, trajs, trainer)
+        return self.collate(rows, trajs, trainer, grades)
 
-    def collate(self, rows: list[dict], trajs: list[Any], trainer: Any = None) -> dict[str, list]:
-        """The dict TRL expects, from rows and their trajectories (pure apart from metric logging)."""
+    def collate(self, rows: list[dict], trajs: list[Any], trainer: Any = None,
+                grades: list[Grade] | None = None) -> dict[str, list]:
+        """The dict TRL expects, from rows, their trajectories and the answer grader's verdicts (pure apart
+        from metric logging)."""
         cfg = self.cfg
         budget = min(cfg.agent.max_trajectory_tokens,
                      getattr(getattr(trainer, "args", None), "max_completion_length", None) or 10**9)
         out: dict[str, list] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "outcome",
                                                 "qid", "p_i", "question", "answer", "citations", "passages")}
         cut = 0
-        for row, t in zip(rows, trajs, strict=True):
+        for row, t, grade in zip(rows, trajs, grades or [None] * len(trajs), strict=True):
             ids, mask, lps, was_cut = enforce_budget(list(t.completion_ids), list(t.env_mask), list(t.logprobs),
                                                      budget)
             p = t.parsed
@@ -201,7 +207,7 @@ class RolloutAdapter:
                 cut += was_cut
                 outcome = Outcome.INVALID
             else:
-                outcome = trajectory_outcome(p, row["answers"], cfg, self.phrases)
+                outcome = trajectory_outcome(p, row["answers"], cfg, self.phrases, grade)
             if not ids:  # TRL needs at least one completion token per row
                 ids, mask, lps = [self._pad_id()], [0], [math.nan]
             out["prompt_ids"].append(list(t.prompt_ids))
@@ -217,7 +223,7 @@ class RolloutAdapter:
             out["passages"].append([dict(d) for d in t.passages])
         if cut:
             log.warning("rollout: %d trajectory(ies) exceeded %d tokens and were cut (counted invalid)", cut, budget)
-        self._log(trainer, trajs, out)
+        self._log(trainer, trajs, out, grades)
         return out
 
     def _pad_id(self) -> int:
@@ -225,7 +231,7 @@ class RolloutAdapter:
         return int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
 
     @staticmethod
-    def _log(trainer: Any, trajs: list[Any], out: dict[str, list]) -> None:
+    def _log(trainer: Any, trajs: list[Any], out: dict[str, list], grades: list[Grade] | None) -> None:
         log_metric = getattr(trainer, "_log_metric", None)
         if log_metric is None or not trajs:
             return
@@ -235,3 +241,5 @@ class RolloutAdapter:
         log_metric("rollout/searches_mean", sum(len(t.parsed.searches) for t in trajs) / n)
         log_metric("rollout/env_token_share", env / total if total else 0.0)
         log_metric("rollout/valid_share", sum(bool(t.parsed.valid) for t in trajs) / n)
+        if grades and any(g.correct is not None for g in grades):  # metrics.correctness: judge
+            log_metric("rollout/grader_failed_share", sum(g.failed for g in grades) / n)

@@ -1,0 +1,59 @@
+"""`metrics.correctness: judge`: answers graded by an LLM against the gold answers (eval, estimate, train).
+
+Only answers that need a verdict are sent: a valid, non-abstaining answer to a question with gold answers
+whose normalised exact match failed (an exact match is the same answer, so it costs no call). The grader
+is the OpenAI-compatible endpoint of the `critic:` section (`base_url`, `model`, cache, retries), whatever
+`critic.judge` is set to for citations. When it fails on an item (transport, schema), exact match's False
+stands and the item is flagged: a run never stops on a flaky endpoint, and the failures are counted.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from awarl.config import AwarlConfig
+from awarl.critic.schema import AnswerCheck
+from awarl.metrics import exact_match, is_abstention
+
+
+@dataclass(frozen=True)
+class Grade:
+    correct: bool | None  # None: no verdict needed (invalid, abstention, no gold answer) or no grader
+    failed: bool = False  # the grader gave no verdict; `correct` is exact match's
+
+
+def make_answer_grader(cfg: AwarlConfig, cache_dir: str | os.PathLike | None) -> Any:
+    """The LLM grader when `metrics.correctness` is `judge`, else None."""
+    if cfg.metrics.correctness != "judge":
+        return None
+    from awarl.critic.openai_judge import OpenAIJudge
+
+    return OpenAIJudge(cfg.critic, cache_dir=cfg.critic.cache_dir or cache_dir)
+
+
+def grade_answers(grader: Any, items: Sequence[tuple[str, str | None, bool, Sequence[str]]],
+                  phrases: Sequence[str]) -> list[Grade]:
+    """One Grade per (question, answer, valid, golds), asking the grader (concurrently) only for the
+    distinct answers that need it."""
+    grades = [Grade(None)] * len(items)
+    if grader is None:
+        return grades
+    ask: list[int] = []
+    for i, (_, answer, valid, golds) in enumerate(items):
+        if not valid or answer is None or not answer.strip() or not golds or is_abstention(answer, phrases):
+            continue
+        if exact_match(answer, golds):
+            grades[i] = Grade(True)
+        else:
+            ask.append(i)
+    # One call per distinct (question, answer, golds): the K samples of a question often agree.
+    distinct = list(dict.fromkeys((items[i][0], items[i][1] or "", tuple(items[i][3])) for i in ask))
+    verdicts = dict(zip(distinct, grader.grade_answers([AnswerCheck(question=q, prediction=a, answers=list(g))
+                                                        for q, a, g in distinct]), strict=True))
+    for i in ask:
+        v = verdicts[(items[i][0], items[i][1] or "", tuple(items[i][3]))]
+        grades[i] = Grade(False, failed=True) if v is None else Grade(bool(v))
+    return grades

@@ -1,0 +1,166 @@
+"""`metrics.correctness: judge`: answers graded by an LLM against the gold answers.
+
+The grader endpoint is a real OpenAI-compatible HTTP server on loopback whose "model" is a fixed rule
+(a prediction is correct when it contains a gold answer, case-insensitively; a prediction containing
+FAIL gets HTTP 500). The rule stands in for an LLM, which cannot run here; everything else is real: the
+client, the cache, eval with the scripted backend through the real retriever, and `awarl score`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import serve_app
+
+from awarl.config import CriticConfig, load_config
+from awarl.critic.correctness import Grade, grade_answers, make_answer_grader
+from awarl.critic.openai_judge import OpenAIJudge
+
+
+def grader_app(log: list[dict]):
+    from fastapi import FastAPI, HTTPException
+
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    def chat(body: dict) -> dict:
+        log.append(body)
+        user = body["messages"][-1]["content"]
+        golds = [g[2:] for g in user.split("GOLD ANSWERS:\n", 1)[1].split("\n\nPREDICTION:", 1)[0].splitlines()]
+        prediction = user.split("PREDICTION:\n", 1)[1]
+        if "FAIL" in prediction:
+            raise HTTPException(500, "grader down")
+        correct = any(g.lower() in prediction.lower() for g in golds)
+        verdict = {"correct": correct, "reason": "contains a gold answer" if correct else "different answer"}
+        return {"choices": [{"message": {"role": "assistant", "content": json.dumps(verdict)}}]}
+
+    return app
+
+
+@pytest.fixture()
+def grader_url():
+    log: list[dict] = []
+    with serve_app(grader_app(log)) as url:
+        yield url + "/v1", log
+
+
+def test_grade_answers_asks_only_what_exact_match_cannot_settle(grader_url, tmp_path):
+    url, log = grader_url
+    cfg = CriticConfig(judge="none", base_url=url, model="grader-m", retries=1, backoff_s=0.01)
+    grader = OpenAIJudge(cfg, cache_dir=tmp_path / "cache")
+    phrases = ["not enough information"]
+    items = [
+        ("Capital of France?", "Paris", True, ["Paris"]),                      # exact match: no call
+        ("Capital of France?", "the city of Paris", True, ["Paris"]),          # grader: same answer
+        ("Capital of France?", "London", True, ["Paris"]),                     # grader: different
+        ("Capital of France?", "not enough information", True, ["Paris"]),     # abstention: no verdict
+        ("Capital of France?", None, False, ["Paris"]),                        # invalid: no verdict
+        ("Capital of France?", "FAIL Paris?", True, ["Paris"]),                # grader fails: EM's False, flagged
+    ]
+    grades = grade_answers(grader, items, phrases)
+    assert grades == [Grade(True), Grade(True), Grade(False), Grade(None), Grade(None), Grade(False, failed=True)]
+    asked = [b["messages"][-1]["content"].split("PREDICTION:\n", 1)[1] for b in log]
+    assert sorted(asked) == ["FAIL Paris?", "FAIL Paris?", "London", "the city of Paris"]  # FAIL: one retry
+    assert grader.failures == 1
+    body = log[0]
+    assert body["model"] == "grader-m" and body["temperature"] == 0.0
+    assert body["response_format"]["json_schema"]["name"] == "answer_verdict"
+    # verdicts are cached: a second grader on the same cache asks only for the failed one again
+    again = grade_answers(OpenAIJudge(cfg, cache_dir=tmp_path / "cache"), items, phrases)
+    assert again == grades and len(log) == 4 + 2
+    assert grade_answers(None, items, phrases) == [Grade(None)] * len(items)
+
+
+def test_make_answer_grader_only_under_correctness_judge(tmp_path):
+    assert make_answer_grader(load_config(None, []), tmp_path) is None
+    g = make_answer_grader(load_config(None, ["metrics.correctness=judge", "critic.judge=lexical"]), tmp_path)
+    assert isinstance(g, OpenAIJudge)  # the endpoint of critic:, whatever judges the citations
+    g.close()
+
+
+def test_eval_with_llm_grader_scores_paraphrased_answers_and_rescoring_agrees(grader_url, tmp_path, tiny_dir,
+                                                                            shipped_bm25_dir):
+    from transformers import AutoTokenizer
+
+    from awarl.cli import main
+    from awarl.data.loaders import load_shipped
+    from awarl.retrieval import load_index
+    from awarl.stages.evaluate import read_done, run_eval
+
+    url, log = grader_url
+    a, b, c = load_shipped("hotpotqa", limit=3, seed=2)
+    script = tmp_path / "script.jsonl"
+    turns = {a.question: f"<answer> it is {a.answers[0]} </answer>",    # paraphrase: EM fails, grader: correct
+             b.question: "<answer> FAIL </answer>",                       # grader down: EM's verdict (wrong)
+             c.question: "<answer> not enough information </answer>"}   # abstains: no call
+    script.write_text("".join(json.dumps({"question": q, "turns": [t]}) + "\n" for q, t in turns.items()))
+    overrides = ["generation.backend=scripted", f"generation.script={script}", "eval.datasets=[hotpotqa]",
+                 "eval.limit=3", "run.seed=2", "metrics.bootstrap_samples=0", "critic.judge=none",
+                 "metrics.correctness=judge", f"critic.base_url={url}", "critic.retries=0"]
+    cfg = load_config(None, overrides)
+    out = tmp_path / "ev"
+    res = run_eval(cfg, out, model=str(tiny_dir), tokenizer=AutoTokenizer.from_pretrained(tiny_dir),
+                   retriever=load_index(shipped_bm25_dir))
+    rows = {r["id"]: r for r in read_done(out / "predictions.jsonl").values()}
+    assert (rows[a.id]["outcome"], rows[a.id]["judge_correct"]) == ("correct", True)
+    assert (rows[b.id]["outcome"], rows[b.id]["judge_correct"], rows[b.id]["judge_failed"]) == ("wrong", False, True)
+    assert rows[c.id]["outcome"] == "abstain" and "judge_correct" not in rows[c.id]
+    assert len(log) == 2
+    hp = res["per_dataset"]["hotpotqa"]
+    assert hp["accuracy"] == pytest.approx(1 / 3) and hp["precision"] == pytest.approx(1 / 2)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["correctness"]["rule"] == "judge" and manifest["correctness"]["grader"].startswith("openai:")
+
+    # `awarl score` of the predictions under the same rule uses the recorded verdicts: same figures
+    assert main(["score", str(out / "predictions.jsonl"), "--out", str(tmp_path / "sc"),
+                 "metrics.correctness=judge", "metrics.bootstrap_samples=0"]) == 0
+    scored = json.loads((tmp_path / "sc" / "results.json").read_text())
+    assert scored["per_dataset"]["hotpotqa"]["accuracy"] == pytest.approx(1 / 3)
+    # resuming the folder under another correctness rule would mix verdicts: refused
+    with pytest.raises(ValueError, match="correctness"):
+        run_eval(load_config(None, [o for o in overrides if "correctness" not in o]), out, model=str(tiny_dir),
+                 tokenizer=AutoTokenizer.from_pretrained(tiny_dir), retriever=load_index(shipped_bm25_dir))
+
+
+def test_estimate_and_training_rollouts_use_the_grader(grader_url, tmp_path, tiny_dir, shipped_bm25_dir):
+    """p_i and the training outcome (hence the reward) follow the grader's verdict, not exact match."""
+    from transformers import AutoTokenizer
+
+    from awarl.agent.backends import make_backend
+    from awarl.agent.templates import load_template
+    from awarl.data.loaders import load_shipped
+    from awarl.retrieval import load_index
+    from awarl.stages.estimate import read_estimates, run_estimate
+    from awarl.training.rollout_adapter import RolloutAdapter
+
+    url, log = grader_url
+    a, b = load_shipped("2wikimultihopqa", limit=2, seed=3)
+    script = tmp_path / "script.jsonl"
+    script.write_text("".join(json.dumps({"question": q, "turns": [t]}) + "\n" for q, t in {
+        a.question: f"<answer> {a.answers[0]}, I believe </answer>",  # grader: correct; EM: wrong
+        b.question: "<answer> zebra crossing </answer>"}.items()))     # wrong either way
+    from awarl.data.loaders import SHIPPED_DEV
+    from awarl.io import shipped_data_dir
+
+    shipped = shipped_data_dir() / SHIPPED_DEV["2wikimultihopqa"]
+    cfg = load_config(None, [
+        "generation.backend=scripted", f"generation.script={script}", "metrics.correctness=judge",
+        f"critic.base_url={url}", "critic.judge=none", f"run.out_dir={tmp_path / 'run'}", "estimate.k=2",
+        "run.seed=3", f"data.train=[{{path: {shipped}, format: 2wikimultihopqa, limit: 2}}]",
+        f"retrieval.index_dir={shipped_bm25_dir}", f"train.model={tiny_dir}"])
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    retriever = load_index(shipped_bm25_dir)
+    p = {k.split("/", 1)[1]: r["p_i"] for k, r in read_estimates(run_estimate(cfg, tokenizer=tok,
+                                                                            retriever=retriever)).items()}
+    assert p == {a.id: 1.0, b.id: 0.0}
+    assert len(log) == 2  # one call per distinct answer: the K=2 identical samples are asked once
+
+    rows = [{"prompt": ex.question, "qid": ex.id, "dataset": ex.dataset, "question": ex.question,
+             "answers": ex.answers, "p_i": p[ex.id]} for ex in (a, b)]
+    from awarl.critic.correctness import make_answer_grader
+
+    adapter = RolloutAdapter(cfg, tok, retriever, load_template(cfg.agent.template), rows,
+                             backend_factory=lambda _t: make_backend(cfg.generation, None, tok),
+                             grader=make_answer_grader(cfg, tmp_path / "cache"))
+    out = adapter([a.question, b.question], trainer=None)
+    assert out["outcome"] == ["correct", "wrong"]
