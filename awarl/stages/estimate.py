@@ -200,10 +200,10 @@ def _build_engine(cfg: AwarlConfig, model: Any, tokenizer: Any, retriever: Any) 
 
     model = model if model is not None else (cfg.estimate.model or cfg.train.model)
     if tokenizer is None:
-        from transformers import AutoTokenizer
+        from awarl.models.loading import load_tokenizer
 
         ref = model if isinstance(model, str) else model.config._name_or_path
-        tokenizer = AutoTokenizer.from_pretrained(ref)
+        tokenizer = load_tokenizer(ref, "estimate.model" if cfg.estimate.model else "train.model")
     if retriever is None:
         retriever = load_retriever(ensure_default_retrieval(cfg).retrieval)
     log.info("estimating p_i with %s (k=%d, temperature=%.2f)",

@@ -410,9 +410,9 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
     model = model if model is not None else cfg.train.model
     model_ref = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "model")
     if tokenizer is None:
-        from transformers import AutoTokenizer
+        from awarl.models.loading import load_tokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(model_ref)
+        tokenizer = load_tokenizer(model_ref, "--model / train.model")
     retriever = retriever if retriever is not None else load_retriever(cfg.retrieval)
     eval_set = load_eval_set(cfg, datasets, limit)
     if not eval_set.examples:

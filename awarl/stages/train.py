@@ -278,9 +278,9 @@ def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, *, resum
         out.mkdir(parents=True, exist_ok=True)
         save_resolved(cfg, out)
     if tokenizer is None:
-        from transformers import AutoTokenizer
+        from awarl.models.loading import load_tokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(cfg.train.model)
+        tokenizer = load_tokenizer(cfg.train.model, "train.model")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if retriever is None:
