@@ -23,6 +23,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("sweep", "expand a grid of configs (e.g. over gamma), run or script them, and compare"),
     ("eval", "run the search agent on evaluation sets and score it"),
     ("score", "score a predictions file: precision, accuracy, RA-F1 with CIs"),
+    ("compare", "compare evaluation runs on their shared questions, with paired-bootstrap differences"),
     ("simulate", "simulate the reward dynamics on CPU to choose gamma and penalty steps"),
 ]
 

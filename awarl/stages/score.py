@@ -13,6 +13,7 @@ import logging
 import math
 import os
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -118,17 +119,11 @@ def _searches(row: dict) -> list[str]:
     return out
 
 
-def score_predictions(rows: list[dict], metrics_cfg: MetricsConfig, phrases: list[str], seed: int = 0, *,
-                      source: str = "<rows>", line_numbers: list[int] | None = None,
-                      skipped: list[str] | None = None) -> dict[str, Any]:
-    """Score parsed prediction rows. `line_numbers` (parallel to rows) and `source` only label messages;
-    `skipped` carries messages of lines that could not even be parsed."""
-    skipped = list(skipped or [])
-    per_ds: dict[str, dict[str, list]] = defaultdict(lambda: {"outcomes": [], "em": [], "f1": [], "cover_em": [],
-                                                              "critic": []})
-    any_critic = False
+def scorable_rows(rows: list[Any], metrics_cfg: MetricsConfig, phrases: list[str], *, source: str,
+                  line_numbers: list[int] | None, skipped: list[str]) -> Iterator[tuple[dict, Outcome]]:
+    """(row, outcome) of every valid, first-seen line; the others are appended to `skipped` as
+    `source:LINE: reason`."""
     seen: dict[tuple[str, str], str] = {}
-    gaps: list[dict[str, Any]] = []
     for k, row in enumerate(rows):
         where = f"{source}:{line_numbers[k]}" if line_numbers else f"{source}: row {k}"
         reason = _validate(row, metrics_cfg.correctness, phrases)
@@ -139,10 +134,40 @@ def score_predictions(rows: list[dict], metrics_cfg: MetricsConfig, phrases: lis
             skipped.append(f"{where}: {reason}")
             continue
         seen[key] = where
+        yield row, classify_outcome(row["prediction"], row["answers"], valid=row.get("valid", True),
+                                    phrases=phrases, correctness=metrics_cfg.correctness,
+                                    f1_threshold=metrics_cfg.f1_threshold, judge_correct=row.get("judge_correct"))
+
+
+def read_predictions(path: str | os.PathLike) -> tuple[list[Any], list[int], list[str]]:
+    """(rows, their line numbers, messages of unreadable lines) of a predictions JSONL."""
+    from awarl.io import iter_jsonl
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"predictions file not found: {path}")
+    errors: list[str] = []
+    rows, lines = [], []
+    # A line that is not UTF-8 or not JSON is skipped and named like any other bad line.
+    for n, obj in iter_jsonl(path, on_error="skip", errors=errors):
+        rows.append(obj)
+        lines.append(n)
+    return rows, lines, errors
+
+
+def score_predictions(rows: list[dict], metrics_cfg: MetricsConfig, phrases: list[str], seed: int = 0, *,
+                      source: str = "<rows>", line_numbers: list[int] | None = None,
+                      skipped: list[str] | None = None) -> dict[str, Any]:
+    """Score parsed prediction rows. `line_numbers` (parallel to rows) and `source` only label messages;
+    `skipped` carries messages of lines that could not even be parsed."""
+    skipped = list(skipped or [])
+    per_ds: dict[str, dict[str, list]] = defaultdict(lambda: {"outcomes": [], "em": [], "f1": [], "cover_em": [],
+                                                              "critic": []})
+    any_critic = False
+    gaps: list[dict[str, Any]] = []
+    for row, outcome in scorable_rows(rows, metrics_cfg, phrases, source=source, line_numbers=line_numbers,
+                                      skipped=skipped):
         pred, golds = row["prediction"], row["answers"]
-        outcome = classify_outcome(pred, golds, valid=row.get("valid", True), phrases=phrases,
-                                   correctness=metrics_cfg.correctness, f1_threshold=metrics_cfg.f1_threshold,
-                                   judge_correct=row.get("judge_correct"))
         acc = per_ds[row["dataset"]]
         acc["outcomes"].append(outcome)
         acc["em"].append(float(exact_match(pred, golds)))
@@ -229,18 +254,10 @@ def macro_critic(per_dataset: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def score_file(path: str | os.PathLike, out_dir: str | os.PathLike | None, cfg: AwarlConfig) -> dict[str, Any]:
     """Score a predictions JSONL and write results.json / results.md / results.png into `out_dir`
     (default: the predictions file's folder). Returns the results dict."""
-    from awarl.io import iter_jsonl
     from awarl.report import write_report
 
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"predictions file not found: {path}")
-    errors: list[str] = []
-    rows, lines = [], []
-    # A line that is not UTF-8 or not JSON is skipped and named like any other bad line.
-    for n, obj in iter_jsonl(path, on_error="skip", errors=errors):
-        rows.append(obj)
-        lines.append(n)
+    rows, lines, errors = read_predictions(path)
     results = score_predictions(rows, cfg.metrics, list(cfg.agent.abstention_phrases), seed=cfg.run.seed,
                                 source=str(path), line_numbers=lines, skipped=errors)
     results["source"] = str(path)

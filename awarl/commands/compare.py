@@ -1,0 +1,45 @@
+"""`awarl compare`: several evaluation runs side by side, with paired-bootstrap differences to the first."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+EPILOG = """examples:
+  awarl compare runs/eval/searchr1-7b runs/eval/awarl-7b --out runs/compare/7b
+  awarl compare runs/sweep/gamma-0.25/final_eval runs/sweep/gamma-0.5/final_eval --names g0.25,g0.5 \\
+      --out runs/compare/gamma metrics.correctness=cover_em
+"""
+
+
+def _run(args: argparse.Namespace) -> int:
+    from awarl.config import load_config
+    from awarl.stages.compare import compare_runs, write_comparison
+
+    # KEY=VALUE overrides arrive among the runs (both are positional); a path that exists is a run.
+    overrides = [a for a in args.runs if "=" in a and not Path(a).exists()]
+    runs = [a for a in args.runs if a not in overrides]
+    overrides += list(args.overrides or [])  # those written after the options
+    cfg = load_config(args.config, overrides)
+    names = [n.strip() for n in args.names.split(",")] if args.names else None
+    res = compare_runs(runs, cfg, names)
+    md = write_comparison(res, args.out)
+    print(md.read_text(encoding="utf-8"))
+    print(f"wrote {md}, compare.json, compare.png")
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
+    p = subparsers.add_parser(
+        "compare", help=help_text, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        description=help_text + ". Each RUN is an `awarl eval` folder or a predictions file; all are re-scored "
+                    "under one rule on the questions every run answered. The first run is the baseline: each "
+                    "other run gets its macro RA-F1 / precision / accuracy / abstention difference with a "
+                    "paired-bootstrap 95% interval (metrics.bootstrap_samples resamples).")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="eval folders or predictions files (and KEY=VALUE "
+                   "overrides, e.g. metrics.correctness=f1)")
+    p.add_argument("--names", default=None, help="comma-separated labels, one per run (default: folder names)")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for compare.json/.md/.png")
+    p.add_argument("--config", "-c", default=None, metavar="YAML", help="config for metrics.* and "
+                   "agent.abstention_phrases (default: the built-in defaults)")
+    p.set_defaults(func=_run, overrides=None)
