@@ -90,3 +90,25 @@ def test_local_dry_run_checks_every_run_with_train(tmp_path):
     assert res["exit_codes"] == {"gamma=0.25": 0, "gamma=1.0": 0}
     bad = sweep_file(tmp_path, grid={"reward.gamma": [0.5]}, overrides=["agent.template=no-such-template"])
     assert run_sweep(bad, dry_run=True)["exit_codes"] == {"gamma=0.5": 2}  # the bad template is caught
+
+
+def test_aggregate_adds_paired_differences_when_predictions_are_there(tmp_path):
+    spec, base_dir = load_sweep(sweep_file(tmp_path, grid={"reward.gamma": [0.25, 1.0]}))
+    runs = expand(spec, base_dir)
+    preds = {0: ["Paris", "Lyon", "Rome", "Paris"],                                      # 2 C, 2 W
+             1: ["Paris", "not enough information", "not enough information", "Paris"]}  # 2 C, 2 A
+    for i, r in enumerate(runs):
+        d = Path(r["out_dir"]) / "eval" / "final"
+        d.mkdir(parents=True)
+        (d / "predictions.jsonl").write_text("".join(json.dumps(
+            {"id": str(k), "dataset": "hotpotqa", "question": f"q{k}?", "prediction": p, "answers": ["Paris"]}) + "\n"
+            for k, p in enumerate(preds[i])))
+        (d / "results.json").write_text(json.dumps({"macro": {"ra_f1": 0.5}}))
+    table = aggregate(spec, runs)
+    first, second = table["runs"]
+    assert first["delta_ra_f1"] is None
+    # gamma=1.0: P = 1, A = 1/2 -> RA-F1 2/3; gamma=0.25: P = A = 1/2 -> RA-F1 1/2
+    assert second["delta_ra_f1"]["delta"] == pytest.approx(2 / 3 - 1 / 2)
+    assert len(second["delta_ra_f1"]["ci"]) == 2
+    assert "+0.167" in (tmp_path / "sw" / "comparison.md").read_text()
+    assert (tmp_path / "sw" / "paired" / "compare.md").is_file()

@@ -32,6 +32,7 @@ from awarl.config import (
     apply_overrides,
     config_from_dict,
     format_validation_error,
+    load_config,
     read_config_yaml,
 )
 from awarl.io import atomic_write_json, atomic_write_text
@@ -196,19 +197,46 @@ def aggregate(spec: SweepSpec, runs: list[dict]) -> dict:
         rows.append({"name": r["name"], **r["point"], "status": "done",
                      **{m: macro.get(m) for m in METRICS}})
     out = Path(spec.out_dir)
+    paired = _paired(spec, runs, out)
+    for row in rows:
+        row["delta_ra_f1"] = paired.get(row["name"])
     table = {"sweep": spec.name, "grid": spec.grid, "runs": rows}
     atomic_write_json(out / "comparison.json", table)
     keys = list(spec.grid)
-    head = "| run | " + " | ".join(keys) + " | RA-F1 | precision | accuracy | abstention |\n"
-    head += "|---" * (len(keys) + 5) + "|\n"
+    head = "| run | " + " | ".join(keys) + " | RA-F1 | precision | accuracy | abstention | ΔRA-F1 (95% CI) |\n"
+    head += "|---" * (len(keys) + 6) + "|\n"
     body = ""
     for row in rows:
         vals = [f"{row[m]:.3f}" if isinstance(row.get(m), float) else "—" for m in METRICS]
+        d = row["delta_ra_f1"]
+        vals.append("—" if d is None else f"{d['delta']:+.3f}" + (f" [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]"
+                                                                   if d["ci"] else ""))
         body += f"| {row['name']} | " + " | ".join(_fmt(row[k]) for k in keys) + " | " + " | ".join(vals) + " |\n"
+    note = (f" ΔRA-F1: difference to `{next(iter(paired))}` on the questions both answered, with its "
+            "paired-bootstrap interval (details in paired/compare.md)." if paired else "")
     atomic_write_text(out / "comparison.md", f"# Sweep `{spec.name}`\n\nMacro averages over the evaluation "
-                      f"datasets of each run's final evaluation.\n\n{head}{body}")
+                      f"datasets of each run's final evaluation.{note}\n\n{head}{body}")
     _plot(rows, keys[0], out / "comparison.png")
     return table
+
+
+def _paired(spec: SweepSpec, runs: list[dict], out: Path) -> dict[str, dict | None]:
+    """Paired-bootstrap RA-F1 differences of the finished runs to the first one (awarl compare), written
+    to `out/paired/`; {} with fewer than two finished runs. Keys are in run order, the baseline first."""
+    from awarl.stages.compare import compare_runs, write_comparison
+
+    done = [r for r in runs if (Path(r["out_dir"]) / FINAL_RESULTS.parent / "predictions.jsonl").is_file()]
+    if len(done) < 2:
+        return {}
+    cfg = load_config(done[0]["config"])
+    try:
+        res = compare_runs([Path(r["out_dir"]) / FINAL_RESULTS.parent for r in done], cfg,
+                           names=[r["name"] for r in done])
+    except ValueError as e:  # e.g. no shared question: the plain table still stands
+        log.warning("sweep %s: no paired comparison (%s)", spec.name, e)
+        return {}
+    write_comparison(res, out / "paired")
+    return {done[0]["name"]: None, **{name: d["ra_f1"] for name, d in res["deltas"].items()}}
 
 
 def _plot(rows: list[dict], key: str, path: Path) -> None:
