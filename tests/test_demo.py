@@ -83,6 +83,12 @@ def test_demo_small_end_to_end_and_resume(tmp_path):
     assert (out / "final" / "config.json").exists() and (out / "model" / "warmup" / "config.json").exists()
     report = (out / "REPORT.md").read_text()
     assert "after AWA-RL GRPO" in report and "resolved_config.yaml" in report
+    # the paired before/after comparison in the report is the one in compare/compare.json
+    cmp = json.loads((out / "compare" / "compare.json").read_text())
+    assert cmp["common_questions"] == 3 and [r["name"] for r in cmp["runs"]] == ["before RL", "after RL"]
+    delta = cmp["deltas"]["after RL"]["ra_f1"]["delta"]
+    assert delta == pytest.approx(after["macro"]["ra_f1"] - before["macro"]["ra_f1"])
+    assert f"RA-F1 {delta:+.3f}" in report
 
     # A rerun finds every stage done: nothing is rebuilt, the estimate file is not extended.
     stamp = (out / "model" / "warmup" / "model.safetensors").stat().st_mtime_ns

@@ -163,8 +163,15 @@ def run_demo(out_dir: str | Path, config: str | Path | None = None, overrides: l
     timer.done("AWA-RL training", t)
     after_path = train_dir / "eval" / "final" / "results.json"
     after = json.loads(after_path.read_text()) if after_path.exists() else None
+    comparison = None
+    if after is not None:  # the same questions before and after RL: a paired comparison
+        from awarl.stages.compare import compare_runs, write_comparison
 
-    report = write_demo_report(out, cfg, before, after, summary, warm_info, timer)
+        comparison = compare_runs([out / "eval_before_rl", after_path.parent], cfg,
+                                  names=["before RL", "after RL"])
+        write_comparison(comparison, out / "compare")
+
+    report = write_demo_report(out, cfg, before, after, summary, warm_info, timer, comparison)
     _say(final_message(out, before, after, timer))
     return {"before": before, "after": after, "train": summary, "report": str(report)}
 
@@ -190,8 +197,24 @@ def reward_line(state: dict) -> str:
             "p_i estimates say it should, so the penalty raises the refusal reward.")
 
 
+def paired_line(comparison: dict | None) -> str:
+    """The after-minus-before differences with their paired-bootstrap intervals, in words."""
+    if not comparison or not comparison["deltas"]:
+        return "No paired comparison (the evaluation after RL is missing)."
+    d = next(iter(comparison["deltas"].values()))
+
+    def one(metric: str, label: str) -> str:
+        ci = d[metric]["ci"]
+        return f"{label} {d[metric]['delta']:+.3f}" + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
+
+    return (f"After minus before RL on the same {comparison['common_questions']} questions (paired bootstrap, "
+            f"95% intervals; `compare/compare.md`): {one('ra_f1', 'RA-F1')}, {one('precision', 'precision')}, "
+            f"{one('accuracy', 'accuracy')}, {one('abstention_rate', 'abstention rate')}. An interval that "
+            "contains 0 means the change is within what resampling the questions alone produces.")
+
+
 def write_demo_report(out: Path, cfg: AwarlConfig, before: dict, after: dict | None, summary: dict,
-                      warm: dict, timer: Timer) -> Path:
+                      warm: dict, timer: Timer, comparison: dict | None = None) -> Path:
     rs = summary.get("reward_state", {})
     lines = [
         "# awarl demo report", "",
@@ -200,6 +223,7 @@ def write_demo_report(out: Path, cfg: AwarlConfig, before: dict, after: dict | N
         "## Macro metrics on the held-out questions", "",
         "| policy | RA-F1 | precision | accuracy | abstention |", "|---|---|---|---|---|",
         _row("after warm-up (before RL)", before), _row("after AWA-RL GRPO", after), "",
+        paired_line(comparison), "",
         "Per dataset: `eval_before_rl/results.md` and `eval/final/results.md` (with 95% bootstrap CIs "
         "and the coverage gaps: questions abstained on, with the searches tried).", "",
         "## Stages", "",
@@ -212,6 +236,7 @@ def write_demo_report(out: Path, cfg: AwarlConfig, before: dict, after: dict | N
         "- `p_estimates.jsonl`: p_i per training question (K samples of the warm-up policy)",
         "- `checkpoint-*`, `final/`, `runs/` (tensorboard logs with rho, rho_hat, E, Ē, penalty, r_ref)",
         "- `eval_before_rl/`, `eval/final/`: predictions with full trajectories, manifest, results.{json,md,png}",
+        "- `compare/`: the paired before/after comparison (`awarl compare`)",
         "- `resolved_config.yaml`: every setting of this run",
     ]
     path = out / "REPORT.md"
