@@ -40,7 +40,8 @@ class RunConfig(Section):
 
 # -------------------------------------------------------------------------------------------- data
 class DataFile(Section):
-    path: str = Field(..., description="Dataset file (JSON, JSONL or parquet).")
+    path: str = Field(..., description="Dataset file (JSON, JSONL or parquet), or a Hub dataset file: "
+                      "hf://datasets/OWNER/NAME[@REVISION]/PATH (docs/formats.md).")
     format: Literal["auto", "hotpotqa", "2wikimultihopqa", "musique", "flashrag", "searchr1", "unified"] = Field(
         "auto", description="Input format; `auto` detects it from the file's content.")
     dataset: str | None = Field(None, description="Dataset name to record on each example "

@@ -20,13 +20,14 @@ def _add_load_args(p: argparse.ArgumentParser) -> None:
 
 def _load(args: argparse.Namespace, path: str):
     from awarl.data.loaders import load_examples
+    from awarl.data.paths import resolve_data_path
 
     if args.limit is not None and args.limit < 1:
         from awarl.io import DataError
 
         raise DataError(f"--limit must be >= 1, got {args.limit}")
-    res = load_examples(path, format=args.format, dataset=args.dataset, on_error=args.on_error,
-                        limit=args.limit, seed=args.seed)
+    res = load_examples(resolve_data_path(path), format=args.format, dataset=args.dataset,
+                        on_error=args.on_error, limit=args.limit, seed=args.seed)
     for msg in res.skipped:
         print(f"skipped: {msg}")
     return res

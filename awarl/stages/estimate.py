@@ -21,23 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from awarl.config import AwarlConfig, DataFile, save_resolved
+from awarl.data.paths import resolve_data_path
 from awarl.data.types import QAExample, example_key
-from awarl.io import DataError, append_jsonl, iter_jsonl, pending_batches, repo_root
+from awarl.io import DataError, append_jsonl, iter_jsonl, pending_batches
 from awarl.metrics import Outcome
 
 log = logging.getLogger(__name__)
 
 OUTCOME_KEYS: tuple[str, ...] = tuple(o.value for o in Outcome)
-
-
-def resolve_data_path(path: str | os.PathLike) -> Path:
-    """A relative path is read from the working directory; when it is not there, from the awarl checkout,
-    so shipped configs that name `data/...` work from any directory."""
-    p = Path(path)
-    if p.is_absolute() or p.exists():
-        return p
-    alt = repo_root() / p
-    return alt if alt.exists() else p
 
 
 def load_train_examples(cfg: AwarlConfig, files: Sequence[DataFile] | None = None) -> list[QAExample]:

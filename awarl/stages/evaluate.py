@@ -52,6 +52,7 @@ def load_eval_set(cfg: AwarlConfig, datasets: list[str] | None = None, limit: in
     `limit` applies per dataset, as a seeded subsample, so runs with the same seed see the same questions.
     """
     from awarl.data.loaders import SHIPPED_DEV, load_examples
+    from awarl.data.paths import resolve_data_path
     from awarl.io import shipped_data_dir
 
     limit = limit if limit is not None else cfg.eval.limit
@@ -59,13 +60,14 @@ def load_eval_set(cfg: AwarlConfig, datasets: list[str] | None = None, limit: in
     files: dict[str, str] = {}
     if cfg.data.eval and not datasets:
         for f in cfg.data.eval:
-            res = load_examples(f.path, format=f.format, dataset=f.dataset, on_error=cfg.data.on_error,
+            path = resolve_data_path(f.path)  # hf://datasets/... files come from the Hub cache
+            res = load_examples(path, format=f.format, dataset=f.dataset, on_error=cfg.data.on_error,
                                 limit=limit or f.limit, seed=cfg.run.seed)
             for msg in res.skipped:
                 log.warning("skipped: %s", msg)
             out.extend(res.examples)
             for ex in res.examples:
-                files.setdefault(ex.dataset, str(f.path))
+                files.setdefault(ex.dataset, str(path))
         return EvalSet(out, files)
     for ds in datasets or cfg.eval.datasets:
         if ds not in SHIPPED_DEV:
