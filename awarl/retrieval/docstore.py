@@ -9,13 +9,16 @@ table. The docstore makes an index self-contained: it can be served on a machine
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
+import io
 import json
 import os
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -44,33 +47,59 @@ def passage_contents(obj: dict[str, Any], where: str) -> tuple[str, str]:
     return str(pid), contents
 
 
+class _HashingReader(io.RawIOBase):
+    """A binary file whose bytes are hashed and counted as they are read (one pass for sha256 and progress)."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self.f, self.h, self.count = f, hashlib.sha256(), 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = self.f.readinto(b) or 0
+        self.h.update(memoryview(b)[:n])
+        self.count += n
+        return n
+
+
 @dataclass
 class CorpusReader:
-    """Iterate a corpus JSONL as (id, contents), with file:line errors; `sha256` and `bytes_read` are
-    complete once the iteration has finished."""
+    """Iterate a corpus JSONL, or a gzip-compressed one (`.gz`, as wiki-18 is distributed), as (id, contents),
+    with file:line errors. `sha256` (of the file's bytes as stored, like `awarl.io.file_sha256`) is complete
+    once the iteration has finished; `bytes_read` counts the file's bytes read so far."""
 
     path: Path
     sha256: str = ""
     bytes_read: int = 0
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
-        h = hashlib.sha256()
         self.bytes_read = 0
-        with open(self.path, "rb") as f:
-            for n, raw in enumerate(f, 1):
-                h.update(raw)
-                self.bytes_read += len(raw)
-                if not raw.strip():
-                    continue
-                where = f"{self.path}:{n}"
-                try:
-                    obj = json.loads(raw)
-                except (ValueError, UnicodeDecodeError) as e:
-                    raise DataError(f"{where}: malformed JSON line: {e}") from None
-                if not isinstance(obj, dict):
-                    raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-                yield passage_contents(obj, where)
-        self.sha256 = h.hexdigest()
+        with open(self.path, "rb") as raw_file:
+            hashed = _HashingReader(raw_file)
+            buffered = io.BufferedReader(hashed, buffer_size=1 << 20)
+            lines: BinaryIO = gzip.GzipFile(fileobj=buffered) if self.path.suffix == ".gz" else buffered
+            try:
+                yield from self._records(lines, hashed)
+            except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+                raise DataError(f"{self.path}: not a readable gzip file ({e})") from None
+            buffered.read()  # hash any bytes after the last line (a gzip trailer) like file_sha256 does
+            self.bytes_read = hashed.count
+            self.sha256 = hashed.h.hexdigest()
+
+    def _records(self, lines: BinaryIO, hashed: _HashingReader) -> Iterator[tuple[str, str]]:
+        for n, raw in enumerate(lines, 1):
+            self.bytes_read = hashed.count
+            if not raw.strip():
+                continue
+            where = f"{self.path}:{n}"
+            try:
+                obj = json.loads(raw)
+            except (ValueError, UnicodeDecodeError) as e:
+                raise DataError(f"{where}: malformed JSON line: {e}") from None
+            if not isinstance(obj, dict):
+                raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+            yield passage_contents(obj, where)
 
 
 class DocstoreWriter:
