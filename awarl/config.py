@@ -110,6 +110,10 @@ class MetricsConfig(Section):
                                                                    "grader at critic.base_url/critic.model "
                                                                    "decides what exact match does not settle.")
     f1_threshold: float = Field(0.8, ge=0.0, le=1.0, description="correctness=f1: token F1 needed.")
+    critic_gate: float | None = Field(None, ge=0.0, le=1.0, description="Score an answer whose citation critic "
+                                      "found its claims grounded below this share (overall_groundedness) as an "
+                                      "abstention: the critic-loop article's approval gate, as a baseline to "
+                                      "AWA-RL. None = off. Needs the critic verdicts `awarl eval` writes.")
     bootstrap_samples: int = Field(1000, ge=0, description="Bootstrap resamples for 95% CIs (0 = off).")
 
 

@@ -57,6 +57,10 @@ def results_markdown(results: dict[str, Any]) -> str:
               + f"; 95% bootstrap CIs over {cfg.get('bootstrap_samples', 0)} resamples in brackets.",
               "", "Macro = unweighted mean over datasets (RA-F1 macro is the mean of per-dataset RA-F1). "
               "Invalid trajectories count as answered and wrong.", ""]
+    if cfg.get("critic_gate") is not None:
+        n_gated = sum(m.get("gated", 0) for m in results.get("per_dataset", {}).values())
+        lines += [f"Critic gate {cfg['critic_gate']:g}: {n_gated} answer(s) whose citation critic found less than "
+                  "that share of their claims grounded are scored as abstentions (marked *gated* below).", ""]
     heads = [label for _, label in TABLE_COLUMNS]
     lines.append("| dataset | " + " | ".join(heads) + " |")
     lines.append("|---|" + "---:|" * len(heads))
@@ -78,8 +82,9 @@ def results_markdown(results: dict[str, Any]) -> str:
         lines.append("")
         for g in gaps:
             searches = "; ".join(f"`{_md_escape(s)}`" for s in g.get("searches", [])) or "(no search)"
-            lines.append(f"- **{_md_escape(g['dataset'])}** `{_md_escape(str(g['id']))}`: "
-                         f"{_md_escape(g['question'])} — searches: {searches}")
+            lines.append(f"- **{_md_escape(g['dataset'])}** `{_md_escape(str(g['id']))}`"
+                         + (" *gated*" if g.get("gated") else "")
+                         + f": {_md_escape(g['question'])} — searches: {searches}")
     skipped = results.get("skipped_lines", [])
     if skipped:
         lines += ["", "## Skipped lines", ""] + [f"- {_md_escape(s)}" for s in skipped]

@@ -197,6 +197,29 @@ def test_critic_verdicts_averaged_per_dataset_and_macro():
         assert with_critic == plain["per_dataset"][ds]
 
 
+def test_critic_gate_turns_poorly_grounded_answers_into_abstentions():
+    rows = _rows()
+    rows[0]["critic"] = _critic(1.0, 0.0, 1.0)                                  # a: correct, grounded: kept
+    rows[1]["critic"] = _critic(0.0, 1.0, 0.2)                                  # a: correct, ungrounded: gated
+    rows[2]["critic"] = _critic(0.5, 0.0, 0.5)                                  # a: wrong, below 0.6: gated
+    rows[4]["critic"] = {"judge": "lexical", "failed": True, "error": "timeout"}  # b: correct, no verdict: kept
+    res = score_predictions(rows, MetricsConfig(bootstrap_samples=0, critic_gate=0.6), PHRASES)
+    a, b = res["per_dataset"]["a"], res["per_dataset"]["b"]
+    # a: 1 correct, 3 abstain (one abstained itself) -> P = 1, A = 1/4
+    assert (a["correct"], a["wrong"], a["abstain"], a["gated"]) == (1, 0, 3, 2)
+    assert a["precision"] == 1.0 and a["accuracy"] == 0.25 and a["ra_f1"] == pytest.approx(ra_f1(1.0, 0.25))
+    assert a["em"] == 0.25  # a gated answer's text is not scored as an answer
+    assert (b["correct"], b["gated"]) == (1, 0)
+    gated = {g["id"] for g in res["coverage_gaps"] if g.get("gated")}
+    assert gated == {"a-2", "a-3"} and res["config"]["critic_gate"] == 0.6
+    md = results_markdown(res)
+    assert "Critic gate 0.6: 2 answer(s)" in md and "`a-2` *gated*" in md
+    # gate 0 never fires; no gate: no `gated` key and the plain figures
+    assert score_predictions(rows, MetricsConfig(bootstrap_samples=0, critic_gate=0.0), PHRASES)[
+        "per_dataset"]["a"]["gated"] == 0
+    assert "gated" not in score_predictions(rows, MetricsConfig(bootstrap_samples=0), PHRASES)["per_dataset"]["a"]
+
+
 def test_predictions_without_critic_score_exactly_as_before():
     plain = score_predictions(_rows(), MetricsConfig(bootstrap_samples=20), PHRASES)
     nulls = score_predictions([{**r, "critic": None} for r in _rows()], MetricsConfig(bootstrap_samples=20), PHRASES)

@@ -41,7 +41,7 @@ def run_outcomes(path: Path, cfg: AwarlConfig) -> tuple[dict[tuple[str, str], Ou
     """Outcome per (dataset, id) of a predictions file, and the messages of its skipped lines."""
     rows, lines, skipped = read_predictions(path)
     out = {(row["dataset"], str(row["id"])): outcome
-           for row, outcome in scorable_rows(rows, cfg.metrics, list(cfg.agent.abstention_phrases),
+           for row, outcome, _ in scorable_rows(rows, cfg.metrics, list(cfg.agent.abstention_phrases),
                                              source=str(path), line_numbers=lines, skipped=skipped)}
     return out, skipped
 

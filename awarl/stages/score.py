@@ -119,10 +119,17 @@ def _searches(row: dict) -> list[str]:
     return out
 
 
+def gated(outcome: Outcome, critic: Any, gate: float | None) -> bool:
+    """True when `metrics.critic_gate` turns this answer into an abstention: an answered line whose critic
+    verdict (not failed) has groundedness below the gate. Lines without a verdict are left as they are."""
+    return (gate is not None and outcome in (Outcome.CORRECT, Outcome.WRONG) and isinstance(critic, dict)
+            and critic.get("failed") is not True and float(critic["groundedness"]) < gate)
+
+
 def scorable_rows(rows: list[Any], metrics_cfg: MetricsConfig, phrases: list[str], *, source: str,
-                  line_numbers: list[int] | None, skipped: list[str]) -> Iterator[tuple[dict, Outcome]]:
-    """(row, outcome) of every valid, first-seen line; the others are appended to `skipped` as
-    `source:LINE: reason`."""
+                  line_numbers: list[int] | None, skipped: list[str]) -> Iterator[tuple[dict, Outcome, bool]]:
+    """(row, outcome, gated) of every valid, first-seen line (gated: turned into an abstention by
+    `metrics.critic_gate`); the others are appended to `skipped` as `source:LINE: reason`."""
     seen: dict[tuple[str, str], str] = {}
     for k, row in enumerate(rows):
         where = f"{source}:{line_numbers[k]}" if line_numbers else f"{source}: row {k}"
@@ -134,9 +141,13 @@ def scorable_rows(rows: list[Any], metrics_cfg: MetricsConfig, phrases: list[str
             skipped.append(f"{where}: {reason}")
             continue
         seen[key] = where
-        yield row, classify_outcome(row["prediction"], row["answers"], valid=row.get("valid", True),
-                                    phrases=phrases, correctness=metrics_cfg.correctness,
-                                    f1_threshold=metrics_cfg.f1_threshold, judge_correct=row.get("judge_correct"))
+        outcome = classify_outcome(row["prediction"], row["answers"], valid=row.get("valid", True),
+                                   phrases=phrases, correctness=metrics_cfg.correctness,
+                                   f1_threshold=metrics_cfg.f1_threshold, judge_correct=row.get("judge_correct"))
+        if gated(outcome, row.get("critic"), metrics_cfg.critic_gate):
+            yield row, Outcome.ABSTAIN, True
+        else:
+            yield row, outcome, False
 
 
 def read_predictions(path: str | os.PathLike) -> tuple[list[Any], list[int], list[str]]:
@@ -165,10 +176,13 @@ def score_predictions(rows: list[dict], metrics_cfg: MetricsConfig, phrases: lis
                                                               "critic": []})
     any_critic = False
     gaps: list[dict[str, Any]] = []
-    for row, outcome in scorable_rows(rows, metrics_cfg, phrases, source=source, line_numbers=line_numbers,
-                                      skipped=skipped):
-        pred, golds = row["prediction"], row["answers"]
+    n_gated: dict[str, int] = defaultdict(int)
+    for row, outcome, was_gated in scorable_rows(rows, metrics_cfg, phrases, source=source,
+                                                 line_numbers=line_numbers, skipped=skipped):
+        # A gated answer counts as abstained: its text is not scored as an answer either.
+        pred, golds = (None if was_gated else row["prediction"]), row["answers"]
         acc = per_ds[row["dataset"]]
+        n_gated[row["dataset"]] += was_gated
         acc["outcomes"].append(outcome)
         acc["em"].append(float(exact_match(pred, golds)))
         acc["f1"].append(token_f1(pred, golds))
@@ -181,7 +195,7 @@ def score_predictions(rows: list[dict], metrics_cfg: MetricsConfig, phrases: lis
             any_critic = True
         if outcome is Outcome.ABSTAIN:
             gaps.append({"id": str(row["id"]), "dataset": row["dataset"], "question": row["question"],
-                         "searches": _searches(row)})
+                         "searches": _searches(row), **({"gated": True} if was_gated else {})})
     if skipped:
         log.warning("%s: skipped %d line(s); first: %s", source, len(skipped), skipped[0])
 
@@ -192,6 +206,8 @@ def score_predictions(rows: list[dict], metrics_cfg: MetricsConfig, phrases: lis
         m = aggregate(acc["outcomes"], em=acc["em"], f1=acc["f1"], cover=acc["cover_em"])
         m["ci"] = {met: list(bootstrap_ci(acc["outcomes"], met, nboot, seed, values=acc.get(met)))
                    for met in CI_METRICS} if nboot else {}
+        if metrics_cfg.critic_gate is not None:
+            m["gated"] = n_gated[ds]
         per_dataset[ds] = m
     macro = macro_average(per_dataset) if per_dataset else {}
     if per_dataset and nboot:
@@ -218,6 +234,7 @@ def score_predictions(rows: list[dict], metrics_cfg: MetricsConfig, phrases: lis
         "overall": overall,
         "n": len(all_out),
         "config": {"correctness": metrics_cfg.correctness, "f1_threshold": metrics_cfg.f1_threshold,
+                   "critic_gate": metrics_cfg.critic_gate,
                    "bootstrap_samples": nboot, "abstention_phrases": list(phrases), "seed": seed},
         "coverage_gaps": gaps,
         "skipped_lines": skipped,
