@@ -67,12 +67,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from awarl.config import ConfigError
     from awarl.io import DataError
+    from awarl.retrieval.client import RetrievalClientError
 
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, DataError, FileNotFoundError, ValueError) as e:
-        # Bad input (a config key, a data line, a missing file, a wrong value): the message names it. The
-        # traceback is for bugs; -v shows it anyway.
+    except (ConfigError, DataError, FileNotFoundError, ValueError, RetrievalClientError) as e:
+        # Bad input (a config key, a data line, a missing file, a wrong value, an unreachable retrieval
+        # server): the message names it. The traceback is for bugs; -v shows it anyway.
         if args.verbose:
             raise
         print(f"awarl {args.command}: error: {e}", file=sys.stderr)

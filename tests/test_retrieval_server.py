@@ -272,6 +272,25 @@ def test_client_unreachable_server() -> None:
     client = RetrievalClient(f"http://127.0.0.1:{free_port()}", timeout_s=1, retries=1, backoff_s=0.01)
     with pytest.raises(RetrievalClientError, match="ConnectError"):
         client.search(["q"], 1)
+    with pytest.raises(RetrievalClientError, match="cannot reach the retrieval server .*`awarl serve retriever"):
+        client.check_reachable()
+
+
+def test_reachable_check_accepts_a_server_without_health(flaky_server) -> None:
+    handler, url = flaky_server  # a Search-R1-style server: POST /retrieve only, GET answers 501
+    RetrievalClient(url, retries=0).check_reachable()
+    assert handler.hits == 0  # no retrieval request was spent on the check
+
+
+def test_eval_stops_before_generating_when_the_server_is_down(tmp_path: Path, tiny_dir: Path,
+                                                               capsys: pytest.CaptureFixture) -> None:
+    from conftest import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    assert cli_main(["eval", "--model", str(tiny_dir), "--retriever-url", url, "--limit", "1", "--out",
+                     str(tmp_path / "ev"), "retrieval.retries=0"]) == 2
+    assert f"cannot reach the retrieval server at {url}" in capsys.readouterr().err
+    assert not (tmp_path / "ev" / "predictions.jsonl").exists()
 
 
 def test_serve_cli_refuses_a_broken_index(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

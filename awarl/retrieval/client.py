@@ -127,6 +127,25 @@ class RetrievalClient:
             rows.append([_passage(item, f"result[{qi}][{j}]") for j, item in enumerate(row[:k])])
         return rows
 
+    def check_reachable(self) -> None:
+        """RetrievalClientError, with what to do, unless something answers HTTP at the server's address (any
+        status counts: a Search-R1 server has no /health). Retried like requests, for a server still starting."""
+        import httpx
+
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                self._http.get(self.base_url + "/health")
+                return
+            except httpx.TransportError as e:
+                last = f"{type(e).__name__}: {e}"
+        raise RetrievalClientError(
+            f"cannot reach the retrieval server at {self.base_url} ({last}); start one with `awarl serve "
+            "retriever --index DIR --port N` (or scripts/serve_retriever.sh), or point retrieval.server_url / "
+            "--retriever-url at a running one")
+
     def health(self) -> dict[str, Any]:
         r = self._http.get(self.base_url + "/health")
         r.raise_for_status()

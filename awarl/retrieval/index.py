@@ -252,7 +252,9 @@ def load_retriever(cfg: RetrievalConfig) -> Retriever:
     if cfg.kind == "server":
         from awarl.retrieval.client import RetrievalClient
 
-        return RetrievalClient(cfg.server_url, timeout_s=cfg.timeout_s, retries=cfg.retries)
+        client = RetrievalClient(cfg.server_url, timeout_s=cfg.timeout_s, retries=cfg.retries)
+        client.check_reachable()  # before any model loads: a missing server is found in seconds
+        return client
     if not cfg.index_dir:
         raise ConfigError(f"retrieval.index_dir: required for retrieval.kind={cfg.kind}")
     index_dir = Path(cfg.index_dir)
