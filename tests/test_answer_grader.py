@@ -120,6 +120,11 @@ def test_eval_with_llm_grader_scores_paraphrased_answers_and_rescoring_agrees(gr
     with pytest.raises(ValueError, match="correctness"):
         run_eval(load_config(None, [o for o in overrides if "correctness" not in o]), out, model=str(tiny_dir),
                  tokenizer=AutoTokenizer.from_pretrained(tiny_dir), retriever=load_index(shipped_bm25_dir))
+    from awarl.stages.evaluate import resume_conflicts
+
+    em, f1 = ({"correctness": {"rule": r, "grader": None}} for r in ("em", "f1"))
+    assert resume_conflicts(em, f1) == []  # recomputed from the text by the scorer: no conflict
+    assert resume_conflicts(em, manifest) != [] and resume_conflicts({}, manifest) == []  # old manifests pass
 
 
 def test_estimate_and_training_rollouts_use_the_grader(grader_url, tmp_path, tiny_dir, shipped_bm25_dir):

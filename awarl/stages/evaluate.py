@@ -259,6 +259,12 @@ def build_manifest(cfg: AwarlConfig, eval_set: EvalSet, model_ident: dict, retri
     }
 
 
+def _grading(correctness: dict | None) -> str | None:
+    if not correctness:
+        return None
+    return f"judge ({correctness.get('grader')})" if correctness.get("rule") == "judge" else "recomputable"
+
+
 def _fingerprint(m: dict) -> dict[str, Any]:
     """What must not change between a run and its resumption (dotted key -> value; absent keys are None).
     Not included on purpose: the generation backend and batch size (finishing a run on another engine is
@@ -270,8 +276,9 @@ def _fingerprint(m: dict) -> dict[str, Any]:
           "sampling.temperature": sampling.get("temperature"), "sampling.top_p": sampling.get("top_p"),
           "retrieval.kind": retrieval.get("kind"), "retrieval.topk": retrieval.get("topk"),
           "retrieval.index.meta_sha256": (retrieval.get("index") or {}).get("meta_sha256"),
-          # the lines' outcomes were decided under it (an LLM grader's verdicts cannot be recomputed)
-          "correctness": m.get("correctness")}
+          # An LLM grader's verdicts are stored in the lines and cannot be recomputed; em / f1 / cover_em
+          # are recomputed from the answer text by the scorer, so switching among them is fine.
+          "correctness": _grading(m.get("correctness"))}
     for ds, d in (m.get("data") or {}).items():
         fp[f"data.{ds}.sha256"] = (d or {}).get("sha256")
     return fp
