@@ -16,6 +16,7 @@ from awarl.retrieval import (
     META_FILE,
     Passage,
     RetrievalClient,
+    RetrievalClientError,
     RetrievalIndexError,
     build_index,
     load_index,
@@ -317,8 +318,9 @@ def test_load_retriever_builds_once_then_reuses(tmp_path: Path, wiki18_tiny: Pat
         load_retriever(RetrievalConfig(kind="dense", index_dir=str(tmp_path / "auto")))
     with pytest.raises(ConfigError, match="retrieval.corpus is not set"):
         load_retriever(RetrievalConfig(kind="bm25", index_dir=str(tmp_path / "none")))
-    client = load_retriever(RetrievalConfig(kind="server", server_url="http://127.0.0.1:9/", retries=1))
-    assert isinstance(client, RetrievalClient) and client.base_url == "http://127.0.0.1:9"
+    assert RetrievalClient("http://127.0.0.1:9/retrieve/").base_url == "http://127.0.0.1:9"
+    with pytest.raises(RetrievalClientError, match="cannot reach the retrieval server at http://127.0.0.1:9"):
+        load_retriever(RetrievalConfig(kind="server", server_url="http://127.0.0.1:9/", retries=0))
 
 
 def test_gzip_corpus_builds_the_same_index_and_is_verified(tmp_path: Path, wiki18_small: Path,
