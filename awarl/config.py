@@ -68,6 +68,9 @@ class RetrievalConfig(Section):
     topk: int = Field(3, ge=1, le=100, description="Passages returned per search (SPEC default 3).")
     timeout_s: float = Field(30.0, gt=0, description="HTTP timeout per retrieval request.")
     retries: int = Field(3, ge=0, description="Retries (with backoff) of a failed retrieval request.")
+    wait_s: float = Field(60.0, ge=0, description="kind=server: how long a run waits at start for the server "
+                          "to answer (one launched alongside may still be loading its index); then it stops "
+                          "with what to do.")
     verify_corpus: bool = Field(True, description="Re-hash the corpus at load when it is still at its recorded "
                                 "path and refuse a changed one. Turn off for the 14 GB wiki-18 once verified: "
                                 "every training/eval process would hash it at start-up.")

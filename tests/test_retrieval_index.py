@@ -320,7 +320,7 @@ def test_load_retriever_builds_once_then_reuses(tmp_path: Path, wiki18_tiny: Pat
         load_retriever(RetrievalConfig(kind="bm25", index_dir=str(tmp_path / "none")))
     assert RetrievalClient("http://127.0.0.1:9/retrieve/").base_url == "http://127.0.0.1:9"
     with pytest.raises(RetrievalClientError, match="cannot reach the retrieval server at http://127.0.0.1:9"):
-        load_retriever(RetrievalConfig(kind="server", server_url="http://127.0.0.1:9/", retries=0))
+        load_retriever(RetrievalConfig(kind="server", server_url="http://127.0.0.1:9/", wait_s=0))
 
 
 def test_gzip_corpus_builds_the_same_index_and_is_verified(tmp_path: Path, wiki18_small: Path,

@@ -282,13 +282,39 @@ def test_reachable_check_accepts_a_server_without_health(flaky_server) -> None:
     assert handler.hits == 0  # no retrieval request was spent on the check
 
 
+def test_reachable_check_waits_for_a_server_that_is_still_starting() -> None:
+    import time
+
+    from conftest import free_port
+
+    port = free_port()
+    started: list[ThreadingHTTPServer] = []
+
+    def start_late() -> None:  # the port opens only after a second, like a server loading its index
+        time.sleep(1.0)
+        started.append(ThreadingHTTPServer(("127.0.0.1", port), type("H", (_FlakySearchR1,), {"hits": 0})))
+        started[0].serve_forever()
+
+    threading.Thread(target=start_late, daemon=True).start()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(RetrievalClientError, match="cannot reach"):
+            RetrievalClient(f"http://127.0.0.1:{port}").check_reachable(wait_s=0)  # not listening yet
+        RetrievalClient(f"http://127.0.0.1:{port}").check_reachable(wait_s=20)
+        assert time.monotonic() - t0 < 15
+    finally:
+        if started:
+            started[0].shutdown()
+            started[0].server_close()
+
+
 def test_eval_stops_before_generating_when_the_server_is_down(tmp_path: Path, tiny_dir: Path,
                                                                capsys: pytest.CaptureFixture) -> None:
     from conftest import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
     assert cli_main(["eval", "--model", str(tiny_dir), "--retriever-url", url, "--limit", "1", "--out",
-                     str(tmp_path / "ev"), "retrieval.retries=0"]) == 2
+                     str(tmp_path / "ev"), "retrieval.wait_s=0"]) == 2
     assert f"cannot reach the retrieval server at {url}" in capsys.readouterr().err
     assert not (tmp_path / "ev" / "predictions.jsonl").exists()
 

@@ -127,20 +127,28 @@ class RetrievalClient:
             rows.append([_passage(item, f"result[{qi}][{j}]") for j, item in enumerate(row[:k])])
         return rows
 
-    def check_reachable(self) -> None:
-        """RetrievalClientError, with what to do, unless something answers HTTP at the server's address (any
-        status counts: a Search-R1 server has no /health). Retried like requests, for a server still starting."""
+    def check_reachable(self, wait_s: float = 0.0) -> None:
+        """Return once something answers HTTP at the server's address (any status counts: a Search-R1 server
+        has no /health), polling for up to `wait_s` seconds for a server that is still starting; then
+        RetrievalClientError saying what to do."""
         import httpx
 
-        last = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+        deadline = time.monotonic() + wait_s
+        next_note = 0.0
+        while True:
             try:
                 self._http.get(self.base_url + "/health")
                 return
             except httpx.TransportError as e:
                 last = f"{type(e).__name__}: {e}"
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            if time.monotonic() >= next_note:
+                log.info("waiting for the retrieval server at %s (%.0fs left; retrieval.wait_s)", self.base_url,
+                         left)
+                next_note = time.monotonic() + 10
+            time.sleep(min(2.0, left))
         raise RetrievalClientError(
             f"cannot reach the retrieval server at {self.base_url} ({last}); start one with `awarl serve "
             "retriever --index DIR --port N` (or scripts/serve_retriever.sh), or point retrieval.server_url / "

@@ -253,7 +253,7 @@ def load_retriever(cfg: RetrievalConfig) -> Retriever:
         from awarl.retrieval.client import RetrievalClient
 
         client = RetrievalClient(cfg.server_url, timeout_s=cfg.timeout_s, retries=cfg.retries)
-        client.check_reachable()  # before any model loads: a missing server is found in seconds
+        client.check_reachable(cfg.wait_s)  # before any model loads
         return client
     if not cfg.index_dir:
         raise ConfigError(f"retrieval.index_dir: required for retrieval.kind={cfg.kind}")
