@@ -103,6 +103,11 @@ class GenerationConfig(Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Model dtype "
                                                                       "(auto: bf16 on GPU, fp32 on CPU).")
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="vLLM only: GPU memory share.")
+    tensor_parallel_size: int = Field(1, ge=1, description="vLLM only (eval/estimate): GPUs one model is "
+                                      "split over, for models that do not fit on one.")
+    max_model_len: int | None = Field(None, ge=256, description="vLLM only (eval/estimate): context length to "
+                                      "reserve KV cache for (default: the model's; prompt + trajectory is "
+                                      "enough, e.g. agent.max_trajectory_tokens + 2048).")
     script: str | None = Field(None, description="scripted backend: JSONL of scripted model turns.")
 
 

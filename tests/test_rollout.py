@@ -342,3 +342,32 @@ def test_vllm_backend_import_error_is_clear():
         VLLMBackend.from_pretrained("some/model")
     with pytest.raises(ImportError, match="generation.backend=hf"):
         make_backend(GenerationConfig(backend="vllm"), "some/model", None)
+
+
+def test_vllm_engine_settings_reach_the_llm_with_a_fake_vllm_module(tok, monkeypatch):
+    """`generation.*` vLLM settings arrive at `vllm.LLM` (a FAKE vllm module records them: vLLM needs a GPU)."""
+    import sys
+    import types
+
+    from awarl.agent.backends import make_backend
+    from awarl.agent.backends.vllm import VLLMBackend
+    from awarl.config import GenerationConfig
+
+    seen = {}
+
+    class FakeLLM:
+        def __init__(self, **kw):
+            seen.update(kw)
+
+        def get_tokenizer(self):
+            return tok
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM))
+    be = make_backend(GenerationConfig(backend="vllm", tensor_parallel_size=2, max_model_len=4096,
+                                       gpu_memory_utilization=0.5, dtype="bfloat16"), "org/model", tok)
+    assert isinstance(be, VLLMBackend)
+    assert seen == {"model": "org/model", "dtype": "bfloat16", "gpu_memory_utilization": 0.5, "seed": 0,
+                    "tensor_parallel_size": 2, "max_model_len": 4096}
+    seen.clear()
+    make_backend(GenerationConfig(backend="vllm"), "org/model", tok)
+    assert seen["tensor_parallel_size"] == 1 and "max_model_len" not in seen  # the model's own length

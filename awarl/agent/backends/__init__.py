@@ -34,6 +34,8 @@ def make_backend(gen_cfg: Any, model_path_or_obj: Any, tokenizer: Any) -> Backen
         from awarl.agent.backends.vllm import VLLMBackend
 
         if isinstance(model_path_or_obj, str):
-            return VLLMBackend.from_pretrained(model_path_or_obj, gen_cfg.dtype, gen_cfg.gpu_memory_utilization)
+            extra = {"max_model_len": gen_cfg.max_model_len} if gen_cfg.max_model_len else {}
+            return VLLMBackend.from_pretrained(model_path_or_obj, gen_cfg.dtype, gen_cfg.gpu_memory_utilization,
+                                               tensor_parallel_size=gen_cfg.tensor_parallel_size, **extra)
         return VLLMBackend(model_path_or_obj, tokenizer)
     raise ValueError(f"generation.backend: unknown backend {kind!r} (hf, vllm, scripted)")
