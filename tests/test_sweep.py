@@ -112,3 +112,16 @@ def test_aggregate_adds_paired_differences_when_predictions_are_there(tmp_path):
     assert len(second["delta_ra_f1"]["ci"]) == 2
     assert "+0.167" in (tmp_path / "sw" / "comparison.md").read_text()
     assert (tmp_path / "sw" / "paired" / "compare.md").is_file()
+
+
+def test_launcher_is_found_in_an_environment_that_is_not_activated(monkeypatch):
+    import sys
+
+    from awarl.stages.sweep import resolve_launcher
+
+    prog = Path(sys.executable).name
+    monkeypatch.setenv("PATH", "")  # like `.venv/bin/awarl sweep ...` without `source .venv/bin/activate`
+    assert resolve_launcher([prog, "launch", "x"]) == [str(Path(sys.executable).parent / prog), "launch", "x"]
+    assert resolve_launcher(["/bin/echo", "hi"]) == ["/bin/echo", "hi"]  # a path is taken as it is
+    with pytest.raises(ConfigError, match="sweep.launcher: 'no-such-launcher' is not on PATH"):
+        resolve_launcher(["no-such-launcher", "launch"])

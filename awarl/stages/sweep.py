@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
 import shlex
 import subprocess
 import sys
@@ -121,10 +122,26 @@ def expand(spec: SweepSpec, base_dir: Path) -> list[dict[str, Any]]:
     return runs
 
 
-def _command(spec: SweepSpec, *args: str) -> list[str]:
-    if spec.launcher:
+def _command(spec: SweepSpec, *args: str, direct: bool = False) -> list[str]:
+    """`launcher -m awarl.cli ARGS`, or this Python's `-m awarl.cli ARGS` without a launcher (or `direct`)."""
+    if spec.launcher and not direct:
         return [*spec.launcher, "-m", "awarl.cli", *args]
     return [sys.executable, "-m", "awarl.cli", *args]
+
+
+def resolve_launcher(cmd: list[str]) -> list[str]:
+    """The command with its program found on PATH or, for an environment that is not activated, next to
+    this Python (`.venv/bin/accelerate`); a ConfigError naming `sweep.launcher` when it is nowhere."""
+    import shutil
+
+    prog = cmd[0]
+    if os.sep in prog or shutil.which(prog):
+        return cmd
+    local = Path(sys.executable).parent / prog
+    if local.is_file() and os.access(local, os.X_OK):
+        return [str(local), *cmd[1:]]
+    raise ConfigError(f"sweep.launcher: {prog!r} is not on PATH nor next to {sys.executable}; install it "
+                      "(accelerate: pip install accelerate) or activate the environment that has it")
 
 
 def run_commands(spec: SweepSpec, runs: list[dict], dry_run: bool = False) -> list[tuple[str, list[str]]]:
@@ -137,7 +154,9 @@ def run_commands(spec: SweepSpec, runs: list[dict], dry_run: bool = False) -> li
                                   f"estimate.out={Path(spec.out_dir) / 'p_estimates.jsonl'}"]))
     for r in runs:
         resume = ["--resume"] if any(Path(r["out_dir"]).glob("checkpoint-*")) else []
-        cmds.append((r["name"], _command(spec, "train", "--config", r["config"], *resume, *extra)))
+        # A dry run checks the config, which needs no launcher (nor the GPUs it would ask for).
+        cmds.append((r["name"], _command(spec, "train", "--config", r["config"], *resume, *extra,
+                                         direct=dry_run)))
     return cmds
 
 
@@ -172,6 +191,7 @@ def run_local(spec: SweepSpec, runs: list[dict], dry_run: bool = False) -> dict[
             log.info("[%s] finished already; skipped", name)
             codes[name] = 0
             continue
+        cmd = resolve_launcher(cmd)
         log.info("[%s] %s", name, shlex.join(cmd))
         codes[name] = subprocess.call(cmd)  # list form: no shell, no interpolation of config strings
         if codes[name]:
