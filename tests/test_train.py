@@ -218,6 +218,23 @@ def test_p_from_estimate_file_sets_refusal_reward(trained):
     assert seen >= 2
 
 
+def test_finished_message_says_where_the_outputs_are(trained):
+    from types import SimpleNamespace
+
+    from awarl.commands.train import finished_message
+
+    summary = trained["summary"]
+    msg = finished_message(summary)
+    out = summary["out_dir"]
+    assert f"{summary['global_step']} steps done in {out}" in msg and f"awarl eval --model {out}/final" in msg
+    assert Path(out, "checkpoint-2").is_dir() and f"{out}/checkpoint-*" in msg
+    assert "tensorboard" not in msg  # report_to: [none]
+    with_tb = {**summary, "trainer": SimpleNamespace(args=SimpleNamespace(report_to=["tensorboard"])),
+               "eval": {"eval/macro_ra_f1": 0.25, "eval/macro_abstention_rate": 0.5}}
+    msg = finished_message(with_tb)
+    assert f"tensorboard --logdir {out}/runs" in msg and "macro RA-F1 0.250, abstention 0.500" in msg
+
+
 def test_resume_continues_step_and_ema_state(trained, tiny_dir, closed_index):
     from transformers import AutoTokenizer
 

@@ -35,4 +35,24 @@ def run(args: argparse.Namespace) -> int:
     result = run_train(cfg, resume=args.resume, dry_run=args.dry_run)
     if args.dry_run:
         print_plan(result)
+    elif result["trainer"].accelerator.is_main_process:
+        print(finished_message(result))
     return 0
+
+
+def finished_message(summary: dict) -> str:
+    """Where a finished run's outputs are (printed once, by the main process)."""
+    out = summary["out_dir"]
+    ev = summary.get("eval") or {}
+    loggers = list(getattr(getattr(summary.get("trainer"), "args", None), "report_to", None) or [])
+    lines = [f"awarl train: {summary['global_step']} steps done in {out}",
+             f"  final model:  {summary['final']}  (awarl eval --model {summary['final']} ...)",
+             f"  checkpoints:  {out}/checkpoint-*  (continue with --resume)"]
+    if "tensorboard" in loggers:
+        lines.append(f"  logs:         tensorboard --logdir {out}/runs  (rho, rho_hat, E, E_bar, penalty, r_ref)")
+    if "wandb" in loggers:
+        lines.append("  logs:         wandb (offline runs: `wandb sync ./wandb/offline-run-*`)")
+    if "eval/macro_ra_f1" in ev:
+        lines.append(f"  final eval:   {out}/eval/final/results.md  (macro RA-F1 {ev['eval/macro_ra_f1']:.3f}, "
+                     f"abstention {ev.get('eval/macro_abstention_rate', float('nan')):.3f})")
+    return "\n".join(lines)
