@@ -49,12 +49,16 @@ def cfg_dict(tmp_path: Path, tiny_dir: Path, index: Path, **gen) -> dict:
     }
 
 
-def test_cli_writes_p_per_question_and_resolved_config(tmp_path, tiny_dir, index):
+def test_cli_writes_p_per_question_and_resolved_config(tmp_path, tiny_dir, index, capsys):
     from awarl.cli import main
 
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg_dict(tmp_path, tiny_dir, index)))
     assert main(["estimate", "--config", str(path), "-k", "3"]) == 0
+    said = capsys.readouterr().out
+    assert "3 questions, mean p_i" in said and "`awarl train` with this config reads them" in said
+    assert main(["estimate", "--config", str(path), "-k", "3", "train.p_estimates=/elsewhere/p.jsonl"]) == 0
+    assert "train.p_estimates points to /elsewhere/p.jsonl" in capsys.readouterr().out
     out = tmp_path / "run" / "p_estimates.jsonl"
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 3 and len({r["qid"] for r in rows}) == 3
@@ -112,6 +116,15 @@ def ex(i: str, ds: str = "nq") -> QAExample:
     return QAExample(id=i, dataset=ds, question=f"q{i}?", answers=["a"])
 
 
+def test_estimates_summary():
+    from awarl.stages.estimate import estimates_summary
+
+    rows = {str(i): {"p_i": p} for i, p in enumerate([0.0, 0.0, 1.0, 0.5])}
+    assert estimates_summary(rows) == ("4 questions, mean p_i 0.375; never solved (p_i = 0): 2 (50%), "
+                                       "always solved (p_i = 1): 1 (25%)")
+    assert estimates_summary({}) == "no estimates"
+
+
 def test_estimate_row_and_join():
     row = estimate_row(ex("1"), ["correct", "wrong", "abstain", "correct"])
     assert row["p_i"] == 0.5 and row["outcomes"] == {"correct": 2, "wrong": 1, "abstain": 1, "invalid": 0}
@@ -144,7 +157,7 @@ def test_cli_model_and_out_are_taken_literally(tmp_path, monkeypatch, value):
     from awarl.cli import main
 
     seen = {}
-    monkeypatch.setattr(est, "run_estimate", lambda cfg: seen.setdefault("cfg", cfg) and tmp_path)
+    monkeypatch.setattr(est, "run_estimate", lambda cfg: seen.setdefault("cfg", cfg) and Path(cfg.estimate.out))
     assert main(["estimate", "--model", value, "--out", str(tmp_path / value / "p.jsonl")]) == 0
     assert seen["cfg"].estimate.model == value
     assert seen["cfg"].estimate.out == str(tmp_path / value / "p.jsonl")

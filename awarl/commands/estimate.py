@@ -28,7 +28,8 @@ def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from awarl.stages.estimate import run_estimate
+    from awarl.stages.estimate import estimates_summary, read_estimates, run_estimate
+    from awarl.stages.train import estimates_path
 
     # Overrides are parsed as YAML: quote the free-text values so a path such as `runs/2024.10` or
     # `ckpt #3` stays the string it is (unquoted, YAML would read a float, or cut a comment off).
@@ -42,5 +43,8 @@ def run(args: argparse.Namespace) -> int:
     args.overrides = list(args.overrides or []) + extra
     cfg = config_from_args(args)
     out = run_estimate(cfg)
-    print(out)
+    used = estimates_path(cfg)
+    use = ("`awarl train` with this config reads them" if used.resolve() == out.resolve() else
+           f"note: train.p_estimates points to {used}; set train.p_estimates={out} to train with these")
+    print(f"p_i estimates: {out}\n  {estimates_summary(read_estimates(out))}\n  {use}")
     return 0

@@ -66,6 +66,17 @@ def default_estimates_path(cfg: AwarlConfig) -> Path:
     return Path(cfg.estimate.out or Path(cfg.run.out_dir) / "p_estimates.jsonl")
 
 
+def estimates_summary(rows: dict[str, dict]) -> str:
+    """One paragraph on an estimate file's p_i: how many questions, their mean, and how many the standard
+    checkpoint never / always solves (those are where AWA-RL's refusal reward is largest / smallest)."""
+    ps = [float(r["p_i"]) for r in rows.values()]
+    if not ps:
+        return "no estimates"
+    never, always = sum(p == 0 for p in ps), sum(p == 1 for p in ps)
+    return (f"{len(ps)} questions, mean p_i {sum(ps) / len(ps):.3f}; never solved (p_i = 0): {never} "
+            f"({never / len(ps):.0%}), always solved (p_i = 1): {always} ({always / len(ps):.0%})")
+
+
 def estimate_row(ex: QAExample, outcomes: Sequence[str]) -> dict[str, Any]:
     """One output line from the K outcomes of a question (pure)."""
     counts = Counter(outcomes)
