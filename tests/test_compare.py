@@ -103,3 +103,7 @@ def test_cli_errors(tmp_path, capsys):
     assert "no predictions at" in capsys.readouterr().err
     assert main(["compare", str(a), str(a), "--names", "x,x", "--out", str(tmp_path / "o")]) == 2
     assert "distinct names" in capsys.readouterr().err
+    other_data = _write(tmp_path / "c.jsonl", [{**_row("hotpotqa", 1, "Paris"), "question": "another question?"}])
+    assert main(["compare", str(a), str(other_data), "--out", str(tmp_path / "o")]) == 2
+    assert "hotpotqa/1 (a: 'q1?'; c: 'another question?'): the runs were made on different data" in \
+        capsys.readouterr().err

@@ -37,13 +37,29 @@ def predictions_path(run: str | os.PathLike) -> Path:
     return p
 
 
-def run_outcomes(path: Path, cfg: AwarlConfig) -> tuple[dict[tuple[str, str], Outcome], list[str]]:
-    """Outcome per (dataset, id) of a predictions file, and the messages of its skipped lines."""
+def run_outcomes(path: Path, cfg: AwarlConfig) -> tuple[dict[tuple[str, str], Outcome], list[str],
+                                                       dict[tuple[str, str], str]]:
+    """Outcome per (dataset, id) of a predictions file, the messages of its skipped lines, and the question
+    text per (dataset, id)."""
     rows, lines, skipped = read_predictions(path)
-    out = {(row["dataset"], str(row["id"])): outcome
-           for row, outcome, _ in scorable_rows(rows, cfg.metrics, list(cfg.agent.abstention_phrases),
-                                             source=str(path), line_numbers=lines, skipped=skipped)}
-    return out, skipped
+    out, questions = {}, {}
+    for row, outcome, _ in scorable_rows(rows, cfg.metrics, list(cfg.agent.abstention_phrases),
+                                         source=str(path), line_numbers=lines, skipped=skipped):
+        key = (row["dataset"], str(row["id"]))
+        out[key], questions[key] = outcome, row["question"]
+    return out, skipped, questions
+
+
+def check_same_questions(names: list[str], questions: list[dict[tuple[str, str], str]],
+                         keys: list[tuple[str, str]]) -> None:
+    """ValueError when a shared (dataset, id) holds different question texts in two runs: they were made on
+    different data (another dataset version, ids reused), and a paired comparison would be meaningless."""
+    bad = [k for k in keys if len({q[k] for q in questions}) > 1]
+    if bad:
+        ds, qid = bad[0]
+        texts = "; ".join(f"{n}: {q[bad[0]][:80]!r}" for n, q in zip(names, questions, strict=True))
+        raise ValueError(f"{len(bad)} shared question id(s) have different question texts across runs, e.g. "
+                         f"{ds}/{qid} ({texts}): the runs were made on different data")
 
 
 def compare_runs(runs: list[str | os.PathLike], cfg: AwarlConfig, names: list[str] | None = None) -> dict[str, Any]:
@@ -58,10 +74,11 @@ def compare_runs(runs: list[str | os.PathLike], cfg: AwarlConfig, names: list[st
         raise ValueError(f"--names: need {len(runs)} distinct names, got {names}")
     paths = [predictions_path(r) for r in runs]
     loaded = [run_outcomes(p, cfg) for p in paths]
-    common = set.intersection(*(set(o) for o, _ in loaded))
+    common = set.intersection(*(set(o) for o, _, _ in loaded))
     if not common:
         raise ValueError("the runs share no (dataset, id) question: nothing to compare")
     keys = sorted(common)
+    check_same_questions(names, [q for _, _, q in loaded], keys)
     datasets = sorted({ds for ds, _ in keys})
     nboot, seed = cfg.metrics.bootstrap_samples, cfg.run.seed
 
@@ -69,7 +86,7 @@ def compare_runs(runs: list[str | os.PathLike], cfg: AwarlConfig, names: list[st
         return {ds: [outcomes[k] for k in keys if k[0] == ds] for ds in datasets}
 
     table = []
-    for name, path, (outcomes, skipped) in zip(names, paths, loaded, strict=True):
+    for name, path, (outcomes, skipped, _) in zip(names, paths, loaded, strict=True):
         per_ds = {ds: aggregate(outs) for ds, outs in by_dataset(outcomes).items()}
         macro = macro_average(per_ds)
         table.append({"name": name, "source": str(path), "questions": len(outcomes),
@@ -81,7 +98,7 @@ def compare_runs(runs: list[str | os.PathLike], cfg: AwarlConfig, names: list[st
                         len(outcomes) - len(common), len(outcomes))
     base = by_dataset(loaded[0][0])
     deltas: dict[str, dict[str, Any]] = {}
-    for name, (outcomes, _) in zip(names[1:], loaded[1:], strict=True):
+    for name, (outcomes, _, _) in zip(names[1:], loaded[1:], strict=True):
         other = by_dataset(outcomes)
         if nboot:
             deltas[name] = {m: paired_bootstrap_delta(base, other, m, nboot, seed) for m in DELTA_METRICS}
