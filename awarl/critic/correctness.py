@@ -9,6 +9,7 @@ stands and the item is flagged: a run never stops on a flaky endpoint, and the f
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from typing import Any
 from awarl.config import AwarlConfig
 from awarl.critic.schema import AnswerCheck
 from awarl.metrics import exact_match, is_abstention
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -57,3 +60,15 @@ def grade_answers(grader: Any, items: Sequence[tuple[str, str | None, bool, Sequ
         v = verdicts[(items[i][0], items[i][1] or "", tuple(items[i][3]))]
         grades[i] = Grade(False, failed=True) if v is None else Grade(bool(v))
     return grades
+
+
+def close_grader(grader: Any, flagged_in: str | None = None) -> None:
+    """Close the grader's HTTP client and warn once about its failures (`flagged_in`: where the failed
+    lines are marked `judge_failed`)."""
+    if grader is None:
+        return
+    grader.close()
+    if grader.failures:
+        log.warning("answer grader: %d failure(s) (%s); those answers kept exact match's verdict%s",
+                    grader.failures, dict(grader.failure_reasons),
+                    f" and are flagged judge_failed in {flagged_in}" if flagged_in else "")

@@ -138,7 +138,7 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
     Tests and callers that already hold an engine/model can pass them in."""
     from tqdm.auto import tqdm
 
-    from awarl.critic.correctness import make_answer_grader
+    from awarl.critic.correctness import close_grader, make_answer_grader
     from awarl.stages.evaluate import grade_trajectories, trajectory_outcome
 
     out = default_estimates_path(cfg)
@@ -185,12 +185,8 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
             if on_batch:
                 on_batch(b)
     finally:
-        if grader is not None:
-            grader.close()
+        close_grader(grader)
     bar.close()
-    if grader is not None and grader.failures:
-        log.warning("answer grader: %d failure(s) (%s); those answers kept exact match's verdict",
-                    grader.failures, dict(grader.failure_reasons))
     log.info("wrote p_i of %d questions to %s", len(todo), out)
     return out
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from awarl.config import AwarlConfig, save_resolved
-from awarl.critic.correctness import Grade, grade_answers, make_answer_grader
+from awarl.critic.correctness import Grade, close_grader, grade_answers, make_answer_grader
 from awarl.data.types import QAExample, example_key
 from awarl.io import append_jsonl, atomic_write_json, file_sha256, pending_batches
 from awarl.metrics import Outcome, classify_outcome
@@ -441,12 +441,9 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
                                      top_p=cfg.generation.top_p, seed=cfg.run.seed, judge=judge, grader=grader,
                                      on_batch=on_batch)
     finally:
-        for j in (judge, grader):
-            if hasattr(j, "close"):
-                j.close()
-    if grader is not None and grader.failures:
-        log.warning("answer grader: %d failure(s) (%s); those answers kept exact match's verdict and are "
-                    "flagged judge_failed in %s", grader.failures, dict(grader.failure_reasons), pred_path)
+        if hasattr(judge, "close"):
+            judge.close()
+        close_grader(grader, flagged_in=str(pred_path))
     wanted = {example_key(ex.dataset, ex.id) for ex in eval_set.examples}
     rows = [r for k, r in read_done(pred_path).items() if k in wanted]
     results = score_predictions(rows, cfg.metrics, engine.abstention_phrases, seed=cfg.run.seed)
