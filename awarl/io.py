@@ -101,22 +101,39 @@ def pending_batches(items: Sequence[Any], size: int, is_done: Callable[[Any], bo
             yield start, batch
 
 
+# The longest JSON line iter_jsonl reads. Real records are far shorter (a HotpotQA record with its context
+# is ~10 KB, a trajectory ~100 KB); without a cap one runaway line (a file that is not JSON Lines, a
+# writer gone wrong) is read whole, and parsing it costs twice its size again before it is rejected.
+MAX_LINE_BYTES = 64 << 20
+_SKIP_CHUNK = 1 << 20  # the rest of an over-long line is skipped in chunks of this size, never held
+
+
 def iter_jsonl(path: str | os.PathLike, *, on_error: str = "fail", errors: list[str] | None = None,
-               objects_only: bool = True) -> Iterator[tuple[int, Any]]:
+               objects_only: bool = True, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, Any]]:
     """Yield (line number, parsed value) of each non-blank JSON line.
 
-    One bad line (not UTF-8, not JSON, too deeply nested, or - with `objects_only` - not a JSON object, such
-    as a truncated last line from a killed writer) never aborts the whole file: it raises DataError naming
-    `file:LINE` (on_error="fail") or is recorded in `errors` and skipped (on_error="skip"). A UTF-8
-    byte-order mark on the first line (files exported on Windows) is ignored.
+    One bad line (not UTF-8, not JSON, too deeply nested, longer than `max_line_bytes` bytes, or - with
+    `objects_only` - not a JSON object, such as a truncated last line from a killed writer) never aborts the
+    whole file: it raises DataError naming `file:LINE` (on_error="fail") or is recorded in `errors` and
+    skipped (on_error="skip"). An over-long line is never held in memory: at most `max_line_bytes` of it are
+    read, the rest is skipped, so memory stays bounded whatever the file holds. A UTF-8 byte-order mark on
+    the first line (files exported on Windows) is ignored.
     """
+    if max_line_bytes < 1:
+        raise ValueError(f"max_line_bytes must be >= 1, got {max_line_bytes}")
     with open(path, "rb") as f:
-        for n, raw in enumerate(f, 1):
+        n = 0
+        # + 2: a line of exactly the cap still fits with its "\r\n", so line numbers never drift.
+        while raw := f.readline(max_line_bytes + 2):
+            n += 1
             if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
-            if not raw.strip():
-                continue
             try:
+                if len(raw.rstrip(b"\r\n")) > max_line_bytes:
+                    _skip_rest_of_line(f, raw)
+                    raise ValueError(f"line longer than {max_line_bytes} bytes (the max_line_bytes cap)")
+                if not raw.strip():
+                    continue
                 obj = json.loads(raw.decode("utf-8"))
                 if objects_only and not isinstance(obj, dict):
                     raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
@@ -128,6 +145,15 @@ def iter_jsonl(path: str | os.PathLike, *, on_error: str = "fail", errors: list[
                     errors.append(msg)
                 continue
             yield n, obj
+
+
+def _skip_rest_of_line(f: Any, head: bytes) -> None:
+    """Advance `f` past the end of the line whose first bytes were `head`."""
+    if head.endswith(b"\n"):
+        return
+    while chunk := f.readline(_SKIP_CHUNK):
+        if chunk.endswith(b"\n"):
+            return
 
 
 def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:

@@ -5,11 +5,17 @@ and the record index / line number. Conventions shared by all formats:
 
 - `answers` is the gold answer first, then its aliases, without duplicates (order kept).
 - `context` paragraphs carry `is_supporting`; HotpotQA/2Wiki paragraphs are their sentences joined with
-  single spaces (HotpotQA sentences carry their own leading space, 2Wiki's do not, so we strip and join).
-- `supporting_facts` are (title, sentence index) pairs where the source has them (HotpotQA, 2Wiki,
-  Search-R1's HotpotQA rows); MuSiQue's support is paragraph-level only (`Paragraph.is_supporting`).
+  single spaces (HotpotQA sentences carry their own leading space, 2Wiki's do not, so we strip and join),
+  and `sentence_starts` says where each source sentence starts in the text.
+- `supporting_facts` are (title, sentence index) pairs where the source has them (HotpotQA, 2Wiki, and
+  FlashRAG / Search-R1 rows built from them); MuSiQue's support is paragraph-level (`Paragraph.is_supporting`).
 - `metadata` keeps the source's extra fields that are small and useful downstream (type, level,
   decomposition, evidences, ...), never whole prompts or contexts twice.
+- A malformed question, id or answer costs the record (RecordError). Malformed *optional* metadata
+  (supporting facts, evidences, decompositions, and a FlashRAG / Search-R1 row's `metadata.context`) costs
+  only that field: it is dropped and its reason appended to the converter's `notes` list. Official
+  HotpotQA / 2Wiki `context` and MuSiQue `paragraphs` are the record's body and stay required; our own
+  unified format is strict throughout.
 """
 
 from __future__ import annotations
@@ -63,83 +69,184 @@ def _answers(first: Any, aliases: Any, key: str) -> list[str]:
     return out
 
 
-def _join_sentences(sentences: Any, where: str) -> str:
+def _join_sentences(sentences: Any, where: str) -> tuple[str, list[int]]:
+    """The paragraph text (stripped sentences joined with one space) and where each sentence starts in it
+    (so sentence-level supporting facts can be read back from the unified record)."""
     if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
         raise RecordError(f"{where}: sentences must be a list of strings")
-    return " ".join(s.strip() for s in sentences if s.strip())
+    parts, starts, pos = [], [], 0
+    for s in (s.strip() for s in sentences):
+        if s and parts:
+            pos += 1  # the joining space
+        starts.append(pos)
+        if s:
+            parts.append(s)
+            pos += len(s)
+    return " ".join(parts), starts
 
 
-def _supporting_facts(raw: Any) -> list[tuple[str, int]]:
+def _supporting_facts(raw: Any, key: str = "supporting_facts") -> list[tuple[str, int]]:
+    """[[title, sentence index], ...], or the HF-datasets column layout {title: [...], sent_id: [...]}."""
     if raw is None:
         return []
+    if isinstance(raw, dict):
+        titles, ids = raw.get("title"), raw.get("sent_id")
+        if titles is None and ids is None:
+            return []
+        if not isinstance(titles, list) or not isinstance(ids, list) or len(titles) != len(ids):
+            raise RecordError(f"key {key!r}: expected {{title: [...], sent_id: [...]}} of equal lengths")
+        raw = [[t, i] for t, i in zip(titles, ids, strict=True)]
     if not isinstance(raw, list):
-        raise RecordError("key 'supporting_facts': expected a list of [title, sentence index]")
+        raise RecordError(f"key {key!r}: expected a list of [title, sentence index]")
     out = []
     for i, sf in enumerate(raw):
         if (not isinstance(sf, (list, tuple)) or len(sf) != 2 or not isinstance(sf[0], str)
-                or isinstance(sf[1], bool) or not isinstance(sf[1], int)):
-            raise RecordError(f"key 'supporting_facts'[{i}]: expected [title, sentence index], got {sf!r}")
+                or isinstance(sf[1], bool) or not isinstance(sf[1], int) or sf[1] < 0):
+            raise RecordError(f"key {key!r}[{i}]: expected [title, sentence index], got {sf!r:.80}")
         out.append((sf[0], int(sf[1])))
     return out
 
 
-def _title_sentence_context(raw: Any, support_titles: set[str]) -> list[Paragraph]:
-    """HotpotQA/2Wiki context: a list of [title, [sentence, ...]]."""
+def _context_items(raw: Any, key: str) -> list[tuple[Any, Any]]:
+    """(title, sentences) of each paragraph of a context in any of its layouts: `[[title, [sentence, ...]],
+    ...]` (official HotpotQA/2Wiki), or columns `{title: [...], sentences: [[...], ...]}` (HF datasets,
+    Search-R1's HotpotQA rows) or `{title: [...], content: [[...], ...]}` (FlashRAG's 2WikiMultiHopQA rows).
+    A parquet column holding both layouts has the other key null on each row."""
+    if isinstance(raw, dict):
+        titles = raw.get("title")
+        body = raw.get("sentences") if raw.get("sentences") is not None else raw.get("content")
+        if titles is None and body is None:
+            return []
+        if not isinstance(titles, list) or not isinstance(body, list):
+            raise RecordError(f"key {key!r}: expected {{title: [...], sentences (or content): [[...], ...]}}")
+        if len(titles) != len(body):
+            raise RecordError(f"key {key!r}: {len(titles)} titles but {len(body)} paragraphs")
+        return list(zip(titles, body, strict=True))
     if not isinstance(raw, list):
-        raise RecordError("key 'context': expected a list of [title, sentences]")
-    paras = []
+        raise RecordError(f"key {key!r}: expected a list of [title, sentences]")
+    out = []
     for i, item in enumerate(raw):
-        if not isinstance(item, (list, tuple)) or len(item) != 2 or not isinstance(item[0], str):
-            raise RecordError(f"key 'context'[{i}]: expected [title, [sentences]]")
-        title = item[0]
-        paras.append(Paragraph(title=title, text=_join_sentences(item[1], f"key 'context'[{i}]"),
-                               is_supporting=title in support_titles))
+        if not isinstance(item, (list, tuple)) or len(item) != 2:
+            raise RecordError(f"key {key!r}[{i}]: expected [title, [sentences]]")
+        out.append((item[0], item[1]))
+    return out
+
+
+def _title_sentence_context(raw: Any, support_titles: set[str], key: str = "context") -> list[Paragraph]:
+    """HotpotQA/2Wiki context (see `_context_items` for the layouts) as paragraphs."""
+    paras = []
+    for i, (title, sentences) in enumerate(_context_items(raw, key)):
+        if not isinstance(title, str):
+            raise RecordError(f"key {key!r}[{i}]: expected [title, [sentences]] with a string title")
+        text, starts = _join_sentences(sentences, f"key {key!r}[{i}]")
+        paras.append(Paragraph(title=title, text=text, is_supporting=title in support_titles,
+                               sentence_starts=starts))
     return paras
 
 
-def convert_hotpotqa(rec: Any, dataset: str | None = None) -> QAExample:
-    """HotpotQA official JSON record (`_id, question, answer, supporting_facts, context, type, level`).
-    `answer`/`supporting_facts` may be absent (the official test set) and then stay empty."""
-    sfs = _supporting_facts(_get(rec, "supporting_facts", list, optional=True))
-    return QAExample(
-        id=_str_id(_get(rec, "_id", (str, int)), "_id"),
-        dataset=dataset or "hotpotqa",
-        question=_get(rec, "question", str).strip(),
-        answers=_answers(_get(rec, "answer", (str, int, float), optional=True), None, "answer"),
-        supporting_facts=sfs,
-        context=_title_sentence_context(_get(rec, "context", list), {t for t, _ in sfs}),
-        metadata={k: rec[k] for k in ("type", "level") if k in rec},
-    )
-
-
-def convert_2wiki(rec: Any, dataset: str | None = None) -> QAExample:
-    """2WikiMultiHopQA official JSON record (HotpotQA's layout plus `evidences`, `entity_ids`, `answer_id`)."""
-    sfs = _supporting_facts(_get(rec, "supporting_facts", list, optional=True))
-    return QAExample(
-        id=_str_id(_get(rec, "_id", (str, int)), "_id"),
-        dataset=dataset or "2wikimultihopqa",
-        question=_get(rec, "question", str).strip(),
-        answers=_answers(_get(rec, "answer", (str, int, float), optional=True), None, "answer"),
-        supporting_facts=sfs,
-        context=_title_sentence_context(_get(rec, "context", list), {t for t, _ in sfs}),
-        metadata={k: rec[k] for k in ("type", "evidences", "entity_ids", "answer_id") if k in rec},
-    )
-
-
-def convert_musique(rec: Any, dataset: str | None = None) -> QAExample:
-    """MuSiQue official JSONL record (`id, question, answer, answer_aliases, answerable, paragraphs`).
-    Unanswerable questions (MuSiQue-Full) keep their answer strings and get `answerable=False`."""
-    paragraphs = _get(rec, "paragraphs", list)
+def _musique_paragraphs(raw: Any, key: str = "paragraphs") -> list[Paragraph]:
+    if not isinstance(raw, list):
+        raise RecordError(f"key {key!r}: expected a list of paragraphs")
     context = []
-    for i, p in enumerate(paragraphs):
+    for i, p in enumerate(raw):
         if not isinstance(p, dict):
-            raise RecordError(f"key 'paragraphs'[{i}]: expected an object")
+            raise RecordError(f"key {key!r}[{i}]: expected an object")
         title, text = p.get("title"), p.get("paragraph_text")
         if not isinstance(title, str) or not isinstance(text, str):
-            raise RecordError(f"key 'paragraphs'[{i}]: needs string 'title' and 'paragraph_text'")
+            raise RecordError(f"key {key!r}[{i}]: needs string 'title' and 'paragraph_text'")
         context.append(Paragraph(title=title, text=text.strip(), is_supporting=bool(p.get("is_supporting"))))
+    return context
+
+
+def _triples(raw: Any, key: str = "evidences") -> list[list[str]]:
+    """2WikiMultiHopQA's evidence triples, [[subject, relation, object], ...]."""
+    if not isinstance(raw, list):
+        raise RecordError(f"key {key!r}: expected a list of [subject, relation, object]")
+    for i, t in enumerate(raw):
+        if not isinstance(t, (list, tuple)) or len(t) != 3 or not all(isinstance(x, str) for x in t):
+            raise RecordError(f"key {key!r}[{i}]: expected [subject, relation, object] strings, got {t!r:.80}")
+    return [list(t) for t in raw]
+
+
+def _decomposition(raw: Any, key: str = "question_decomposition") -> list[dict[str, Any]]:
+    """MuSiQue's hops: [{question, answer, paragraph_support_idx, ...}, ...] (`#k` refers to hop k's answer)."""
+    if not isinstance(raw, list):
+        raise RecordError(f"key {key!r}: expected a list of hops")
+    for i, h in enumerate(raw):
+        idx = h.get("paragraph_support_idx") if isinstance(h, dict) else None
+        if (not isinstance(h, dict) or not isinstance(h.get("question"), str)
+                or not isinstance(h.get("answer"), (str, int, float)) or isinstance(h.get("answer"), bool)
+                or not (idx is None or (isinstance(idx, int) and not isinstance(idx, bool) and idx >= 0))):
+            raise RecordError(f"key {key!r}[{i}]: expected {{question, answer, paragraph_support_idx}}")
+    return [dict(h) for h in raw]
+
+
+def _optional(notes: list[str] | None, fn: Callable[[], Any], default: Any) -> Any:
+    """`fn()`, or `default` when the optional field it reads is malformed: the record keeps its question and
+    answers, and the reason goes to `notes` (the loader names the record and counts them)."""
+    try:
+        return fn()
+    except RecordError as e:
+        if notes is not None:
+            notes.append(str(e))
+        return default
+
+
+# Structured optional metadata the gold evidence is read from (awarl.data.evidence), checked on loading.
+_CHECKED_METADATA: dict[str, Callable[[Any, str], Any]] = {"evidences": _triples,
+                                                           "question_decomposition": _decomposition}
+
+
+def _checked_metadata(meta: dict[str, Any], prefix: str, notes: list[str] | None) -> dict[str, Any]:
+    """`meta` without None values, its evidences / decomposition checked; a malformed one is dropped."""
+    out = {k: v for k, v in meta.items() if v is not None}
+    for k, check in _CHECKED_METADATA.items():
+        if k in out:
+            value = _optional(notes, lambda k=k, check=check: check(out[k], prefix + k), None)
+            if value is None:
+                del out[k]
+            else:
+                out[k] = value
+    return out
+
+
+def _official_extras(rec: dict, keys: tuple[str, ...], notes: list[str] | None) -> dict[str, Any]:
+    """The small metadata fields of an official record."""
+    return _checked_metadata({k: rec[k] for k in keys if k in rec}, "", notes)
+
+
+def _title_sentence_record(rec: Any, dataset: str, keys: tuple[str, ...], notes: list[str] | None) -> QAExample:
+    """HotpotQA / 2Wiki official record: the context is the record's body (required); supporting facts and
+    evidences are optional extras."""
+    sfs = _optional(notes, lambda: _supporting_facts(_get(rec, "supporting_facts", (list, dict), optional=True)),
+                    [])
+    return QAExample(
+        id=_str_id(_get(rec, "_id", (str, int)), "_id"),
+        dataset=dataset,
+        question=_get(rec, "question", str).strip(),
+        answers=_answers(_get(rec, "answer", (str, int, float), optional=True), None, "answer"),
+        supporting_facts=sfs,
+        context=_title_sentence_context(_get(rec, "context", (list, dict)), {t for t, _ in sfs}),
+        metadata=_official_extras(rec, keys, notes),
+    )
+
+
+def convert_hotpotqa(rec: Any, dataset: str | None = None, notes: list[str] | None = None) -> QAExample:
+    """HotpotQA official JSON record (`_id, question, answer, supporting_facts, context, type, level`).
+    `answer`/`supporting_facts` may be absent (the official test set) and then stay empty."""
+    return _title_sentence_record(rec, dataset or "hotpotqa", ("type", "level"), notes)
+
+
+def convert_2wiki(rec: Any, dataset: str | None = None, notes: list[str] | None = None) -> QAExample:
+    """2WikiMultiHopQA official JSON record (HotpotQA's layout plus `evidences`, `entity_ids`, `answer_id`)."""
+    return _title_sentence_record(rec, dataset or "2wikimultihopqa",
+                                  ("type", "evidences", "entity_ids", "answer_id"), notes)
+
+
+def convert_musique(rec: Any, dataset: str | None = None, notes: list[str] | None = None) -> QAExample:
+    """MuSiQue official JSONL record (`id, question, answer, answer_aliases, answerable, paragraphs`).
+    Unanswerable questions (MuSiQue-Full) keep their answer strings and get `answerable=False`."""
     answerable = _get(rec, "answerable", bool, optional=True)
-    meta = {k: rec[k] for k in ("question_decomposition",) if k in rec}
     return QAExample(
         id=_str_id(_get(rec, "id", (str, int)), "id"),
         dataset=dataset or "musique",
@@ -147,42 +254,60 @@ def convert_musique(rec: Any, dataset: str | None = None) -> QAExample:
         answers=_answers(_get(rec, "answer", (str, int, float), optional=True),
                          _get(rec, "answer_aliases", list, optional=True), "answer_aliases"),
         answerable=True if answerable is None else answerable,
-        context=context,
-        metadata=meta,
+        context=_musique_paragraphs(_get(rec, "paragraphs", list)),
+        metadata=_official_extras(rec, ("question_decomposition",), notes),
     )
 
 
-def convert_flashrag(rec: Any, dataset: str | None = None) -> QAExample:
-    """FlashRAG unified JSONL record (`id, question, golden_answers, metadata`)."""
-    meta = _get(rec, "metadata", dict, optional=True) or {}
+# Fields of a FlashRAG / Search-R1 `metadata` object that become QAExample fields instead of metadata.
+_MOVED_METADATA = ("supporting_facts", "context", "paragraphs")
+
+
+def _row_metadata(meta: Any, notes: list[str] | None) -> tuple[list[tuple[str, int]], list[Paragraph], dict]:
+    """(supporting facts, context, other metadata) of a FlashRAG / Search-R1 row's `metadata`, which carries
+    the source dataset's fields: HotpotQA's and 2Wiki's `supporting_facts` and `context` (any layout of
+    `_context_items`), MuSiQue's `paragraphs`, 2Wiki's `evidences`. All of it is optional: a malformed part
+    is dropped with a note, never the row."""
+    if meta is None:
+        return [], [], {}
+    if not isinstance(meta, dict):
+        if notes is not None:
+            notes.append(f"key 'metadata': expected an object, got {type(meta).__name__}")
+        return [], [], {}
+    sfs = _optional(notes, lambda: _supporting_facts(meta.get("supporting_facts"), "metadata.supporting_facts"),
+                    [])
+    context: list[Paragraph] = []
+    if meta.get("context") is not None:
+        context = _optional(notes, lambda: _title_sentence_context(meta["context"], {t for t, _ in sfs},
+                                                                   "metadata.context"), [])
+    elif meta.get("paragraphs") is not None:
+        context = _optional(notes, lambda: _musique_paragraphs(meta["paragraphs"], "metadata.paragraphs"), [])
+    rest = _checked_metadata({k: v for k, v in meta.items() if k not in _MOVED_METADATA}, "metadata.", notes)
+    return sfs, context, rest
+
+
+def convert_flashrag(rec: Any, dataset: str | None = None, notes: list[str] | None = None) -> QAExample:
+    """FlashRAG unified JSONL record (`id, question, golden_answers, metadata`). The multi-hop datasets'
+    `metadata` carries their supporting facts and context, which become the example's (see `_row_metadata`)."""
+    sfs, context, meta = _row_metadata(_get(rec, "metadata", object, optional=True), notes)
     return QAExample(
         id=_str_id(_get(rec, "id", (str, int)), "id"),
         dataset=dataset or "flashrag",
         question=_get(rec, "question", str).strip(),
         answers=_answers(None, _get(rec, "golden_answers", list), "golden_answers"),
-        metadata=dict(meta),
+        supporting_facts=sfs,
+        context=context,
+        metadata=meta,
     )
 
 
-def convert_searchr1(rec: Any, dataset: str | None = None) -> QAExample:
-    """Search-R1 processed parquet row (`id, question, golden_answers, data_source, prompt, ...`). Rows
-    from HotpotQA carry `metadata.context`/`supporting_facts` in HF-datasets column layout; we keep them."""
-    meta_in = _get(rec, "metadata", dict, optional=True) or {}
-    sfs: list[tuple[str, int]] = []
-    context: list[Paragraph] = []
-    sf_raw = meta_in.get("supporting_facts")
-    if isinstance(sf_raw, dict) and sf_raw.get("title") is not None:
-        sfs = _supporting_facts([list(x) for x in zip(sf_raw["title"], sf_raw.get("sent_id") or [],
-                                                      strict=False)])
-    ctx_raw = meta_in.get("context")
-    if isinstance(ctx_raw, dict) and ctx_raw.get("title") is not None:
-        titles, sents = ctx_raw["title"], ctx_raw.get("sentences") or []
-        if len(titles) != len(sents):
-            raise RecordError("key 'metadata.context': title and sentences lengths differ")
-        context = _title_sentence_context([[t, s] for t, s in zip(titles, sents, strict=True)],
-                                          {t for t, _ in sfs})
+def convert_searchr1(rec: Any, dataset: str | None = None, notes: list[str] | None = None) -> QAExample:
+    """Search-R1 processed parquet row (`id, question, golden_answers, data_source, prompt, ...`). Rows from
+    HotpotQA (and 2Wiki) carry `metadata.context`/`supporting_facts` in HF-datasets column layout; we keep
+    them. The prompt is not kept (awarl builds its own)."""
+    sfs, context, meta_in = _row_metadata(_get(rec, "metadata", object, optional=True), notes)
     meta = {k: rec[k] for k in ("data_source", "ability", "extra_info") if rec.get(k) is not None}
-    meta.update({k: meta_in[k] for k in ("type", "level") if meta_in.get(k) is not None})
+    meta.update(meta_in)
     source = rec.get("data_source")
     return QAExample(
         id=_str_id(_get(rec, "id", (str, int)), "id"),
@@ -195,8 +320,24 @@ def convert_searchr1(rec: Any, dataset: str | None = None) -> QAExample:
     )
 
 
-def convert_unified(rec: Any, dataset: str | None = None) -> QAExample:
-    """Our own unified JSONL (`QAExample.to_dict()` lines)."""
+def _unified_paragraph(p: Any, i: int) -> Paragraph:
+    if not isinstance(p, dict) or not isinstance(p.get("title"), str) or not isinstance(p.get("text"), str):
+        raise RecordError(f"key 'context'[{i}]: expected {{title, text, is_supporting}} with string title/text")
+    starts = p.get("sentence_starts", [])
+    if not isinstance(starts, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in starts):
+        raise RecordError(f"key 'context'[{i}].sentence_starts: expected a list of character offsets")
+    supporting = p.get("is_supporting", False)
+    if not isinstance(supporting, bool):
+        raise RecordError(f"key 'context'[{i}].is_supporting: expected a bool, got {supporting!r:.40}")
+    unknown = set(p) - {"title", "text", "is_supporting", "sentence_starts"}
+    if unknown:
+        raise RecordError(f"key 'context'[{i}]: unknown keys {sorted(unknown)}")
+    return Paragraph(title=p["title"], text=p["text"], is_supporting=supporting, sentence_starts=list(starts))
+
+
+def convert_unified(rec: Any, dataset: str | None = None, notes: list[str] | None = None) -> QAExample:
+    """Our own unified JSONL (`QAExample.to_dict()` lines). Strict: a malformed field means the file is not
+    what `awarl data prepare` wrote, so it costs the record."""
     _get(rec, "question", str)
     _get(rec, "dataset", str)
     _str_id(_get(rec, "id", (str, int)), "id")
@@ -204,19 +345,24 @@ def convert_unified(rec: Any, dataset: str | None = None) -> QAExample:
     # Checked here because from_dict would coerce silently: bool("false") is True, dict("ab") is an error
     # without the key's name.
     _get(rec, "answerable", bool, optional=True)
-    _get(rec, "context", list, optional=True)
-    _get(rec, "supporting_facts", list, optional=True)
-    _get(rec, "metadata", dict, optional=True)
+    context = [_unified_paragraph(p, i) for i, p in enumerate(_get(rec, "context", list, optional=True) or [])]
+    sfs = _supporting_facts(_get(rec, "supporting_facts", list, optional=True))
+    meta = _get(rec, "metadata", dict, optional=True) or {}
+    for k, check in _CHECKED_METADATA.items():
+        if meta.get(k) is not None:
+            check(meta[k], f"metadata.{k}")
     try:
-        ex = QAExample.from_dict(rec)
+        ex = QAExample.from_dict({**rec, "context": [], "supporting_facts": []})
     except (TypeError, ValueError, KeyError) as e:
         raise RecordError(f"not a unified QAExample record: {e}") from None
+    ex.context, ex.supporting_facts = context, sfs
     if dataset:
         ex.dataset = dataset
     return ex
 
 
-CONVERTERS: dict[str, Callable[[Any, str | None], QAExample]] = {
+# Each takes (raw record, dataset or None, notes list or None) and returns a QAExample.
+CONVERTERS: dict[str, Callable[..., QAExample]] = {
     "hotpotqa": convert_hotpotqa,
     "2wikimultihopqa": convert_2wiki,
     "musique": convert_musique,

@@ -3,6 +3,8 @@
 The container is detected from the bytes (parquet magic, a JSON array, or JSON Lines), independently of
 the record format, so e.g. a FlashRAG file saved as a JSON array still loads. Record locations in error
 messages are `file:LINE` for JSON Lines and `file: record INDEX` (0-based) for JSON arrays and parquet.
+JSON Lines are read with `awarl.io.iter_jsonl`'s line-length cap; a parquet file that pyarrow cannot read
+(truncated, corrupt, not parquet) is a DataError naming the file.
 """
 
 from __future__ import annotations
@@ -38,12 +40,38 @@ _HEAD_BYTES = 1 << 20  # enough for the first record of every official file we k
 _SPLIT_NAMES = {"train", "dev", "test", "val", "validation", "eval"}
 
 
+# Why an answerable record without a gold answer is refused where answers are needed (evaluation, p_i
+# estimation, training): no prediction can match it, so it counts as a wrong answer or abstention and
+# drives its p_i to 0.
+NO_ANSWER = ("no gold answer (no answer and no aliases): an answerable question without one can never be "
+             "scored correct and drives its p_i to 0; fix the record, skip it (on_error=skip), or load an "
+             "unlabeled test split with require_answers=False (awarl data prepare --allow-no-answers)")
+
+
 @dataclass
 class LoadResult:
     examples: list[QAExample]
     skipped: list[str] = field(default_factory=list)  # one message per skipped record, with its location
     format: str = ""
     path: str = ""
+    # one message per kept record whose malformed optional metadata (context, supporting facts, evidences,
+    # decomposition) was dropped, with its location
+    warnings: list[str] = field(default_factory=list)
+
+
+def _parquet_rows(path: Path, batch_size: int) -> Iterator[dict]:
+    """Rows of a parquet file; DataError naming the file when pyarrow cannot read it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+        if pf.metadata.num_rows == 0:
+            raise DataError(f"{path}: parquet file has no rows")
+        for batch in pf.iter_batches(batch_size=batch_size):
+            yield from batch.to_pylist()
+    except (pa.ArrowException, OSError) as e:  # ArrowInvalid (no footer), OSError (corrupt pages), ...
+        raise DataError(f"{path}: not a readable parquet file (truncated or corrupt?): {e}") from None
 
 
 def _container(path: Path) -> str:
@@ -63,29 +91,38 @@ def _container(path: Path) -> str:
     raise DataError(f"{path}: not parquet, a JSON array or JSON Lines (starts with {stripped[:20]!r})")
 
 
+def _first_jsonl_record(path: Path, text: str) -> Any:
+    """The first parseable line of the first 100 decides, so a broken line does not block on_error="skip"."""
+    first_error = None
+    lines = text.splitlines()
+    complete = lines if len(text) < _HEAD_BYTES or text.endswith("\n") else lines[:-1]
+    for n, line in enumerate(complete[:100], 1):
+        if not line.strip():
+            continue
+        try:
+            return json.loads(line)
+        except ValueError as e:
+            first_error = first_error or f"{path}:{n}: not valid JSON: {e}"
+    if len(complete) < min(len(lines), 100):
+        # A line longer than the head: read on, each line under iter_jsonl's length cap.
+        errors: list[str] = []
+        for n, rec in iter_jsonl(path, on_error="skip", errors=errors, objects_only=False):
+            if n > 100:
+                break
+            return rec
+        first_error = first_error or (errors[0] if errors else None)
+    raise DataError(first_error or f"{path}: no JSON line in the first 100 lines")
+
+
 def _first_record(path: Path, container: str) -> Any:
     if container == "parquet":
-        import pyarrow.parquet as pq
-
-        pf = pq.ParquetFile(path)
-        if pf.metadata.num_rows == 0:
-            raise DataError(f"{path}: parquet file has no rows")
-        return next(pf.iter_batches(batch_size=1)).to_pylist()[0]
+        return next(_parquet_rows(path, batch_size=1))
     # errors="replace": a bad byte further down must not stop detection; reading the records reports it
     # with its line (JSONL) or fails the whole array with the file named (JSON).
     with open(path, encoding="utf-8-sig", errors="replace") as f:
         text = f.read(_HEAD_BYTES)
     if container == "jsonl":
-        # The first parseable line decides, so one broken line does not block on_error="skip".
-        first_error = None
-        for n, line in enumerate(text.splitlines()[:100], 1):
-            if not line.strip():
-                continue
-            try:
-                return json.loads(line)
-            except ValueError as e:
-                first_error = first_error or f"{path}:{n}: not valid JSON: {e}"
-        raise DataError(first_error or f"{path}: no JSON line in the first {_HEAD_BYTES} bytes")
+        return _first_jsonl_record(path, text)
     body = text.lstrip()[1:].lstrip()
     try:
         return json.JSONDecoder().raw_decode(body)[0]
@@ -118,13 +155,8 @@ def _records(path: Path, on_error: str, errors: list[str]) -> Iterator[tuple[str
     """Yield (location, raw record)."""
     container = _container(path)
     if container == "parquet":
-        import pyarrow.parquet as pq
-
-        i = 0
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
-            for row in batch.to_pylist():
-                yield f"{path}: record {i}", row
-                i += 1
+        for i, row in enumerate(_parquet_rows(path, batch_size=1024)):
+            yield f"{path}: record {i}", row
     elif container == "json":
         try:
             with open(path, encoding="utf-8-sig") as f:
@@ -163,9 +195,16 @@ def subsample(items: list, limit: int | None, seed: int) -> list:
 
 
 def load_examples(path: str | os.PathLike, format: str = "auto", dataset: str | None = None,
-                  on_error: str = "fail", limit: int | None = None, seed: int = 0) -> LoadResult:
+                  on_error: str = "fail", limit: int | None = None, seed: int = 0,
+                  require_answers: bool = True) -> LoadResult:
     """Load a dataset file. `on_error="fail"` raises DataError at the first malformed record (naming the
-    file and line / record index); `"skip"` drops it and records the message in `.skipped`."""
+    file and line / record index); `"skip"` drops it and records the message in `.skipped`.
+
+    A malformed question, id or answer is a malformed record. Malformed optional metadata (a FlashRAG /
+    Search-R1 row's context, supporting facts, evidences) is not: the field is dropped, the record kept, and
+    the message recorded in `.warnings` (logged once per file with the count). With `require_answers` (the
+    default: evaluation, estimation and training need gold answers) an answerable record with no answer and
+    no alias is malformed; pass False to load an unlabeled test split (answers stay empty)."""
     path = Path(path)
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error must be 'fail' or 'skip', got {on_error!r}")
@@ -177,25 +216,36 @@ def load_examples(path: str | os.PathLike, format: str = "auto", dataset: str | 
     convert = CONVERTERS[fmt]
     ds = dataset or _default_dataset(path, fmt)
     skipped: list[str] = []
+    warnings: list[str] = []
     examples: list[QAExample] = []
     seen: dict[tuple[str, str], str] = {}
     for where, rec in _records(path, on_error, skipped):
+        notes: list[str] = []
         try:
-            ex = convert(rec, ds)
+            ex = convert(rec, ds, notes)
             key = (ex.dataset, ex.id)
             if key in seen:
                 raise RecordError(f"duplicate id {ex.id!r} (first seen at {seen[key]})")
+            if require_answers and ex.answerable and not ex.answers:
+                raise RecordError(NO_ANSWER)
         except RecordError as e:
             msg = f"{where}: {fmt} record: {e}"
             if on_error == "fail":
                 raise DataError(msg) from None
             skipped.append(msg)
             continue
+        if notes:
+            warnings.append(f"{where}: {fmt} record {ex.id!r}: dropped malformed optional metadata "
+                            f"(question and answers kept): {'; '.join(notes)}")
         seen[key] = where
         examples.append(ex)
     if skipped:
         log.warning("%s: skipped %d malformed record(s); first: %s", path, len(skipped), skipped[0])
-    return LoadResult(examples=subsample(examples, limit, seed), skipped=skipped, format=fmt, path=str(path))
+    if warnings:
+        log.warning("%s: dropped malformed optional metadata of %d record(s), which keep their question and "
+                    "answers (no context for the closed corpus); first: %s", path, len(warnings), warnings[0])
+    return LoadResult(examples=subsample(examples, limit, seed), skipped=skipped, format=fmt, path=str(path),
+                      warnings=warnings)
 
 
 def shipped_path(name: str) -> Path:

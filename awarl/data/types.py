@@ -19,6 +19,16 @@ class Paragraph:
     title: str
     text: str
     is_supporting: bool = False
+    # Where each of the source's sentences starts in `text` (HotpotQA/2Wiki; empty when the source has no
+    # sentence split, as MuSiQue): supporting facts name sentences by index.
+    sentence_starts: list[int] = field(default_factory=list)
+
+    def sentence(self, i: int) -> str | None:
+        """Sentence `i` of the source paragraph, or None when it is unknown (no split, index out of range)."""
+        if not 0 <= i < len(self.sentence_starts):
+            return None
+        end = self.sentence_starts[i + 1] if i + 1 < len(self.sentence_starts) else len(self.text)
+        return self.text[self.sentence_starts[i]:end].strip()
 
 
 @dataclass
