@@ -18,7 +18,7 @@ def _add_load_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="subsample seed")
 
 
-def _load(args: argparse.Namespace, path: str):
+def _load(args: argparse.Namespace, path: str, require_answers: bool = True):
     from awarl.data.loaders import load_examples
     from awarl.data.paths import resolve_data_path
 
@@ -27,19 +27,24 @@ def _load(args: argparse.Namespace, path: str):
 
         raise DataError(f"--limit must be >= 1, got {args.limit}")
     res = load_examples(resolve_data_path(path), format=args.format, dataset=args.dataset,
-                        on_error=args.on_error, limit=args.limit, seed=args.seed)
+                        on_error=args.on_error, limit=args.limit, seed=args.seed, require_answers=require_answers)
     for msg in res.skipped:
         print(f"skipped: {msg}")
+    if res.warnings:
+        print(f"warning: {path}: dropped malformed optional metadata of {len(res.warnings)} record(s) (question "
+              f"and answers kept); first: {res.warnings[0]}")
     return res
 
 
 def _prepare(args: argparse.Namespace) -> int:
     from awarl.io import write_jsonl
 
-    res = _load(args, args.input)
+    res = _load(args, args.input, require_answers=not args.allow_no_answers)
     n = write_jsonl(args.out, (ex.to_dict() for ex in res.examples))
+    no_answer = sum(1 for ex in res.examples if not ex.answers)
     print(f"{args.input} ({res.format}): wrote {n} examples to {args.out}"
-          + (f"; skipped {len(res.skipped)} malformed record(s)" if res.skipped else ""))
+          + (f"; skipped {len(res.skipped)} malformed record(s)" if res.skipped else "")
+          + (f"; {no_answer} without a gold answer (not usable for eval, estimate or train)" if no_answer else ""))
     return 0
 
 
@@ -48,10 +53,15 @@ def _stats(args: argparse.Namespace) -> int:
 
     examples, formats = [], []
     for path in args.inputs:
-        res = _load(args, path)
+        res = _load(args, path, require_answers=False)  # stats count the questions without answers
         examples += res.examples
         formats.append(res.format)
-    print_stats_table(dataset_stats(examples), title=f"dataset stats ({', '.join(sorted(set(formats)))})")
+    stats = dataset_stats(examples)
+    print_stats_table(stats, title=f"dataset stats ({', '.join(sorted(set(formats)))})")
+    for ds, st in stats.items():
+        if st["no_answer"] and ds != "all":
+            print(f"{ds}: {st['no_answer']} question(s) without a gold answer (an unlabeled split: not usable "
+                  "for eval, estimate or train)")
     return 0
 
 
@@ -60,7 +70,8 @@ def _corpus(args: argparse.Namespace) -> int:
     from awarl.data.loaders import SHIPPED_DEV, load_shipped
 
     if args.inputs:
-        examples = [ex for path in args.inputs for ex in _load(args, path).examples]
+        # a corpus needs only the paragraphs: test splits without answers give theirs too
+        examples = [ex for path in args.inputs for ex in _load(args, path, require_answers=False).examples]
         what = ", ".join(args.inputs)
     else:
         examples = [ex for name in SHIPPED_DEV for ex in load_shipped(name, limit=args.limit, seed=args.seed)]
@@ -83,6 +94,9 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
                           description="Convert one dataset file into unified JSONL (one QAExample a line).")
     prep.add_argument("input", help="dataset file")
     prep.add_argument("--out", required=True, metavar="FILE.jsonl", help="output unified JSONL")
+    prep.add_argument("--allow-no-answers", action="store_true",
+                      help="keep answerable records without any gold answer (an unlabeled test split); "
+                           "eval, estimate and train still refuse them")
     _add_load_args(prep)
     prep.set_defaults(func=_prepare)
 
