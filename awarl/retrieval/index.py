@@ -11,10 +11,15 @@ corpus is still at its recorded path, its size and hash, and refuses anything in
 
 from __future__ import annotations
 
+import ctypes
+import glob
 import json
 import logging
 import os
+import re
 import shutil
+import socket
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,20 +43,27 @@ class RetrievalIndexError(DataError):
     """An index folder is missing, incomplete, corrupt, or does not match its corpus."""
 
 
-def _make_builder(kind: str, settings: dict[str, Any], show_progress: bool) -> tuple[Any, int]:
+DENSE_ONLY = ("model", "hnsw", "batch_size", "device", "query_prefix", "passage_prefix", "index_type", "nlist",
+              "pq_m", "nprobe", "train_size")
+BM25_ONLY = ("k1", "b", "stemmer", "stopwords", "method", "chunk_size", "memory_mb")
+
+
+def _make_builder(kind: str, settings: dict[str, Any], show_progress: bool, work_dir: Path) -> tuple[Any, int]:
     """(builder, chunk size in passages)."""
     settings = dict(settings)
     if kind == "bm25":
-        from awarl.retrieval.bm25 import BM25Builder
+        from awarl.retrieval.bm25_build import DEFAULT_MEMORY_MB, BM25Builder
 
         chunk = int(settings.pop("chunk_size", 10_000))
-        for unused in ("model", "hnsw", "batch_size", "device", "query_prefix", "passage_prefix"):
+        for unused in DENSE_ONLY:
             settings.pop(unused, None)
-        return BM25Builder(show_progress=show_progress, **settings), chunk
+        if settings.get("memory_mb") is None:
+            settings["memory_mb"] = DEFAULT_MEMORY_MB
+        return BM25Builder(show_progress=show_progress, work_dir=work_dir, **settings), chunk
     if kind == "dense":
         from awarl.retrieval.dense import DenseBuilder
 
-        for unused in ("k1", "b", "stemmer", "stopwords", "method", "chunk_size"):
+        for unused in BM25_ONLY:
             settings.pop(unused, None)
         if settings.get("model") is None:
             settings.pop("model", None)
@@ -65,12 +77,11 @@ def build_index(corpus_path: str | os.PathLike, kind: str, out_dir: str | os.Pat
                 overwrite: bool = False, show_progress: bool = True, **settings: Any) -> Path:
     """Build a `kind` ("bm25" | "dense") index of the corpus JSONL into `out_dir`; returns `out_dir`.
 
-    settings: bm25: k1, b, method, stopwords ("en"|"none"), stemmer ("s"|"snowball"|"none");
-    dense: model, query_prefix, passage_prefix, hnsw, hnsw_m, ef_construction, ef_search, batch_size,
-    device. Raises DataError (naming file:line) on a malformed corpus line.
+    settings: bm25: k1, b, method, stopwords ("en"|"none"), stemmer ("s"|"snowball"|"none"), memory_mb (the
+    build's memory target, default 2048); dense: model, query_prefix, passage_prefix, index_type
+    ("flat"|"hnsw"|"ivfpq"), hnsw, hnsw_m, ef_construction, ef_search, nlist, pq_m, nprobe, train_size,
+    batch_size, device. Raises DataError (naming file:line) on a malformed corpus line.
     """
-    from tqdm import tqdm
-
     from awarl import __version__
 
     corpus_path, out_dir = Path(corpus_path), Path(out_dir)
@@ -82,33 +93,15 @@ def build_index(corpus_path: str | os.PathLike, kind: str, out_dir: str | os.Pat
         raise RetrievalIndexError(f"{out_dir} already exists and is not empty; pass overwrite=True "
                                   "(--overwrite) to replace it")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.with_name(f".{out_dir.name}.building-{os.getpid()}")
+    remove_stale_builds(out_dir)
+    tmp = out_dir.with_name(f"{_build_prefix(out_dir)}{_HOST}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     t0 = time.time()
     try:
-        builder, chunk_size = _make_builder(kind, settings, show_progress)
+        builder, chunk_size = _make_builder(kind, settings, show_progress, tmp / ".shards")
         reader = CorpusReader(corpus_path)
-        store = DocstoreWriter(tmp)
-        chunk: list[str] = []
-        total = corpus_path.stat().st_size
-        with tqdm(total=total, unit="B", unit_scale=True, desc=f"index {kind}", disable=not show_progress,
-                  mininterval=1.0) as bar:
-            seen = 0
-            for pid, contents in reader:
-                store.add(pid, contents)
-                chunk.append(contents)
-                if len(chunk) >= chunk_size:
-                    builder.add(chunk)
-                    chunk = []
-                    bar.update(reader.bytes_read - seen)
-                    seen = reader.bytes_read
-                    bar.set_postfix(passages=store.count, refresh=False)
-            if chunk:
-                builder.add(chunk)
-            bar.update(reader.bytes_read - seen)
-            bar.set_postfix(passages=store.count)
-        count, store_bytes = store.close()
+        count, store_bytes = _stream(reader, builder, DocstoreWriter(tmp), chunk_size, kind, show_progress)
         if count == 0:
             raise DataError(f"{corpus_path}: corpus has no passages")
         used = builder.finish(tmp)
@@ -125,23 +118,118 @@ def build_index(corpus_path: str | os.PathLike, kind: str, out_dir: str | os.Pat
             "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "build_seconds": round(time.time() - t0, 3),
         }
+        if kind == "bm25":
+            meta["build"] = {"memory_mb": builder.memory_mb, "shards": builder.shards_written}
         atomic_write_json(tmp / META_FILE, meta)
         os.chmod(tmp / META_FILE, 0o644)  # mkstemp made it owner-only; a shared index must be readable
-        if out_dir.exists() and (overwrite or not any(out_dir.iterdir())):
-            shutil.rmtree(out_dir)
-        try:
-            os.rename(tmp, out_dir)
-        except OSError:
-            if (out_dir / META_FILE).is_file():  # another process finished the same build first
-                log.info("index %s was built concurrently; using that copy", out_dir)
-                shutil.rmtree(tmp, ignore_errors=True)
-            else:
-                raise
+        _move_into_place(tmp, out_dir, overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     log.info("built %s index of %d passages in %s (%.1fs)", kind, count, out_dir, time.time() - t0)
     return out_dir
+
+
+def _stream(reader: CorpusReader, builder: Any, store: DocstoreWriter, chunk_size: int, kind: str,
+            show_progress: bool) -> tuple[int, int]:
+    """Read the corpus once into the docstore and, chunk by chunk, the builder; (passages, docstore bytes)."""
+    from tqdm import tqdm
+
+    chunk: list[str] = []
+    with tqdm(total=reader.path.stat().st_size, unit="B", unit_scale=True, desc=f"index {kind}",
+              disable=not show_progress, mininterval=1.0) as bar:
+        seen = 0
+        for pid, contents in reader:
+            store.add(pid, contents)
+            chunk.append(contents)
+            if len(chunk) >= chunk_size:
+                builder.add(chunk)
+                chunk = []
+                bar.update(reader.bytes_read - seen)
+                seen = reader.bytes_read
+                bar.set_postfix(passages=store.count, refresh=False)
+        if chunk:
+            builder.add(chunk)
+        bar.update(reader.bytes_read - seen)
+        bar.set_postfix(passages=store.count)
+    return store.close()
+
+
+# ----------------------------------------------------------------------------- build folders, swap
+_HOST = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:32] or "host"
+
+
+def _build_prefix(out_dir: Path) -> str:
+    return f".{out_dir.name}.building-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def remove_stale_builds(out_dir: Path) -> list[Path]:
+    """Remove the temporary folders that killed builds of `out_dir` left (`.NAME.building-HOST-PID`, and the
+    older `.NAME.building-PID`) when their process is no longer running on this host, and the old copies
+    an interrupted `--overwrite` swap left (`.NAME.replaced-HOST-PID`); logs each one. Folders of builds
+    still running, or of other hosts (a shared filesystem), are left alone."""
+    removed = []
+    for prefix in (_build_prefix(out_dir), f".{out_dir.name}.replaced-"):
+        for path in out_dir.parent.glob(glob.escape(prefix) + "*"):
+            tag = path.name[len(prefix):]
+            host, _, pid = tag.rpartition("-")
+            if not pid.isdigit() or host not in ("", _HOST) or (int(pid) == os.getpid() and host == _HOST):
+                continue
+            if _pid_alive(int(pid)):
+                continue
+            size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+            shutil.rmtree(path, ignore_errors=True)
+            log.warning("removed %s, left by a build that did not finish (process %s is gone; %.1f MB)", path,
+                        pid, size / 1e6)
+            removed.append(path)
+    return removed
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    if sys.platform != "linux":
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    rc = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    return rc == 0
+
+
+def _move_into_place(tmp: Path, out_dir: Path, overwrite: bool) -> None:
+    """Rename the finished build to `out_dir`. With overwrite, the old index is swapped out in one atomic
+    step (or, where that is unsupported, renamed aside first), and deleted only once the new one is in
+    place: at every instant `out_dir` is a complete index, old or new."""
+    if overwrite and out_dir.exists() and any(out_dir.iterdir()):
+        if _exchange(tmp, out_dir):
+            shutil.rmtree(tmp, ignore_errors=True)  # now the old index
+            return
+        aside = out_dir.with_name(f".{out_dir.name}.replaced-{_HOST}-{os.getpid()}")
+        os.rename(out_dir, aside)
+        os.rename(tmp, out_dir)
+        shutil.rmtree(aside, ignore_errors=True)
+        return
+    try:
+        os.rename(tmp, out_dir)  # replaces an empty folder
+    except OSError:
+        if (out_dir / META_FILE).is_file():  # another process finished the same build first
+            log.info("index %s was built concurrently; using that copy", out_dir)
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            raise
 
 
 def read_meta(index_dir: str | os.PathLike) -> dict[str, Any]:
@@ -167,8 +255,13 @@ def read_meta(index_dir: str | os.PathLike) -> dict[str, Any]:
     return meta
 
 
-def verify_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True) -> dict[str, Any]:
-    """Check an index folder against its meta; returns the meta or raises RetrievalIndexError."""
+def verify_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True, deep: bool = True
+                 ) -> dict[str, Any]:
+    """Check an index folder against its meta; returns the meta or raises RetrievalIndexError.
+
+    deep: also open the BM25 arrays and vocabulary / the faiss index and check them against each other and
+    the meta, as loading does (so `awarl index info` finds what `awarl serve` would refuse). load_index
+    passes deep=False because opening the index does the same checks."""
     import numpy as np
 
     index_dir = Path(index_dir)
@@ -187,8 +280,8 @@ def verify_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True) ->
     if missing:
         raise RetrievalIndexError(f"{index_dir}: index is incomplete, missing {', '.join(missing)}; rebuild it")
     try:
-        offsets = np.load(index_dir / OFFSETS_FILE, mmap_mode="r")
-    except ValueError as e:
+        offsets = np.load(index_dir / OFFSETS_FILE, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError) as e:
         raise RetrievalIndexError(f"{index_dir / OFFSETS_FILE}: unreadable: {e}") from None
     if len(offsets) != n + 1:
         raise RetrievalIndexError(f"{index_dir}: meta says {n} passages but the docstore offsets table has "
@@ -202,10 +295,12 @@ def verify_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True) ->
 
         try:
             got = read_bm25_num_docs(index_dir)
-        except (ValueError, KeyError) as e:
+        except (ValueError, KeyError, TypeError) as e:
             raise RetrievalIndexError(f"{index_dir}: unreadable BM25 params: {e}") from None
         if got != n:
             raise RetrievalIndexError(f"{index_dir}: meta says {n} passages but the BM25 index has {got}")
+    if deep:
+        _open_kind(index_dir, meta, mmap=True, workers=1, device="cpu", load_encoder=False)
     corpus = Path(meta.get("corpus") or "")
     if verify_corpus and meta.get("corpus") and corpus.is_file() and (
             corpus.stat().st_size != meta.get("corpus_bytes") or file_sha256(corpus) != meta["corpus_sha256"]):
@@ -214,33 +309,57 @@ def verify_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True) ->
     return meta
 
 
-def load_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True, device: str | None = None,
-               mmap: bool = False) -> Retriever:
-    """Verify and open an index folder as a Retriever (BM25Retriever or DenseRetriever)."""
-    index_dir = Path(index_dir)
-    meta = verify_index(index_dir, verify_corpus=verify_corpus)
-    docstore = Docstore(index_dir)
-    retriever: Any
+def _open_kind(index_dir: Path, meta: dict[str, Any], *, mmap: bool, workers: int, device: str | None,
+               load_encoder: bool = True, docstore: Docstore | None = None) -> Any:
+    """The BM25 or dense retriever of a verified folder (or, without load_encoder, just its checked index
+    files); unreadable or inconsistent files raise RetrievalIndexError naming the folder."""
     if meta["kind"] == "bm25":
-        from awarl.retrieval.bm25 import BM25Retriever
+        from awarl.retrieval.bm25 import BM25Retriever, load_bm25_arrays, load_bm25_vocab
 
         try:
-            retriever = BM25Retriever(index_dir, meta["settings"], docstore, mmap=mmap)
-        except (ValueError, OSError, KeyError) as e:  # truncated .npy, corrupt vocab/params JSON
+            if docstore is None:
+                _, _, indptr, _ = load_bm25_arrays(index_dir, mmap=True)
+                load_bm25_vocab(index_dir, len(indptr) - 1)
+                return None
+            return BM25Retriever(index_dir, meta["settings"], docstore, mmap=mmap, workers=workers)
+        except (ValueError, OSError, KeyError, TypeError) as e:  # truncated .npy, corrupt vocab/params JSON
             raise RetrievalIndexError(f"{index_dir}: the BM25 index files are unreadable ({type(e).__name__}: "
                                       f"{str(e)[:300]}); rebuild the index") from None
-    else:
-        from awarl.retrieval.dense import FAISS_FILE, DenseRetriever, read_faiss
+    from awarl.retrieval.dense import FAISS_FILE, DenseRetriever, read_faiss
 
-        try:
-            index = read_faiss(index_dir)
-        except RuntimeError as e:  # faiss reports a truncated or corrupt file as RuntimeError
-            raise RetrievalIndexError(f"{index_dir / FAISS_FILE}: unreadable faiss index ({str(e)[:300]}); "
-                                      "rebuild the index") from None
-        if index.ntotal != meta["passage_count"]:
-            raise RetrievalIndexError(f"{index_dir}: meta says {meta['passage_count']} passages but the faiss "
-                                      f"index has {index.ntotal}")
-        retriever = DenseRetriever(index_dir, meta["settings"], docstore, index=index, device=device)
+    try:
+        index = read_faiss(index_dir, mmap=mmap)
+    except RuntimeError as e:  # faiss reports a truncated or corrupt file as RuntimeError
+        raise RetrievalIndexError(f"{index_dir / FAISS_FILE}: unreadable faiss index ({str(e)[:300]}); "
+                                  "rebuild the index") from None
+    if index.ntotal != meta["passage_count"]:
+        raise RetrievalIndexError(f"{index_dir}: meta says {meta['passage_count']} passages but the faiss "
+                                  f"index has {index.ntotal}")
+    if not load_encoder or docstore is None:
+        return None
+    return DenseRetriever(index_dir, meta["settings"], docstore, index=index, device=device)
+
+
+MMAP_AUTO_BYTES = 1 << 30  # retrieval.mmap=auto memory-maps indexes whose arrays are larger than this
+
+
+def index_bytes(index_dir: Path) -> int:
+    """Bytes of the arrays searching loads (BM25 arrays or the faiss file)."""
+    return sum(p.stat().st_size for p in index_dir.glob("*.index*") if p.is_file())
+
+
+def load_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True, device: str | None = None,
+               mmap: bool | str | None = "auto", workers: int = 1) -> Retriever:
+    """Verify and open an index folder as a Retriever (BM25Retriever or DenseRetriever).
+
+    mmap: True memory-maps the index arrays and the docstore (RAM stays free, the OS pages them in and
+    shares them between processes), False reads them into RAM, "auto"/None does so for indexes up to
+    1 GiB and memory-maps larger ones. workers: BM25 search threads."""
+    index_dir = Path(index_dir)
+    meta = verify_index(index_dir, verify_corpus=verify_corpus, deep=False)
+    use_mmap = index_bytes(index_dir) > MMAP_AUTO_BYTES if mmap in (None, "auto") else bool(mmap)
+    docstore = Docstore(index_dir, mmap=use_mmap)
+    retriever = _open_kind(index_dir, meta, mmap=use_mmap, workers=workers, device=device, docstore=docstore)
     retriever.meta = meta
     return retriever
 
@@ -262,10 +381,11 @@ def load_retriever(cfg: RetrievalConfig) -> Retriever:
         if not cfg.corpus:
             raise ConfigError(f"retrieval.index_dir: {index_dir} holds no index and retrieval.corpus is not "
                               "set to build one from")
-        settings = {"model": cfg.embedding_model} if cfg.kind == "dense" else {}
+        settings: dict[str, Any] = ({"model": cfg.embedding_model, "index_type": cfg.dense_index}
+                                    if cfg.kind == "dense" else {"memory_mb": cfg.build_memory_mb})
         log.info("building %s index %s from %s", cfg.kind, index_dir, cfg.corpus)
         build_index(cfg.corpus, cfg.kind, index_dir, **settings)
-    retriever = load_index(index_dir, verify_corpus=cfg.verify_corpus)
+    retriever = load_index(index_dir, verify_corpus=cfg.verify_corpus, mmap=cfg.mmap, workers=cfg.workers)
     kind = retriever.meta["kind"]
     if kind != cfg.kind:
         raise ConfigError(f"retrieval.kind: {cfg.kind} but {index_dir} is a {kind} index")
