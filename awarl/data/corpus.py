@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from awarl.data.types import QAExample
+from awarl.data.types import Paragraph, QAExample
 from awarl.io import write_jsonl
 
 ID_PREFIX = "p-"
@@ -21,8 +21,20 @@ _ID_HEX = 16  # 64 bits: collision odds stay negligible for closed corpora of mi
 
 
 def passage_id(title: str, text: str) -> str:
+    """The id of an already normalised (title, text) pair (see `normalise_passage`)."""
     digest = hashlib.sha256(f"{title}\n{text}".encode()).hexdigest()
     return ID_PREFIX + digest[:_ID_HEX]
+
+
+def normalise_passage(title: str, text: str) -> tuple[str, str]:
+    """(title, text) as the closed corpus stores them: the title stripped, the text's whitespace collapsed."""
+    return title.strip(), " ".join(text.split())
+
+
+def paragraph_passage_id(p: Paragraph) -> str | None:
+    """The closed-corpus id of a context paragraph, or None for an empty one (never in the corpus)."""
+    title, text = normalise_passage(p.title, p.text)
+    return passage_id(title, text) if text else None
 
 
 def passage_contents(title: str, text: str) -> str:
@@ -36,7 +48,7 @@ def build_corpus(examples: Iterable[QAExample]) -> list[dict]:
     keys: dict[str, tuple[str, str]] = {}
     for ex in examples:
         for p in ex.context:
-            title, text = p.title.strip(), " ".join(p.text.split())
+            title, text = normalise_passage(p.title, p.text)
             if not text:
                 continue
             pid = passage_id(title, text)
