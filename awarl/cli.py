@@ -1,7 +1,7 @@
 """`awarl` command line: parse arguments and call one stage function; nothing else lives here.
 
-Each subcommand is a module in `awarl/commands/` with `add_parser(subparsers)`; heavy imports happen
-inside the stage functions, so `awarl --help` is instant.
+Each subcommand is a module in `awarl/commands/` with `add_parser(subparsers)`; a command module imports
+its stage only when it runs, so `awarl --help` builds every parser without importing every stage.
 """
 
 from __future__ import annotations
@@ -10,6 +10,11 @@ import argparse
 import importlib
 import logging
 import sys
+
+from awarl import __version__
+from awarl.config import ConfigError
+from awarl.io import DataError
+from awarl.retrieval.client import RetrievalClientError
 
 # (module in awarl.commands, one-line help) in the order `awarl --help` shows them.
 COMMANDS: list[tuple[str, str]] = [
@@ -29,8 +34,6 @@ COMMANDS: list[tuple[str, str]] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from awarl import __version__
-
     parser = argparse.ArgumentParser(
         prog="awarl",
         description="Abstention-Aware RL for search agents: answer when the evidence supports it, "
@@ -40,13 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in COMMANDS:
-        try:
-            mod = importlib.import_module(f"awarl.commands.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"awarl.commands.{name}":
-                raise
-            continue  # command not built yet
-        mod.add_parser(sub, help_text)
+        importlib.import_module(f"awarl.commands.{name}").add_parser(sub, help_text)
     return parser
 
 
@@ -65,10 +62,6 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from awarl.config import ConfigError
-    from awarl.io import DataError
-    from awarl.retrieval.client import RetrievalClientError
-
     try:
         return int(args.func(args) or 0)
     except (ConfigError, DataError, FileNotFoundError, ValueError, RetrievalClientError) as e:

@@ -19,6 +19,8 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from awarl.io import atomic_write_text
+
 
 class ConfigError(ValueError):
     """A config file or override is wrong; the message names the file and key path."""
@@ -339,19 +341,27 @@ def _deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
-def read_config_yaml(path: Path, chain: tuple[Path, ...] = ()) -> dict:
-    path = path.resolve()
-    if path in chain:
-        raise ConfigError(f"{path}: circular `extends:` ({' -> '.join(str(p) for p in chain + (path,))})")
+def read_yaml_mapping(path: Path, what: str = "config", extended_by: Path | None = None) -> dict:
+    """A YAML file whose top level is a mapping (an empty file is {}); ConfigError naming the file otherwise.
+    The one reader of run configs and sweep files."""
     if not path.is_file():
-        where = f" (extended by {chain[-1]})" if chain else ""
-        raise ConfigError(f"config file not found: {path}{where}")
+        where = f" (extended by {extended_by})" if extended_by else ""
+        raise ConfigError(f"{what} file not found: {path}{where}")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: invalid YAML: {e}") from e
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def read_config_yaml(path: Path, chain: tuple[Path, ...] = ()) -> dict:
+    """A run config file with its `extends:` chain merged in (parents first)."""
+    path = path.resolve()
+    if path in chain:
+        raise ConfigError(f"{path}: circular `extends:` ({' -> '.join(str(p) for p in chain + (path,))})")
+    data = read_yaml_mapping(path, extended_by=chain[-1] if chain else None)
     parents = data.pop("extends", None)
     if parents is None:
         return data
@@ -390,12 +400,12 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
-def _section_model(annotation: Any) -> type[BaseModel] | None:
+def section_model(annotation: Any) -> type[BaseModel] | None:
     """The config section a field holds: `X`, `list[X]`, `X | None` all give X."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     for arg in get_args(annotation):
-        found = _section_model(arg)
+        found = section_model(arg)
         if found is not None:
             return found
     return None
@@ -406,7 +416,7 @@ def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:
         if isinstance(part, int):  # an index into a list of sections (e.g. data.train.0.path)
             continue
         field = model.model_fields.get(str(part))
-        inner = _section_model(field.annotation) if field else None
+        inner = section_model(field.annotation) if field else None
         if inner is None:
             return []
         model = inner
@@ -446,8 +456,6 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
 
 def save_resolved(cfg: AwarlConfig, out_dir: str | os.PathLike) -> Path:
     """Write the fully resolved config (every default filled in) as `resolved_config.yaml`, atomically."""
-    from awarl.io import atomic_write_text
-
     path = Path(out_dir) / "resolved_config.yaml"
     atomic_write_text(path, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     return path

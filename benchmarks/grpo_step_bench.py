@@ -327,7 +327,7 @@ def awarl_config(b: Bench) -> Any:
 
 def write_constant_p(path: Path, examples: list[Any], p: float = CONSTANT_P) -> None:
     """An estimate file giving every question the same p_i (k=2: one correct, one wrong for p=0.5)."""
-    from awarl.stages.estimate import estimate_row
+    from awarl.data.estimates import estimate_row
 
     k = 2
     c = round(p * k)

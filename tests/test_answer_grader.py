@@ -85,7 +85,8 @@ def test_eval_with_llm_grader_scores_paraphrased_answers_and_rescoring_agrees(gr
     from awarl.cli import main
     from awarl.data.loaders import load_shipped
     from awarl.retrieval import load_index
-    from awarl.stages.evaluate import read_done, run_eval
+    from awarl.stages.evaluate import run_eval
+    from awarl.stages.predictions import read_done
 
     url, log = grader_url
     a, b, c = load_shipped("hotpotqa", limit=3, seed=2)
@@ -120,7 +121,7 @@ def test_eval_with_llm_grader_scores_paraphrased_answers_and_rescoring_agrees(gr
     with pytest.raises(ValueError, match="correctness"):
         run_eval(load_config(None, [o for o in overrides if "correctness" not in o]), out, model=str(tiny_dir),
                  tokenizer=AutoTokenizer.from_pretrained(tiny_dir), retriever=load_index(shipped_bm25_dir))
-    from awarl.stages.evaluate import resume_conflicts
+    from awarl.stages.eval_manifest import resume_conflicts
 
     em, f1 = ({"correctness": {"rule": r, "grader": None}} for r in ("em", "f1"))
     assert resume_conflicts(em, f1) == []  # recomputed from the text by the scorer: no conflict
@@ -135,7 +136,8 @@ def test_estimate_and_training_rollouts_use_the_grader(grader_url, tmp_path, tin
     from awarl.agent.templates import load_template
     from awarl.data.loaders import load_shipped
     from awarl.retrieval import load_index
-    from awarl.stages.estimate import read_estimates, run_estimate
+    from awarl.data.estimates import read_estimates
+    from awarl.stages.estimate import run_estimate
     from awarl.training.rollout_adapter import RolloutAdapter
 
     url, log = grader_url

@@ -15,12 +15,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 from awarl.config import config_from_dict  # noqa: E402
 from awarl.data.types import QAExample, example_key  # noqa: E402
 from awarl.io import DataError, shipped_data_dir  # noqa: E402
-from awarl.stages.estimate import (  # noqa: E402
-    estimate_row,
-    join_p,
-    read_estimates,
-    run_estimate,
-)
+from awarl.data.estimates import estimate_row, join_p, read_estimates  # noqa: E402
+from awarl.stages.estimate import run_estimate  # noqa: E402
 
 HOTPOT = shipped_data_dir() / "hotpotqa" / "hotpot_dev_distractor_v1.sample200.json"
 
@@ -117,7 +113,7 @@ def ex(i: str, ds: str = "nq") -> QAExample:
 
 
 def test_estimates_summary():
-    from awarl.stages.estimate import estimates_summary
+    from awarl.data.estimates import estimates_summary
 
     rows = {str(i): {"p_i": p} for i, p in enumerate([0.0, 0.0, 1.0, 0.5])}
     assert estimates_summary(rows) == ("4 questions, mean p_i 0.375; never solved (p_i = 0): 2 (50%), "

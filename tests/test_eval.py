@@ -13,7 +13,9 @@ from awarl.cli import main
 from awarl.config import load_config
 from awarl.data.loaders import SHIPPED_DEV, load_shipped
 from awarl.io import file_sha256, shipped_data_dir
-from awarl.stages.evaluate import build_engine, read_done, run_eval
+from awarl.agent.rollout import RolloutEngine
+from awarl.stages.evaluate import run_eval
+from awarl.stages.predictions import read_done
 
 DATASETS = ["hotpotqa", "2wikimultihopqa", "musique"]
 
@@ -77,7 +79,7 @@ def test_eval_end_to_end_with_server_resume_and_manifest(tmp_path, tiny_dir, ser
     assert manifest["retrieval"]["index"]["kind"] == "bm25"  # what the server reports on /health
     assert manifest["packages"]["torch"] and manifest["packages"]["trl"] == "1.16.0"
     assert manifest["sampling"]["temperature"] == 0.0 and manifest["template"] == "awarl"
-    from awarl.stages.evaluate import _canonical_sha256, template_sha256
+    from awarl.stages.eval_manifest import _canonical_sha256, template_sha256
 
     assert manifest["template_sha256"] == template_sha256("awarl") != template_sha256("search-r1")
     health_meta = manifest["retrieval"]["index"]["meta"]
@@ -103,7 +105,8 @@ def test_sampled_eval_resumed_after_kill_equals_uninterrupted_run(tmp_path, tiny
     cfg = load_config(None, ["agent.max_new_tokens_per_turn=10", "agent.max_trajectory_tokens=120",
                              "critic.judge=none"])
     tok = AutoTokenizer.from_pretrained(tiny_dir)
-    engine = build_engine(cfg, AutoModelForCausalLM.from_pretrained(tiny_dir), tok, load_index(shipped_bm25_dir))
+    engine = RolloutEngine.from_config(cfg, tok, load_index(shipped_bm25_dir),
+                                       model=AutoModelForCausalLM.from_pretrained(tiny_dir))
     examples = load_shipped("hotpotqa", limit=6, seed=0)
     kw = dict(batch_size=2, temperature=1.0, seed=3)
 
@@ -185,7 +188,7 @@ def test_scripted_replay_scores_match_hand_computed(tmp_path, tiny_dir, shipped_
     assert gaps == {(ex.dataset, ex.id) for ex, _, want in cases if want == "abstain"}
 
     # The env mask: exactly the information blocks are environment tokens (never trainable).
-    engine = build_engine(cfg, str(tiny_dir), tok, retriever)
+    engine = RolloutEngine.from_config(cfg, tok, retriever, model=str(tiny_dir))
     ex, _, _ = cases[2]
     (traj,) = engine.run([ex.question], temperature=0.0)
     env = [t for t, m in zip(traj.completion_ids, traj.env_mask, strict=True) if m == 0]

@@ -73,7 +73,7 @@ def make_cfg(tmp_path: Path, tiny_dir: Path, index: Path, **over) -> object:
 
 
 def write_estimates(cfg, examples, ps):
-    from awarl.stages.estimate import estimate_row
+    from awarl.data.estimates import estimate_row
 
     lines = []
     for ex, p in zip(examples, ps, strict=True):

@@ -10,7 +10,8 @@ from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from awarl.config import CriticConfig, RewardConfig
 from awarl.critic.lexical_judge import LexicalJudge
-from awarl.rewards.trl_reward import STATE_FILE, AwaRLReward, RewardStateCallback, load_reward_state
+from awarl.rewards.trl_reward import STATE_FILE, AwaRLReward, load_reward_state
+from awarl.training.callbacks import RewardStateCallback
 
 R_HARD = 1 - math.sqrt(0.1)  # p=0.04 -> clipped to 0.1 -> R_base at γ=0.5
 R_EASY = 0.1                 # p=0.81 -> p* = 0.9

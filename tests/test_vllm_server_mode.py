@@ -2,9 +2,10 @@
 
 vLLM needs a GPU, so a FAKE vLLM server stands in for `trl vllm-serve`: a loopback HTTP app answering the
 OpenAI-compatible routes TRL 1.16's client calls (/health, /v1/models, /v1/completions) in vLLM's response
-shape. What is real: TRL's client (request building, logprob parsing), our `TRLVLLMBackend`, the rollout
-engine, the tokenizer and the BM25 retriever. TRL's client refuses to start without vLLM installed; that
-one check is patched out."""
+shape. What is real: TRL's client (request building, logprob parsing), our `VLLMServerBackend` as the
+rollout adapter builds it from the trainer's arguments, the rollout engine, the tokenizer and the BM25
+retriever. TRL's client refuses to start without vLLM installed; that one check is patched out. The
+colocate tests below use a FAKE in-process engine for the same reason."""
 
 from __future__ import annotations
 
@@ -47,6 +48,16 @@ def fake_vllm_server_app(tok, requests: list[dict]):
     return app
 
 
+def adapter_backend(trainer, tok, cfg):
+    """The backend the rollout adapter builds for this trainer (the code path training takes)."""
+    from awarl.agent.templates import load_template
+    from awarl.training.rollout_adapter import RolloutAdapter
+
+    adapter = RolloutAdapter(cfg, tok, None, load_template(cfg.agent.template), [])
+    with adapter._backend(trainer) as be:
+        return be
+
+
 @pytest.fixture()
 def trainer_for(monkeypatch):
     import trl.generation.vllm_client as vc
@@ -68,13 +79,14 @@ def trainer_for(monkeypatch):
 def test_server_mode_backend_maps_parameters_and_cuts_at_the_stop_string(tmp_path, tiny_dir, trainer_for):
     from transformers import AutoTokenizer
 
+    from awarl.agent.backends.vllm import VLLMServerBackend
     from awarl.config import load_config
-    from awarl.training.rollout_adapter import TRLVLLMBackend
 
     tok = AutoTokenizer.from_pretrained(tiny_dir)
     requests: list[dict] = []
     with serve_app(fake_vllm_server_app(tok, requests)) as url:
-        be = TRLVLLMBackend(trainer_for(url, tmp_path), tok, load_config(None, []))
+        be = adapter_backend(trainer_for(url, tmp_path), tok, load_config(None, []))
+        assert isinstance(be, VLLMServerBackend)
         gens = be.generate([[5, 6, 7], [8]], max_new_tokens=40, temperature=0.7, top_p=0.9,
                            stop_strings=["</search>"], seed=3)
     (body,) = requests
@@ -95,13 +107,12 @@ def test_server_mode_multi_turn_rollout_masks_retrieved_passages(tmp_path, tiny_
     from awarl.agent.templates import load_template
     from awarl.config import load_config
     from awarl.retrieval import load_index
-    from awarl.training.rollout_adapter import TRLVLLMBackend
 
     tok = AutoTokenizer.from_pretrained(tiny_dir)
     cfg = load_config(None, ["agent.max_turns=3", "retrieval.topk=2"])
     requests: list[dict] = []
     with serve_app(fake_vllm_server_app(tok, requests)) as url:
-        engine = RolloutEngine(TRLVLLMBackend(trainer_for(url, tmp_path), tok, cfg), tok,
+        engine = RolloutEngine(adapter_backend(trainer_for(url, tmp_path), tok, cfg), tok,
                                load_index(shipped_bm25_dir), load_template(cfg.agent.template), cfg.agent,
                                cfg.retrieval.topk)
         (t,) = engine.run(["What is the capital of France?"], temperature=1.0)
@@ -130,7 +141,6 @@ def test_colocate_mode_gives_each_prompt_its_own_seed_with_a_fake_vllm_module(ti
     from transformers import AutoTokenizer
 
     from awarl.config import load_config
-    from awarl.training.rollout_adapter import TRLVLLMBackend
 
     tok = AutoTokenizer.from_pretrained(tiny_dir)
     fake_vllm = types.ModuleType("vllm")
@@ -144,9 +154,9 @@ def test_colocate_mode_gives_each_prompt_its_own_seed_with_a_fake_vllm_module(ti
         lps = [{t: SimpleNamespace(logprob=-0.5)} for t in ids]
         return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=ids, logprobs=lps)]) for _ in prompts]
 
-    trainer = SimpleNamespace(args=SimpleNamespace(vllm_mode="colocate"), model=None,
+    trainer = SimpleNamespace(args=SimpleNamespace(vllm_mode="colocate"), model=None, use_vllm=True,
                               vllm_generation=SimpleNamespace(llm=SimpleNamespace(generate=generate)))
-    be = TRLVLLMBackend(trainer, tok, load_config(None, []))
+    be = adapter_backend(trainer, tok, load_config(None, []))
     gens = be.generate([[4, 2]] * 3, max_new_tokens=30, temperature=1.0, stop_strings=["</answer>"], seed=7)
     assert seen["prompts"] == [{"prompt_token_ids": [4, 2]}] * 3
     assert [p["seed"] for p in seen["params"]] == [7, 8, 9]

@@ -23,10 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-try:
-    from awarl.metrics import is_abstention as _is_abstention
-except ImportError:  # pragma: no cover - metrics always ships it; kept so the parser stands alone
-    _is_abstention = None
+from awarl.metrics import is_abstention
 
 _DEFAULT_TAGS = {"think": "think", "search": "search", "information": "information", "cite": "cite",
                  "answer": "answer"}
@@ -44,12 +41,6 @@ class ParsedTrajectory:
     valid: bool = False
     invalid_reason: str | None = None
     num_turns: int = 0                                   # model turns: information blocks + 1
-
-
-def _abstained(answer: str | None, phrases: Sequence[str]) -> bool:
-    if _is_abstention is not None:
-        return _is_abstention(answer, phrases)
-    return False  # pragma: no cover
 
 
 def lex(text: str, names: Sequence[str]) -> list[tuple[str, str]]:
@@ -74,6 +65,97 @@ def _parse_citations(content: str) -> list[int] | None:
     return [int(p) for p in parts]
 
 
+class _Walker:
+    """The state machine of `parse_trajectory` over the lexer's tokens; records the first violation."""
+
+    def __init__(self, role_of: dict[str, str], max_turns: int, number_re: re.Pattern[str]) -> None:
+        self.role_of, self.max_turns, self.number_re = role_of, max_turns, number_re
+        self.out = ParsedTrajectory()
+        self.reason: str | None = None
+        self.state: str | None = None        # role of the open block, None outside blocks
+        self.buf: list[str] = []
+        self.done = False                    # seen </answer>
+        self.last_closed: str | None = None  # role of the previous block, if only whitespace since
+        self.info_blocks = 0
+        self.tail_after_info = False         # any non-whitespace model text after the last information block
+        self.cited = False
+
+    def fail(self, why: str) -> None:
+        if self.reason is None:
+            self.reason = why
+
+    def text(self, value: str) -> None:
+        if self.state is not None:
+            self.buf.append(value)
+        elif value.strip():
+            if self.done:
+                self.fail("text after </answer>")
+            self.last_closed = None
+            self.tail_after_info = True
+
+    def tag(self, kind: str, name: str) -> None:
+        role = self.role_of[name]
+        if self.done:
+            self.fail("text after </answer>")
+        elif kind == "open":
+            self.open(role)
+        elif self.state is None or self.state != role:
+            self.fail("tags out of order")
+        else:
+            content = "".join(self.buf)
+            self.state, self.buf, self.last_closed = None, [], role
+            self.close(role, content)
+
+    def open(self, role: str) -> None:
+        if self.state is not None:
+            self.fail("nested tag")
+            return
+        if role == "information" and self.last_closed != "search":
+            self.fail("tags out of order")
+        if role != "information":
+            self.tail_after_info = True
+        self.state, self.buf = role, []
+
+    def close(self, role: str, content: str) -> None:
+        out = self.out
+        if role == "search":
+            out.searches.append(content.strip())
+            if not content.strip():
+                self.fail("empty search")
+            if len(out.searches) > self.max_turns:
+                self.fail("search beyond max turns")
+        elif role == "information":
+            self.info_blocks += 1
+            self.tail_after_info = False
+            out.shown.extend(int(m.group(1)) for m in self.number_re.finditer(content))
+        elif role == "cite":
+            self.cited = True
+            nums = _parse_citations(content)
+            if nums is None:
+                self.fail("malformed citation")
+            else:
+                out.citations.extend(nums)
+                if any(n not in out.shown for n in nums):
+                    self.fail("cited passage never shown")
+        elif role == "answer":
+            out.answer = content.strip()
+            self.done = True
+            if not out.answer:
+                self.fail("empty answer")
+
+    def finish(self, response_text: str, phrases: Sequence[str], require_citations: bool) -> None:
+        out = self.out
+        if self.state is not None:
+            self.fail("unclosed tag")
+        elif out.answer is None:
+            self.fail("no answer")
+        out.abstained = is_abstention(out.answer, phrases)
+        if require_citations and out.answer and not out.abstained and not self.cited:
+            self.fail("missing citations")
+        spoke = self.tail_after_info or self.info_blocks == 0 and response_text.strip()
+        out.num_turns = self.info_blocks + (1 if spoke else 0)
+
+
 def parse_trajectory(response_text: str, *, max_turns: int, phrases: Sequence[str],
                      require_citations: bool = False, tags: dict[str, str] | None = None,
                      passage_pattern: re.Pattern[str] | None = None) -> ParsedTrajectory:
@@ -81,89 +163,16 @@ def parse_trajectory(response_text: str, *, max_turns: int, phrases: Sequence[st
     finds passage numbers in information blocks (group 1; default `[n] Title:`)."""
     tag_of = {**_DEFAULT_TAGS, **(tags or {})}
     role_of = {name: role for role, name in tag_of.items()}
-    number_re = passage_pattern or _DEFAULT_NUMBER
-    out = ParsedTrajectory()
-    reason: str | None = None
-
-    def fail(why: str) -> None:
-        nonlocal reason
-        if reason is None:
-            reason = why
-
-    state: str | None = None          # role of the open block, None outside blocks
-    buf: list[str] = []
-    done = False                      # seen </answer>
-    last_closed: str | None = None    # role of the previous block, if only whitespace since
-    info_blocks = 0
-    tail_after_info = False           # any non-whitespace model text after the last information block
-    cited = False
-
+    w = _Walker(role_of, max_turns, passage_pattern or _DEFAULT_NUMBER)
     try:
         for kind, value in lex(response_text, list(role_of)):
             if kind == "text":
-                if state is not None:
-                    buf.append(value)
-                elif value.strip():
-                    if done:
-                        fail("text after </answer>")
-                    last_closed = None
-                    tail_after_info = True
-                continue
-            role = role_of[value]
-            if done:
-                fail("text after </answer>")
-                continue
-            if kind == "open":
-                if state is not None:
-                    fail("nested tag")
-                    continue
-                if role == "information" and last_closed != "search":
-                    fail("tags out of order")
-                if role != "information":
-                    tail_after_info = True
-                state, buf = role, []
-                continue
-            # close tag
-            if state is None or state != role:
-                fail("tags out of order")
-                continue
-            content = "".join(buf)
-            state, buf = None, []
-            last_closed = role
-            if role == "search":
-                out.searches.append(content.strip())
-                if not content.strip():
-                    fail("empty search")
-                if len(out.searches) > max_turns:
-                    fail("search beyond max turns")
-            elif role == "information":
-                info_blocks += 1
-                tail_after_info = False
-                out.shown.extend(int(m.group(1)) for m in number_re.finditer(content))
-            elif role == "cite":
-                cited = True
-                nums = _parse_citations(content)
-                if nums is None:
-                    fail("malformed citation")
-                else:
-                    out.citations.extend(nums)
-                    if any(n not in out.shown for n in nums):
-                        fail("cited passage never shown")
-            elif role == "answer":
-                out.answer = content.strip()
-                done = True
-                if not out.answer:
-                    fail("empty answer")
-        if state is not None:
-            fail("unclosed tag")
-        elif out.answer is None:
-            fail("no answer")
-        out.abstained = _abstained(out.answer, phrases)
-        if require_citations and out.answer and not out.abstained and not cited:
-            fail("missing citations")
-        out.num_turns = info_blocks + (1 if tail_after_info or info_blocks == 0 and response_text.strip() else 0)
+                w.text(value)
+            else:
+                w.tag(kind, value)
+        w.finish(response_text, phrases, require_citations)
     except Exception as e:  # pragma: no cover - a bug must not crash a training run; report it instead
-        fail(f"parser error: {type(e).__name__}")
-    out.valid = reason is None
-    out.invalid_reason = reason
-    return out
+        w.fail(f"parser error: {type(e).__name__}")
+    w.out.valid = w.reason is None
+    w.out.invalid_reason = w.reason
+    return w.out

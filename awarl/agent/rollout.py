@@ -17,8 +17,9 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from awarl.agent.backends import make_backend
 from awarl.agent.parser import ParsedTrajectory, parse_trajectory
-from awarl.agent.templates import Template, abstention_phrases
+from awarl.agent.templates import Template, abstention_phrases, load_template, render_prompt
 from awarl.retrieval.types import Passage
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,17 @@ class RolloutEngine:
         self._tag_map = {r: getattr(tags, r) for r in ("think", "search", "information", "cite", "answer")}
         self._number_re = template.passage_number_pattern()
 
+    @classmethod
+    def from_config(cls, cfg: Any, tokenizer: Any, retriever: Any, *, model: Any = None, backend: Any = None,
+                    template: Template | None = None) -> RolloutEngine:
+        """The engine of a run config, used by evaluation, estimation and training alike: `backend` as given
+        (training builds it per step), else the `generation:` backend over `model` (a path / hub id or a
+        loaded model object); the template of `agent.template` unless one is given."""
+        if backend is None:
+            backend = make_backend(cfg.generation, model, tokenizer)
+        return cls(backend, tokenizer, retriever, template or load_template(cfg.agent.template), cfg.agent,
+                   cfg.retrieval.topk)
+
     # ------------------------------------------------------------------ public
     def parse(self, response_text: str) -> ParsedTrajectory:
         """Parse a response with this engine's template, limits and abstention phrases."""
@@ -92,8 +104,6 @@ class RolloutEngine:
 
     def run(self, questions: list[str], *, temperature: float, top_p: float = 1.0, seed: int | None = None,
             prompt_ids: list[list[int]] | None = None) -> list[Trajectory]:
-        from awarl.agent.templates import render_prompt
-
         if prompt_ids is not None and len(prompt_ids) != len(questions):
             raise ValueError(f"prompt_ids has {len(prompt_ids)} entries for {len(questions)} questions")
         prompts = prompt_ids if prompt_ids is not None else [render_prompt(self.template, q, self.tokenizer)

@@ -1,18 +1,40 @@
-"""Argument helpers shared by the subcommands that take a config."""
+"""Argument helpers shared by the subcommands that take a config, and the one rule that turns their flags
+into config overrides.
+
+Precedence, lowest to highest: the defaults, the --config file (and what it `extends:`), the command's own
+flags (each is a shorthand for a config key, e.g. `awarl eval --index D` is `retrieval.index_dir=D`), then
+the KEY=VALUE overrides in the order given; the last value written for a key wins, so an explicit KEY=VALUE
+beats a flag for the same key. Flag values are always quoted, so a path such as `/data/idx #2` or
+`runs/2024.10` stays the string it is (unquoted, YAML would cut a comment off or read a float).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+from collections.abc import Mapping
+from typing import Any
 
 from awarl.config import AwarlConfig, load_config
+
+PRECEDENCE = ("dotted overrides, applied after the config file and after this command's own flags: the last "
+              "value for a key wins, so KEY=VALUE beats a flag for the same key")
 
 
 def add_config_args(p: argparse.ArgumentParser, required: bool = False) -> None:
     p.add_argument("--config", "-c", required=required, metavar="YAML",
                    help="run config (YAML under configs/; may `extends:` another)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help="dotted overrides applied after the file, e.g. reward.gamma=0.25 train.max_steps=10")
+                   help=f"{PRECEDENCE}; e.g. reward.gamma=0.25 train.max_steps=10")
 
 
-def config_from_args(args: argparse.Namespace) -> AwarlConfig:
-    return load_config(args.config, list(args.overrides or []))
+def flag_overrides(flags: Mapping[str, Any]) -> list[str]:
+    """`KEY=VALUE` overrides for the flags that were given (value not None), values quoted as JSON (which
+    YAML reads back as the same string, number, bool or list)."""
+    return [f"{key}={json.dumps(value)}" for key, value in flags.items() if value is not None]
+
+
+def config_from_args(args: argparse.Namespace, flags: Mapping[str, Any] | None = None) -> AwarlConfig:
+    """The run config: `--config`, then `flags` (config key -> flag value, None = not given), then the
+    KEY=VALUE overrides of the command line (module docstring)."""
+    return load_config(args.config, flag_overrides(flags or {}) + list(args.overrides or []))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from awarl.commands.common import add_config_args, config_from_args
 
@@ -28,22 +27,12 @@ def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from awarl.stages.estimate import estimates_summary, read_estimates, run_estimate
-    from awarl.stages.train import estimates_path
+    from awarl.data.estimates import estimates_path, estimates_summary, read_estimates
+    from awarl.stages.estimate import run_estimate
 
-    # Overrides are parsed as YAML: quote the free-text values so a path such as `runs/2024.10` or
-    # `ckpt #3` stays the string it is (unquoted, YAML would read a float, or cut a comment off).
-    extra = []
-    if args.model:
-        extra.append(f"estimate.model={json.dumps(args.model)}")
-    if args.out:
-        extra.append(f"estimate.out={json.dumps(args.out)}")
-    if args.k is not None:
-        extra.append(f"estimate.k={args.k}")
-    args.overrides = list(args.overrides or []) + extra
-    cfg = config_from_args(args)
+    cfg = config_from_args(args, {"estimate.model": args.model, "estimate.out": args.out, "estimate.k": args.k})
     out = run_estimate(cfg)
-    used = estimates_path(cfg)
+    used = estimates_path(cfg, for_training=True)
     use = ("`awarl train` with this config reads them" if used.resolve() == out.resolve() else
            f"note: train.p_estimates points to {used}; set train.p_estimates={out} to train with these")
     print(f"p_i estimates: {out}\n  {estimates_summary(read_estimates(out))}\n  {use}")

@@ -39,15 +39,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1 (questions per dataset), got {args.limit}")
-    extra = []
-    if args.template:
-        extra.append(f"agent.template={args.template}")
-    if args.index:
-        extra.append(f"retrieval.index_dir={args.index}")  # its kind is read from the index's meta
-    if args.retriever_url:
-        extra += ["retrieval.kind=server", f"retrieval.server_url={args.retriever_url}"]
-    args.overrides = extra + list(args.overrides or [])
-    cfg = config_from_args(args)
+    cfg = config_from_args(args, {
+        "agent.template": args.template,
+        "retrieval.index_dir": args.index,  # its kind is read from the index's meta
+        "retrieval.kind": "server" if args.retriever_url else None,
+        "retrieval.server_url": args.retriever_url})
     cfg = ensure_default_retrieval(cfg)
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()] if args.datasets else None
     results = run_eval(cfg, args.out, model=args.model, datasets=datasets, limit=args.limit)

@@ -24,13 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    extra = []
-    if args.steps is not None:
-        extra.append(f"simulate.steps={args.steps}")
-    if args.seed is not None:
-        extra.append(f"simulate.seed={args.seed}")
-    args.overrides = list(args.overrides or []) + extra
-    cfg = config_from_args(args)
+    cfg = config_from_args(args, {"simulate.steps": args.steps, "simulate.seed": args.seed})
     from awarl.simulate import run_simulation
 
     out = Path(args.out) if args.out else Path(cfg.run.out_dir) / "simulate"

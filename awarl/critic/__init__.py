@@ -9,6 +9,8 @@ import os
 from typing import Any
 
 from awarl.config import CriticConfig
+from awarl.critic.lexical_judge import LexicalJudge
+from awarl.critic.openai_judge import OpenAIJudge
 
 
 def make_judge(cfg: CriticConfig, cache_dir: str | os.PathLike | None = None) -> Any:
@@ -16,11 +18,7 @@ def make_judge(cfg: CriticConfig, cache_dir: str | os.PathLike | None = None) ->
     if cfg.judge == "none":
         return None
     if cfg.judge == "lexical":
-        from awarl.critic.lexical_judge import LexicalJudge
-
         return LexicalJudge(cfg)
     if cfg.judge == "openai":
-        from awarl.critic.openai_judge import OpenAIJudge
-
         return OpenAIJudge(cfg, cache_dir=cache_dir)
     raise ValueError(f"critic.judge must be none, lexical or openai, got {cfg.judge!r}")

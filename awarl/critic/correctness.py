@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from awarl.config import AwarlConfig
+from awarl.critic.openai_judge import OpenAIJudge
 from awarl.critic.schema import AnswerCheck
-from awarl.metrics import exact_match, is_abstention
+from awarl.metrics import Outcome, classify_outcome, exact_match, is_abstention
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,6 @@ def make_answer_grader(cfg: AwarlConfig, cache_dir: str | os.PathLike | None) ->
     """The LLM grader when `metrics.correctness` is `judge`, else None."""
     if cfg.metrics.correctness != "judge":
         return None
-    from awarl.critic.openai_judge import OpenAIJudge
 
     return OpenAIJudge(cfg.critic, cache_dir=cfg.critic.cache_dir or cache_dir)
 
@@ -60,6 +60,23 @@ def grade_answers(grader: Any, items: Sequence[tuple[str, str | None, bool, Sequ
         v = verdicts[(items[i][0], items[i][1] or "", tuple(items[i][3]))]
         grades[i] = Grade(False, failed=True) if v is None else Grade(bool(v))
     return grades
+
+
+def grade_trajectories(grader: Any, questions: list[str], trajs: list[Any], golds: list[list[str]],
+                       phrases: list[str]) -> list[Grade]:
+    """The grader's verdicts for a batch of rollout trajectories (all `Grade(None)` without a grader)."""
+    return grade_answers(grader, [(q, t.parsed.answer, t.parsed.valid, g)
+                                  for q, t, g in zip(questions, trajs, golds, strict=True)], phrases)
+
+
+def trajectory_outcome(parsed: Any, golds: list[str], cfg: AwarlConfig, phrases: list[str],
+                       grade: Grade | None = None) -> Outcome:
+    """The outcome of a parsed trajectory under the run's correctness rule, the same in evaluation,
+    estimation and training. `phrases`: the engine's abstention phrases (template + config), so the outcome
+    and the parser's `abstained` flag agree; `grade`: the LLM grader's verdict (`metrics.correctness: judge`)."""
+    return classify_outcome(parsed.answer, golds, valid=parsed.valid, phrases=phrases,
+                            correctness=cfg.metrics.correctness, f1_threshold=cfg.metrics.f1_threshold,
+                            judge_correct=grade.correct if grade else None)
 
 
 def close_grader(grader: Any, flagged_in: str | None = None) -> None:

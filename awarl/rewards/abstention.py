@@ -13,7 +13,8 @@ from collections.abc import Iterable, Sequence
 from awarl.metrics import Outcome
 
 
-def _check_prob(name: str, p: float) -> float:
+def check_prob(name: str, p: float) -> float:
+    """`p` as a float, or a ValueError naming `name` when it is not a probability in [0, 1]."""
     p = float(p)
     if not (0.0 <= p <= 1.0) or math.isnan(p):
         raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
@@ -22,14 +23,14 @@ def _check_prob(name: str, p: float) -> float:
 
 def clip_p(p: float, p_min: float) -> float:
     """Step 2: p̃ = max(p, p_min). Keeps a never-solved query from paying full reward for refusing at once."""
-    return max(_check_prob("p_i", p), _check_prob("p_min", p_min))
+    return max(check_prob("p_i", p), check_prob("p_min", p_min))
 
 
 def courage(p_clipped: float, gamma: float) -> float:
     """Step 3: p* = p̃^γ. γ < 1 inflates the model's confidence (p* >= p̃), so refusing pays less."""
     if not 0.0 < gamma <= 1.0:
         raise ValueError(f"gamma must be in (0, 1], got {gamma!r}")
-    return _check_prob("p_clipped", p_clipped) ** gamma
+    return check_prob("p_clipped", p_clipped) ** gamma
 
 
 def base_refusal_reward(p: float, gamma: float, p_min: float) -> float:

@@ -8,15 +8,22 @@ redundancy = share of cited passages that support no claim (a citation of a numb
              retrieved supports nothing).
 A passage can be named by the critic either by its corpus id or by its number in the trajectory; both are
 resolved to the id, so an LLM judge that copies `[3]` instead of a long id is not penalised.
+
+:func:`judge_citations` is the one path from trajectories to citation scores, used by training (the reward)
+and evaluation (the report), so the two can never score citations differently.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from awarl.critic.schema import CriticInput, CriticOutput, PassageRef
+from awarl.metrics import Outcome
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -91,3 +98,79 @@ def citation_reward(verdict: CriticOutput, citations: Iterable[int] | None, pass
     coverage = credit / n_claims if n_claims else 0.0
     redundancy = (sum(cid not in supporting for cid in cited_ids) / len(cited_ids)) if cited_ids else 0.0
     return CitationScore(coverage=coverage, redundancy=redundancy, reward=coverage - redundancy)
+
+
+# ----------------------------------------------------------------------------- judging trajectories
+@dataclass(frozen=True)
+class CitationItem:
+    """One trajectory to judge: its question, answer, cited passage numbers, every passage it retrieved
+    (rollout entries {number, id, title, text}) and its outcome."""
+
+    question: str
+    answer: str | None
+    citations: Sequence[int]
+    passages: Sequence[Mapping[str, Any]] | None
+    outcome: Outcome | str
+
+
+@dataclass(frozen=True)
+class CitationJudgement:
+    """The judge's verdict on one item and its score, or the reason there is none (`error`)."""
+
+    verdict: CriticOutput | None = None
+    score: CitationScore | None = None
+    error: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    def summary(self, label: str) -> dict[str, Any]:
+        """The verdict summary stored on a predictions line (docs/formats.md)."""
+        if self.failed or self.verdict is None or self.score is None:
+            return {"judge": label, "failed": True, "error": self.error or "no valid verdict"}
+        return {"judge": label, "coverage": self.score.coverage, "redundancy": self.score.redundancy,
+                "reward": self.score.reward, "groundedness": float(self.verdict.overall_groundedness),
+                "claims": len(self.verdict.verified_claims), "flags": list(self.verdict.flags)}
+
+
+def judged(outcome: Outcome | str) -> bool:
+    """SPEC section 4 step 10: only answered, valid trajectories (correct or wrong) are judged."""
+    return Outcome(outcome) in (Outcome.CORRECT, Outcome.WRONG)
+
+
+def judge_citations(judge: Any, items: Sequence[CitationItem],
+                    inferred_weight: float) -> list[CitationJudgement | None]:
+    """One entry per item: None where it is not judged (no judge, or not correct/wrong), else the verdict and
+    its score, or a failure (a malformed passage list, a judge exception or a missing verdict). A judge never
+    fails the caller: its failures are returned, for the caller to count."""
+    out: list[CitationJudgement | None] = [None] * len(items)
+    if judge is None:
+        return out
+    idx, inputs, refs = [], [], []
+    for j, item in enumerate(items):
+        if not judged(item.outcome):
+            continue
+        try:
+            refs_j = passages_from_rollout(item.passages, where=f"passages of item {j}")
+        except ValueError as e:
+            out[j] = CitationJudgement(error=str(e))
+            continue
+        inputs.append(build_critic_input(item.question, item.answer or "", item.citations, refs_j))
+        refs.append(refs_j)
+        idx.append(j)
+    if not inputs:
+        return out
+    try:
+        verdicts = list(judge.verify(inputs))
+        if len(verdicts) != len(inputs):
+            raise ValueError(f"judge returned {len(verdicts)} verdicts for {len(inputs)} answers")
+    except Exception as e:  # noqa: BLE001 - a judge must never fail training or evaluation
+        log.warning("citation judge failed on a batch of %d answers: %s", len(inputs), e)
+        for j in idx:
+            out[j] = CitationJudgement(error=str(e)[:500])
+        return out
+    for j, v, refs_j in zip(idx, verdicts, refs, strict=True):
+        out[j] = CitationJudgement(error="no valid verdict") if v is None else CitationJudgement(
+            verdict=v, score=citation_reward(v, items[j].citations, refs_j, inferred_weight))
+    return out

@@ -1,4 +1,5 @@
-"""The stateful AWA-RL reward function for TRL's `GRPOTrainer`, and the callback that checkpoints its state.
+"""The stateful AWA-RL reward function for TRL's `GRPOTrainer`, and its state file (the callback that
+saves it with every checkpoint is `awarl.training.callbacks.RewardStateCallback`).
 
 Contract with the rollout function (its extra fields reach reward functions as kwargs, one list entry per
 completion, aligned with `completions`):
@@ -34,7 +35,7 @@ from awarl.config import RewardConfig
 from awarl.io import atomic_write_json
 from awarl.metrics import Outcome
 from awarl.rewards import abstention as A
-from awarl.rewards.citation import build_critic_input, citation_reward, passages_from_rollout
+from awarl.rewards.citation import CitationItem, judge_citations, judged
 from awarl.rewards.strategies import abstain_reward
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,7 @@ class AwaRLReward:
     def __init__(self, cfg: RewardConfig, judge: Any = None, p_table: dict[str, float] | None = None) -> None:
         self.cfg = cfg
         self.judge = judge
-        self.p_table = {str(k): A._check_prob(f"p_table[{k!r}]", v) for k, v in (p_table or {}).items()}
+        self.p_table = {str(k): A.check_prob(f"p_table[{k!r}]", v) for k, v in (p_table or {}).items()}
         self.__name__ = "awarl_reward"  # TRL names the logged reward column after this
         self.e_bar = 0.0  # Ē_0 = 0: the penalty starts inactive and ramps in as evidence accumulates
         self.updates = 0
@@ -137,7 +138,7 @@ class AwaRLReward:
         if self.cfg.p_online == "ema" and qid in self.p_online:
             return self.p_online[qid], False
         if p is not None:
-            return A._check_prob(f"p_i of query {qid!r}", p), False
+            return A.check_prob(f"p_i of query {qid!r}", p), False
         if qid in self.p_table:
             return self.p_table[qid], False
         return self.cfg.default_p, True
@@ -145,96 +146,119 @@ class AwaRLReward:
     # ------------------------------------------------------------------------------------- call
     def __call__(self, prompts: list, completions: list, completion_ids: list | None = None,
                  **kwargs: Any) -> list[float]:
+        """One AWA-RL step t over this process's slice of the generation batch (module docstring)."""
         cfg = self.cfg
         n = len(completions)
-        raw_outcomes = self._column(kwargs, "outcome", n, required=True)
+        outcomes, qids, ps, unknown = self._read_batch(kwargs, n)
+        update = self._should_update(kwargs)
+        groups = self._group_counts(qids, outcomes, ps)
+        rates = self._batch_rates(outcomes, ps, unknown)
+        # Steps 6-8: smoothed excess -> stepwise penalty -> clipped refusal reward. An evaluation batch is
+        # scored with the training state as it stands; it does not feed Ē.
+        e_bar = A.ema(self.e_bar, rates["E"], cfg.beta) if (rates["n"] and update) else self.e_bar
+        penalty = A.stepwise_penalty(e_bar, cfg.penalty_steps, cfg.penalty_max)
+        abstain_r = self._abstain_rewards(qids, ps, penalty, groups)
+        r_cite, failures = self._citations(kwargs, outcomes, n)
+        rewards = [A.total_reward(o, A.outcome_reward(o, r_ab, cfg.r_correct, cfg.r_wrong, cfg.r_invalid),
+                                  rc, cfg.lambda_cite)
+                   for o, r_ab, rc in zip(outcomes, abstain_r, r_cite, strict=True)]
+        cite_vals = [rc for rc in r_cite if rc is not None]
+        n_judged = sum(1 for o in outcomes if judged(o)) if self.judge else 0
+        r_ref_sum, cite_sum, cite_n, fail_sum, judged_sum = all_reduce_sum(
+            [sum(abstain_r), sum(cite_vals), len(cite_vals), failures, n_judged])
+        if update and rates["n"]:
+            self._update_state(e_bar, groups, fail_sum, rates["unknown_p"])
+        tot = rates["n"]
+        stats = {**{k: rates[k] for k in ("rho", "rho_hat", "E")}, "E_bar": e_bar, "penalty": penalty,
+                 "r_ref_mean": r_ref_sum / tot if tot else 0.0,
+                 **{k: rates[k] for k in ("share_correct", "share_wrong", "share_abstain", "share_invalid")},
+                 "r_cite_mean": cite_sum / cite_n if cite_n else 0.0, "judged": judged_sum,
+                 "judge_failures": fail_sum, "unknown_p": rates["unknown_p"], "n": tot, "updated": float(update)}
+        self.last_stats = stats
+        self._log(kwargs, stats, ps, r_cite)
+        return rewards
+
+    # ----------------------------------------------------------------------------------- steps
+    def _read_batch(self, kwargs: dict, n: int) -> tuple[list[Outcome], list[str], list[float], int]:
+        """The batch's outcomes, query ids and p_i (resolved: online estimate, rollout column, p table,
+        default_p), and how many p_i were unknown."""
         outcomes: list[Outcome] = []
-        for j, o in enumerate(raw_outcomes):
+        for j, o in enumerate(self._column(kwargs, "outcome", n, required=True)):
             try:
                 outcomes.append(Outcome(o))
             except ValueError:
                 raise ValueError(f"AwaRLReward: outcome[{j}] = {o!r} is not one of "
                                  f"{[x.value for x in Outcome]}") from None
         qids = [str(q) for q in self._column(kwargs, "qid", n, required=True)]
-        p_col = self._column(kwargs, "p_i", n)
-        update = self._should_update(kwargs)
-
         ps: list[float] = []
         unknown = 0
-        for q, p in zip(qids, p_col, strict=True):
+        for q, p in zip(qids, self._column(kwargs, "p_i", n), strict=True):
             val, was_unknown = self._resolve_p(q, p)
             ps.append(val)
             unknown += was_unknown
         if unknown:
             log.warning("AwaRLReward: %d completion(s) without a p_i estimate use reward.default_p=%.3g",
-                        unknown, cfg.default_p)
+                        unknown, self.cfg.default_p)
+        return outcomes, qids, ps, unknown
 
-        # Per-query counts over the whole generation batch: groups may straddle processes.
-        # Each entry: (correct, completions, sum of the p used), so every rank derives the same online p.
-        groups: dict[str, tuple[float, ...]] = {}
-        if cfg.strategy == "bapo" or cfg.p_online == "ema":
-            local: dict[str, list[float]] = {}
-            for q, o, p in zip(qids, outcomes, ps, strict=True):
-                acc = local.setdefault(q, [0.0, 0.0, 0.0])
-                acc[0] += o is Outcome.CORRECT
-                acc[1] += 1
-                acc[2] += p
-            groups = gather_group_counts({q: tuple(v) for q, v in local.items()})
+    def _group_counts(self, qids: list[str], outcomes: list[Outcome], ps: list[float]) -> dict[str, tuple]:
+        """Per-query (correct, completions, sum of the p used) over the whole generation batch (groups may
+        straddle processes), so every rank derives the same BAPO rule and online p. Empty when unused."""
+        if self.cfg.strategy != "bapo" and self.cfg.p_online != "ema":
+            return {}
+        local: dict[str, list[float]] = {}
+        for q, o, p in zip(qids, outcomes, ps, strict=True):
+            acc = local.setdefault(q, [0.0, 0.0, 0.0])
+            acc[0] += o is Outcome.CORRECT
+            acc[1] += 1
+            acc[2] += p
+        return gather_group_counts({q: tuple(v) for q, v in local.items()})
 
-        # Steps 4-5: observed and expected refusal rates of the whole generation batch.
+    def _batch_rates(self, outcomes: list[Outcome], ps: list[float], unknown: int) -> dict[str, float]:
+        """Steps 4-5 over the whole generation batch (counts summed across processes): ρ_t, ρ̂_t, E_t, and
+        the outcome shares."""
+        cfg = self.cfg
         exp_sum = sum(A.expected_abstain(p, cfg.gamma, cfg.p_min, cfg.expected_rate, cfg.soft_tau) for p in ps)
-        counts = [float(n), float(sum(o is Outcome.ABSTAIN for o in outcomes)), exp_sum,
-                  float(sum(o is Outcome.CORRECT for o in outcomes)), float(sum(o is Outcome.WRONG for o in outcomes)),
-                  float(sum(o is Outcome.INVALID for o in outcomes)), float(unknown)]
-        tot_n, tot_abs, tot_exp, tot_c, tot_w, tot_inv, tot_unknown = all_reduce_sum(counts)
-        rho = tot_abs / tot_n if tot_n else 0.0
-        rho_hat = tot_exp / tot_n if tot_n else 0.0
-        e_t = A.excess(rho, rho_hat)
-        # Steps 6-8: smoothed excess -> stepwise penalty -> clipped refusal reward.
-        # An evaluation batch is scored with the training state as it stands; it does not feed Ē.
-        e_bar = A.ema(self.e_bar, e_t, cfg.beta) if (tot_n and update) else self.e_bar
-        penalty = A.stepwise_penalty(e_bar, cfg.penalty_steps, cfg.penalty_max)
+        counts = [float(len(outcomes)), exp_sum, float(unknown)] + [
+            float(sum(o is kind for o in outcomes))
+            for kind in (Outcome.ABSTAIN, Outcome.CORRECT, Outcome.WRONG, Outcome.INVALID)]
+        tot, tot_exp, tot_unknown, n_abs, n_c, n_w, n_inv = all_reduce_sum(counts)
 
-        abstain_r: list[float] = []
+        def share(x: float) -> float:
+            return x / tot if tot else 0.0
+
+        rho, rho_hat = share(n_abs), share(tot_exp)
+        return {"n": tot, "rho": rho, "rho_hat": rho_hat, "E": A.excess(rho, rho_hat), "unknown_p": tot_unknown,
+                "share_correct": share(n_c), "share_wrong": share(n_w), "share_abstain": rho,
+                "share_invalid": share(n_inv)}
+
+    def _abstain_rewards(self, qids: list[str], ps: list[float], penalty: float,
+                         groups: dict[str, tuple]) -> list[float]:
+        """What an abstention earns per completion under the strategy (step 8 for `awarl`)."""
+        cfg = self.cfg
+        out = []
         for q, p in zip(qids, ps, strict=True):
             r_ref = A.refusal_reward(A.base_refusal_reward(p, cfg.gamma, cfg.p_min), penalty, cfg.r_clip)
-            any_correct = groups.get(q, (0.0,))[0] > 0
-            abstain_r.append(abstain_reward(cfg.strategy, cfg, r_ref, any_correct))
+            out.append(abstain_reward(cfg.strategy, cfg, r_ref, groups.get(q, (0.0,))[0] > 0))
+        return out
 
-        r_cite, failures = self._citations(kwargs, outcomes, n)
+    def _update_state(self, e_bar: float, groups: dict[str, tuple], failures: float, unknown: float) -> None:
+        """Advance Ē, the online p estimates and the counters by one training step."""
+        self.e_bar = e_bar
+        self.updates += 1
+        if self.cfg.p_online == "ema":
+            # The group's own outcomes do not change its own reward this step (p was read above): the
+            # estimate only moves for the next time the query is drawn.
+            for q, (c, t, p_sum) in groups.items():
+                if t:
+                    prev = self.p_online.get(q, p_sum / t)
+                    self.p_online[q] = min(1.0, max(0.0, A.ema(prev, c / t, self.cfg.p_online_beta)))
+        self.judge_failures_total += int(failures)
+        self.unknown_p_total += int(unknown)
 
-        rewards: list[float] = []
-        for o, r_ab, rc in zip(outcomes, abstain_r, r_cite, strict=True):
-            r_out = A.outcome_reward(o, r_ab, cfg.r_correct, cfg.r_wrong, cfg.r_invalid)
-            rewards.append(A.total_reward(o, r_out, rc, cfg.lambda_cite))
-
-        cite_vals = [rc for rc in r_cite if rc is not None]
-        n_judged = sum(1 for o in outcomes if o in (Outcome.CORRECT, Outcome.WRONG)) if self.judge else 0
-        r_ref_sum, cite_sum, cite_n, fail_sum, judged_sum = all_reduce_sum(
-            [sum(abstain_r), sum(cite_vals), len(cite_vals), failures, n_judged])
-
-        if update and tot_n:
-            self.e_bar = e_bar
-            self.updates += 1
-            if cfg.p_online == "ema":
-                # The group's own outcomes do not change its own reward this step (p was read above): the
-                # estimate only moves for the next time the query is drawn.
-                for q, (c, t, p_sum) in groups.items():
-                    if t:
-                        prev = self.p_online.get(q, p_sum / t)
-                        self.p_online[q] = min(1.0, max(0.0, A.ema(prev, c / t, cfg.p_online_beta)))
-            self.judge_failures_total += int(fail_sum)
-            self.unknown_p_total += int(tot_unknown)
-
-        stats = {
-            "rho": rho, "rho_hat": rho_hat, "E": e_t, "E_bar": e_bar, "penalty": penalty,
-            "r_ref_mean": r_ref_sum / tot_n if tot_n else 0.0,
-            "share_correct": tot_c / tot_n if tot_n else 0.0, "share_wrong": tot_w / tot_n if tot_n else 0.0,
-            "share_abstain": rho, "share_invalid": tot_inv / tot_n if tot_n else 0.0,
-            "r_cite_mean": cite_sum / cite_n if cite_n else 0.0, "judged": judged_sum,
-            "judge_failures": fail_sum, "unknown_p": tot_unknown, "n": tot_n, "updated": float(update),
-        }
-        self.last_stats = stats
+    @staticmethod
+    def _log(kwargs: dict, stats: dict[str, float], ps: list[float], r_cite: list[float | None]) -> None:
+        """Step 11's logging, through TRL's `log_metric` / `log_extra` when present."""
         log_metric: Callable[[str, float], None] | None = kwargs.get("log_metric")
         if log_metric is not None:
             for k, v in stats.items():
@@ -244,43 +268,18 @@ class AwaRLReward:
         if log_extra is not None:
             log_extra("p_i", ps)
             log_extra("r_cite", [float("nan") if rc is None else rc for rc in r_cite])
-        return rewards
 
     def _citations(self, kwargs: dict, outcomes: list[Outcome], n: int) -> tuple[list[float | None], int]:
-        """r_cite per completion (None when not applicable or the judge failed) and the failure count."""
-        out: list[float | None] = [None] * n
+        """Step 10: r_cite per completion (None when not applicable or the judge failed) and the failure count,
+        through the same `judge_citations` as evaluation."""
         if self.judge is None or self.cfg.lambda_cite == 0:
-            return out, 0
-        questions = self._column(kwargs, "question", n)
-        answers = self._column(kwargs, "answer", n)
-        cites = self._column(kwargs, "citations", n)
-        passages_col = self._column(kwargs, "passages", n)
-        idx: list[int] = []
-        items = []
-        refs = []
-        for j, o in enumerate(outcomes):
-            if o not in (Outcome.CORRECT, Outcome.WRONG):
-                continue
-            refs_j = passages_from_rollout(passages_col[j], where=f"passages of completion {j}")
-            items.append(build_critic_input(str(questions[j] or ""), str(answers[j] or ""), cites[j], refs_j))
-            refs.append(refs_j)
-            idx.append(j)
-        if not items:
-            return out, 0
-        try:
-            verdicts = list(self.judge.verify(items))
-            if len(verdicts) != len(items):
-                raise ValueError(f"judge returned {len(verdicts)} verdicts for {len(items)} items")
-        except Exception as e:  # a judge must never crash training
-            log.warning("AwaRLReward: citation judge failed on the whole batch: %s", e)
-            return out, len(items)
-        failures = 0
-        for j, v, refs_j in zip(idx, verdicts, refs, strict=True):
-            if v is None:
-                failures += 1
-                continue
-            out[j] = citation_reward(v, cites[j], refs_j, self.cfg.inferred_weight).reward
-        return out, failures
+            return [None] * n, 0
+        cols = {k: self._column(kwargs, k, n) for k in ("question", "answer", "citations", "passages")}
+        items = [CitationItem(str(q or ""), a, list(c or []), ps, o) for q, a, c, ps, o in
+                 zip(cols["question"], cols["answer"], cols["citations"], cols["passages"], outcomes, strict=True)]
+        results = judge_citations(self.judge, items, self.cfg.inferred_weight)
+        return ([r.score.reward if r is not None and r.score is not None else None for r in results],
+                sum(1 for r in results if r is not None and r.failed))
 
     # ------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict:
@@ -297,7 +296,7 @@ class AwaRLReward:
         p_online = state.get("p_online") or {}
         if not isinstance(p_online, Mapping):
             raise ValueError(f"{source}: key 'p_online' must be a mapping qid -> p")
-        self.p_online = {str(k): A._check_prob(f"{source}: p_online[{k!r}]", v) for k, v in p_online.items()}
+        self.p_online = {str(k): A.check_prob(f"{source}: p_online[{k!r}]", v) for k, v in p_online.items()}
         self.e_bar = float(e_bar)
         self.updates = int(state.get("updates", 0))
         self.judge_failures_total = int(state.get("judge_failures_total", 0))
@@ -324,46 +323,3 @@ def load_reward_state(reward: AwaRLReward, checkpoint_dir: str | os.PathLike) ->
         raise ValueError(f"{path}: invalid JSON: {e}") from None
     reward.load_state_dict(state, source=str(path))
     return True
-
-
-def _make_callback_class() -> type:
-    # transformers is imported only when the callback is asked for: importing it costs seconds, and the
-    # reward itself (and every process that only scores) does not need it.
-    from transformers import TrainerCallback
-
-    class RewardStateCallback(TrainerCallback):
-        """Saves the reward state into every checkpoint and tells the reward when it is inside a training
-        step (evaluation batches between steps then leave Ē untouched)."""
-
-        def __init__(self, reward: AwaRLReward) -> None:
-            self.reward = reward
-            reward.training = False
-
-        def on_step_begin(self, args, state, control, **kwargs):
-            self.reward.training = True
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.reward.training = False
-
-        def on_save(self, args, state, control, **kwargs):
-            # Written wherever the Trainer writes the checkpoint: with save_on_each_node (node-local disks)
-            # every node needs its copy, or a resume would restart Ē at 0 on some ranks only.
-            if state.is_local_process_zero if args.save_on_each_node else state.is_world_process_zero:
-                # Same folder name the Trainer just wrote (transformers' PREFIX_CHECKPOINT_DIR-global_step).
-                save_reward_state(self.reward, Path(args.output_dir) / f"checkpoint-{state.global_step}")
-
-    RewardStateCallback.__module__ = __name__
-    return RewardStateCallback
-
-
-_CALLBACK: type | None = None
-
-
-def __getattr__(name: str) -> Any:
-    """`RewardStateCallback` (a transformers TrainerCallback) is built on first access (PEP 562)."""
-    global _CALLBACK
-    if name == "RewardStateCallback":
-        if _CALLBACK is None:
-            _CALLBACK = _make_callback_class()
-        return _CALLBACK
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

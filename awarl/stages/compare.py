@@ -18,13 +18,13 @@ from typing import Any
 from awarl.config import AwarlConfig
 from awarl.io import atomic_write_json, atomic_write_text
 from awarl.metrics import Outcome, aggregate, macro_average, paired_bootstrap_delta
+from awarl.stages.predictions import PREDICTIONS
 from awarl.stages.score import read_predictions, scorable_rows
 
 log = logging.getLogger(__name__)
 
 METRICS = ("ra_f1", "precision", "accuracy", "abstention_rate", "reliability")
 DELTA_METRICS = ("ra_f1", "precision", "accuracy", "abstention_rate")
-PREDICTIONS = "predictions.jsonl"
 
 
 def predictions_path(run: str | os.PathLike) -> Path:

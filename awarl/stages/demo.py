@@ -25,8 +25,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig, load_config, save_resolved
+from awarl.data.corpus import shipped_closed_corpus
+from awarl.data.loaders import load_shipped
+from awarl.data.questions import load_eval_set
+from awarl.data.types import example_key
 from awarl.io import atomic_write_text, repo_root
+from awarl.models.tiny import build_tiny_model
+from awarl.retrieval import load_index
+from awarl.stages.compare import compare_runs, write_comparison
+from awarl.stages.estimate import run_estimate
+from awarl.stages.evaluate import run_eval
+from awarl.stages.resources import ensure_index
+from awarl.stages.train import run_train
+from awarl.training.warmup import warmup_to_dir
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +85,6 @@ def split_questions(cfg: AwarlConfig) -> tuple[list, list, list]:
     warm-up imitates the teacher on all of them) and the training questions are drawn from it."""
     import random
 
-    from awarl.data.loaders import load_shipped
-    from awarl.data.types import example_key
-    from awarl.stages.evaluate import load_eval_set
-
     eval_set = load_eval_set(cfg)
     held_out = {example_key(e.dataset, e.id) for e in eval_set.examples}
     pool = [e for ds in cfg.eval.datasets for e in load_shipped(ds)
@@ -86,15 +95,6 @@ def split_questions(cfg: AwarlConfig) -> tuple[list, list, list]:
 
 def run_demo(out_dir: str | Path, config: str | Path | None = None, overrides: list[str] | None = None) -> dict:
     from transformers import AutoTokenizer
-
-    from awarl.agent.templates import load_template
-    from awarl.models.tiny import build_tiny_model
-    from awarl.retrieval import load_index
-    from awarl.stages.estimate import run_estimate
-    from awarl.stages.evaluate import run_eval
-    from awarl.stages.resources import ensure_index
-    from awarl.stages.train import run_train
-    from awarl.training.warmup import warmup_to_dir
 
     # The demo is offline by design: every model it loads is one it built, so never wait on a hub lookup.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -108,41 +108,10 @@ def run_demo(out_dir: str | Path, config: str | Path | None = None, overrides: l
     save_resolved(cfg, out)
     _say(plan_text(cfg, out))
     timer = Timer()
-
-    # 1. tiny model
-    t = time.time()
-    init_dir = out / "model" / "init"
-    if not (init_dir / "config.json").exists():
-        build_tiny_model(init_dir, seed=cfg.run.seed, vocab_size=cfg.demo.tiny_vocab_size,
-                         hidden=cfg.demo.tiny_hidden, layers=cfg.demo.tiny_layers)
-    timer.done("tiny model", t)
-
-    # 2. corpus + index
-    t = time.time()
-    from awarl.data.corpus import shipped_closed_corpus
-
-    if not corpus.exists():
-        shipped_closed_corpus(corpus)
-    retriever = load_index(ensure_index(corpus, "bm25", index_dir))
-    timer.done("corpus + index", t)
-
+    init_dir, retriever = _model_and_index(cfg, out, timer)           # 1-2
     pool, train_qs, eval_qs = split_questions(cfg)
     _say(f"[demo] {len(train_qs)} training questions, {len(eval_qs)} held-out evaluation questions")
-
-    # 3. warm-up
-    t = time.time()
-    template = load_template(cfg.agent.template)
-    warm_info: dict[str, Any] = {}
-    info_path = out / "model" / "warmup_info.json"
-    if not (warm_dir / "config.json").exists():
-        warm_info = warmup_to_dir(init_dir, warm_dir, pool, retriever, template, topk=cfg.retrieval.topk,
-                                  steps=cfg.demo.warmup_steps, batch_size=cfg.demo.warmup_batch_size,
-                                  lr=cfg.demo.warmup_lr, seed=cfg.run.seed, max_len=cfg.demo.warmup_max_len,
-                                  abstain_phrase=cfg.agent.abstention_phrases[0])
-        atomic_write_text(info_path, json.dumps(warm_info, indent=2))
-    elif info_path.exists():
-        warm_info = json.loads(info_path.read_text())
-    timer.done("warm-up", t)
+    warm_info = _warmup(cfg, init_dir, warm_dir, pool, retriever, timer)  # 3
     tokenizer = AutoTokenizer.from_pretrained(str(warm_dir))
 
     # 4. evaluation before RL (the warm-up policy), same questions as after
@@ -161,19 +130,56 @@ def run_demo(out_dir: str | Path, config: str | Path | None = None, overrides: l
     summary = run_train(cfg, model=None, tokenizer=tokenizer, retriever=retriever, examples=train_qs,
                         resume="latest" if any(train_dir.glob("checkpoint-*")) else None)
     timer.done("AWA-RL training", t)
-    after_path = train_dir / "eval" / "final" / "results.json"
-    after = json.loads(after_path.read_text()) if after_path.exists() else None
-    comparison = None
-    if after is not None:  # the same questions before and after RL: a paired comparison
-        from awarl.stages.compare import compare_runs, write_comparison
-
-        comparison = compare_runs([out / "eval_before_rl", after_path.parent], cfg,
-                                  names=["before RL", "after RL"])
-        write_comparison(comparison, out / "compare")
+    after, comparison = _before_after(cfg, out, train_dir / "eval" / "final" / "results.json")
 
     report = write_demo_report(out, cfg, before, after, summary, warm_info, timer, comparison)
     _say(final_message(out, before, after, timer))
     return {"before": before, "after": after, "train": summary, "report": str(report)}
+
+
+def _model_and_index(cfg: AwarlConfig, out: Path, timer: Timer) -> tuple[Path, Any]:
+    """Steps 1-2: the tiny random-init model and the BM25 index of the shipped closed corpus (kept on rerun)."""
+    t = time.time()
+    init_dir = out / "model" / "init"
+    if not (init_dir / "config.json").exists():
+        build_tiny_model(init_dir, seed=cfg.run.seed, vocab_size=cfg.demo.tiny_vocab_size,
+                         hidden=cfg.demo.tiny_hidden, layers=cfg.demo.tiny_layers)
+    timer.done("tiny model", t)
+    t = time.time()
+    corpus = Path(cfg.retrieval.corpus)
+    if not corpus.exists():
+        shipped_closed_corpus(corpus)
+    retriever = load_index(ensure_index(corpus, "bm25", Path(cfg.retrieval.index_dir)))
+    timer.done("corpus + index", t)
+    return init_dir, retriever
+
+
+def _warmup(cfg: AwarlConfig, init_dir: Path, warm_dir: Path, pool: list, retriever: Any,
+            timer: Timer) -> dict[str, Any]:
+    """Step 3: supervised protocol warm-up (a random-init model never emits the tags on its own)."""
+    t = time.time()
+    warm_info: dict[str, Any] = {}
+    info_path = warm_dir.parent / "warmup_info.json"
+    if not (warm_dir / "config.json").exists():
+        warm_info = warmup_to_dir(init_dir, warm_dir, pool, retriever, load_template(cfg.agent.template),
+                                  topk=cfg.retrieval.topk, steps=cfg.demo.warmup_steps,
+                                  batch_size=cfg.demo.warmup_batch_size, lr=cfg.demo.warmup_lr, seed=cfg.run.seed,
+                                  max_len=cfg.demo.warmup_max_len, abstain_phrase=cfg.agent.abstention_phrases[0])
+        atomic_write_text(info_path, json.dumps(warm_info, indent=2))
+    elif info_path.exists():
+        warm_info = json.loads(info_path.read_text())
+    timer.done("warm-up", t)
+    return warm_info
+
+
+def _before_after(cfg: AwarlConfig, out: Path, after_path: Path) -> tuple[dict | None, dict | None]:
+    """The evaluation after RL and its paired comparison with the one before (same questions), if it ran."""
+    after = json.loads(after_path.read_text()) if after_path.exists() else None
+    if after is None:
+        return None, None
+    comparison = compare_runs([out / "eval_before_rl", after_path.parent], cfg, names=["before RL", "after RL"])
+    write_comparison(comparison, out / "compare")
+    return after, comparison
 
 
 def _row(name: str, res: dict | None) -> str:

@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 
 from awarl.config import AwarlConfig
+from awarl.data.corpus import shipped_closed_corpus
+from awarl.retrieval import build_index
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +25,6 @@ def cache_dir() -> Path:
 
 def shipped_corpus(path: Path | None = None) -> Path:
     """The closed corpus of the three shipped dev samples (their own context paragraphs), built once."""
-    from awarl.data.corpus import shipped_closed_corpus
 
     path = path or cache_dir() / "corpus" / "shipped_closed.jsonl"
     if not path.exists():
@@ -34,7 +35,6 @@ def shipped_corpus(path: Path | None = None) -> Path:
 
 def ensure_index(corpus: Path, kind: str, out_dir: Path, **settings) -> Path:
     """Build the index unless a complete one is already there (load_index verifies it)."""
-    from awarl.retrieval import build_index
 
     if not (out_dir / "index_meta.json").exists():
         log.info("building the %s index of %s -> %s", kind, corpus, out_dir)

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from awarl.io import iter_jsonl
 from awarl.metrics import (
     MEAN_METRICS,
     RATE_METRICS,
@@ -31,6 +32,7 @@ from awarl.metrics import (
     macro_average,
     token_f1,
 )
+from awarl.report import write_report
 
 if TYPE_CHECKING:
     from awarl.config import AwarlConfig, MetricsConfig
@@ -152,7 +154,6 @@ def scorable_rows(rows: list[Any], metrics_cfg: MetricsConfig, phrases: list[str
 
 def read_predictions(path: str | os.PathLike) -> tuple[list[Any], list[int], list[str]]:
     """(rows, their line numbers, messages of unreadable lines) of a predictions JSONL."""
-    from awarl.io import iter_jsonl
 
     path = Path(path)
     if not path.is_file():
@@ -271,7 +272,6 @@ def macro_critic(per_dataset: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def score_file(path: str | os.PathLike, out_dir: str | os.PathLike | None, cfg: AwarlConfig) -> dict[str, Any]:
     """Score a predictions JSONL and write results.json / results.md / results.png into `out_dir`
     (default: the predictions file's folder). Returns the results dict."""
-    from awarl.report import write_report
 
     path = Path(path)
     rows, lines, errors = read_predictions(path)

@@ -35,8 +35,11 @@ from awarl.config import (
     format_validation_error,
     load_config,
     read_config_yaml,
+    read_yaml_mapping,
 )
 from awarl.io import atomic_write_json, atomic_write_text
+from awarl.stages.compare import compare_runs, write_comparison
+from awarl.stages.predictions import PREDICTIONS
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +74,7 @@ class SweepFile(BaseModel):
 
 def load_sweep(path: str | Path, overrides: list[str] | None = None) -> tuple[SweepSpec, Path]:
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"sweep file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: invalid YAML: {e}") from e
-    data = apply_overrides(data, overrides or [])
+    data = apply_overrides(read_yaml_mapping(path, "sweep"), overrides or [])
     try:
         spec = SweepFile.model_validate(data).sweep
     except ValidationError as e:
@@ -243,9 +240,7 @@ def aggregate(spec: SweepSpec, runs: list[dict]) -> dict:
 def _paired(spec: SweepSpec, runs: list[dict], out: Path) -> dict[str, dict | None]:
     """Paired-bootstrap RA-F1 differences of the finished runs to the first one (awarl compare), written
     to `out/paired/`; {} with fewer than two finished runs. Keys are in run order, the baseline first."""
-    from awarl.stages.compare import compare_runs, write_comparison
-
-    done = [r for r in runs if (Path(r["out_dir"]) / FINAL_RESULTS.parent / "predictions.jsonl").is_file()]
+    done = [r for r in runs if (Path(r["out_dir"]) / FINAL_RESULTS.parent / PREDICTIONS).is_file()]
     if len(done) < 2:
         return {}
     cfg = load_config(done[0]["config"])

@@ -17,20 +17,29 @@ import math
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig, ConfigError, save_resolved
+from awarl.critic import make_judge
+from awarl.critic.correctness import make_answer_grader
+from awarl.data.estimates import estimates_path, join_p, read_estimates
+from awarl.data.questions import load_train_examples
 from awarl.data.types import QAExample, example_key
-from awarl.stages.estimate import join_p, load_train_examples, read_estimates
+from awarl.models.loading import load_tokenizer
+from awarl.retrieval import load_retriever
+from awarl.rewards.trl_reward import AwaRLReward, load_reward_state
+from awarl.stages.evaluate import run_eval
+from awarl.stages.resources import ensure_default_retrieval
+from awarl.training.rollout_adapter import RolloutAdapter
+from awarl.training.trainer import (
+    build_trainer,
+    check_report_to,
+    effective_settings,
+    grpo_config,
+    latest_checkpoint,
+    on_cpu,
+)
 
 log = logging.getLogger(__name__)
-
-
-def estimates_path(cfg: AwarlConfig) -> Path:
-    """train.p_estimates, else estimate.out, else <run.out_dir>/p_estimates.jsonl."""
-    if cfg.train.p_estimates:
-        return Path(cfg.train.p_estimates)
-    if cfg.estimate.out:
-        return Path(cfg.estimate.out)
-    return Path(cfg.run.out_dir) / "p_estimates.jsonl"
 
 
 def training_rows(cfg: AwarlConfig, *, strict: bool = True,
@@ -44,7 +53,7 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
         log.warning("data.train lists no files: the plan has no training questions")
         examples = []
     examples = examples if examples is not None else load_train_examples(cfg)
-    path = estimates_path(cfg)
+    path = estimates_path(cfg, for_training=True)
     needs_p = cfg.reward.strategy == "awarl"
     if not path.exists():
         msg = (f"p_i estimate file not found: {path} (run `awarl estimate --config ...` first, or set "
@@ -80,9 +89,6 @@ def build_dataset(rows: list[dict]) -> Any:
 
 def build_reward(cfg: AwarlConfig, rows: list[dict]) -> Any:
     """AwaRLReward with the configured judge and the p table of the dataset."""
-    from awarl.critic import make_judge
-    from awarl.rewards.trl_reward import AwaRLReward
-
     cache = cfg.critic.cache_dir or str(Path(cfg.run.out_dir) / "critic_cache")
     judge = make_judge(cfg.critic, cache) if cfg.reward.lambda_cite > 0 else None
     p_table = {r["qid"]: r["p_i"] for r in rows if r["p_i"] is not None}
@@ -97,7 +103,6 @@ def world_size() -> int:
 
 def make_plan(cfg: AwarlConfig, info: dict[str, Any], reward: Any, *, cpu: bool, n_procs: int = 1) -> dict:
     """Everything a launch will do, as plain data (printed by --dry-run, logged by a real run)."""
-    from awarl.training.trainer import effective_settings
 
     t, r = cfg.train, cfg.reward
     eff, notes = effective_settings(cfg, cpu)
@@ -173,8 +178,6 @@ def print_plan(plan: dict) -> None:
 
 
 def _resolve_resume(cfg: AwarlConfig, resume: str | None) -> Path | None:
-    from awarl.training.trainer import latest_checkpoint
-
     if resume is None:
         return None
     if resume in ("latest", "true", "True"):
@@ -194,8 +197,6 @@ def evaluate_policy(cfg: AwarlConfig, model: Any, tokenizer: Any, retriever: Any
     shipped dev samples of eval.datasets), scored with awarl.metrics; returns the scorer's results
     (macro RA-F1 in results["macro"]["ra_f1"]). Uses transformers on the given model object."""
     import torch
-
-    from awarl.stages.evaluate import run_eval
 
     eval_cfg = cfg.model_copy(update={"generation": cfg.generation.model_copy(update={"backend": "hf"})})
     was_training = model.training
@@ -231,7 +232,6 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
     the generator (see RolloutAdapter); `callbacks` are extra TrainerCallbacks; `on_trainer(trainer)` is
     called once the trainer is built (instrumentation). The summary holds the `trainer` and `reward`
     objects too, for programmatic use."""
-    from awarl.training.trainer import on_cpu
 
     t = cfg.train
     if t.lora.enabled and t.use_vllm and t.vllm_mode == "server":
@@ -243,9 +243,6 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
     reward = build_reward(cfg, rows)
     plan = make_plan(cfg, info, reward, cpu=cpu, n_procs=world_size())
     if dry_run:
-        from awarl.agent.templates import load_template
-        from awarl.training.trainer import check_report_to
-
         load_template(cfg.agent.template)  # a bad template name/path fails here, not hours into a launch
         check_report_to(list(t.report_to))  # so does a logger whose package is missing (e.g. wandb)
         if rows:
@@ -259,13 +256,7 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
 def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, *, resume: str | None, model: Any,
            tokenizer: Any, retriever: Any, final_eval: bool, backend_factory: Any,
            extra_callbacks: list, on_trainer: Any) -> dict:
-    from awarl.agent.templates import load_template
-    from awarl.critic.correctness import make_answer_grader
-    from awarl.retrieval import load_retriever
-    from awarl.rewards.trl_reward import RewardStateCallback, load_reward_state
-    from awarl.stages.resources import ensure_default_retrieval
-    from awarl.training.rollout_adapter import RolloutAdapter
-    from awarl.training.trainer import build_trainer, grpo_config, make_eval_callback
+    from awarl.training.callbacks import PeriodicEval, RewardStateCallback
 
     out = Path(cfg.run.out_dir)
     ckpt = _resolve_resume(cfg, resume)
@@ -278,8 +269,6 @@ def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, *, resum
         out.mkdir(parents=True, exist_ok=True)
         save_resolved(cfg, out)
     if tokenizer is None:
-        from awarl.models.loading import load_tokenizer
-
         tokenizer = load_tokenizer(cfg.train.model, "train.model")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -300,7 +289,7 @@ def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, *, resum
 
     callbacks = [RewardStateCallback(reward), *extra_callbacks]
     if cfg.eval.every_steps:
-        callbacks.append(make_eval_callback(cfg.eval.every_steps, periodic_eval))
+        callbacks.append(PeriodicEval(cfg.eval.every_steps, periodic_eval))
     trainer = build_trainer(cfg, model=model if model is not None else cfg.train.model, tokenizer=tokenizer,
                             train_dataset=dataset, reward=reward, rollout_func=adapter, callbacks=callbacks,
                             args=args)

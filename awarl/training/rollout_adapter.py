@@ -21,73 +21,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from awarl.agent.backends.base import Generation, eos_ids, finish
-from awarl.agent.templates import abstention_phrases
+from awarl.agent.backends import make_backend
+from awarl.agent.rollout import RolloutEngine
+from awarl.agent.templates import abstention_phrases, render_prompt
 from awarl.config import AwarlConfig
-from awarl.critic.correctness import Grade
+from awarl.critic.correctness import Grade, grade_trajectories, trajectory_outcome
 from awarl.metrics import Outcome
-from awarl.stages.evaluate import grade_trajectories, trajectory_outcome
 
 log = logging.getLogger(__name__)
-
-
-# ------------------------------------------------------------------------------ vLLM through TRL
-class TRLVLLMBackend:
-    """The awarl Backend interface over TRL's vLLM engine (colocate) or a `trl vllm-serve` server."""
-
-    def __init__(self, trainer: Any, tokenizer: Any, cfg: AwarlConfig) -> None:
-        self.trainer = trainer
-        self.tokenizer = tokenizer
-        self.eos = eos_ids(tokenizer, getattr(trainer, "model", None))
-        self.mode = trainer.args.vllm_mode
-        self._client = None
-        if self.mode == "server":
-            from trl.generation.vllm_client import VLLMClient
-
-            args = trainer.args
-            base = args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
-            # A client of our own per process, for generation only: weight syncing stays with TRL's client.
-            self._client = VLLMClient(base_url=base, connection_timeout=args.vllm_server_timeout)
-
-    def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
-                 top_p: float = 1.0, stop_strings: Sequence[str] = (), seed: int | None = None) -> list[Generation]:
-        if not prompts:
-            return []
-        extra = {"stop": list(stop_strings), "include_stop_str_in_output": True}
-        if self._client is not None:
-            # No seed in server mode: vLLM would apply a request's one seed to every prompt in it, and the
-            # repeated prompts of a GRPO group would all get the same completion.
-            out = self._client.generate(prompts=prompts, n=1, temperature=temperature, top_p=top_p,
-                                        max_tokens=max_new_tokens, logprobs=0, generation_kwargs=extra)
-            ids_list = out["completion_ids"]
-            lps_list = [[(lp[0] if lp and lp[0] is not None else math.nan) for lp in seq]
-                        for seq in (out["logprobs"] or [[[]] * len(s) for s in ids_list])]
-        else:
-            from vllm import SamplingParams
-
-            llm = self.trainer.vllm_generation.llm
-            # One seed per prompt (seed + index), as in awarl's VLLMBackend: a shared one would collapse groups.
-            params = [SamplingParams(n=1, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens,
-                                     logprobs=0, seed=None if seed is None else seed + i, **extra)
-                      for i in range(len(prompts))]
-            res = llm.generate([{"prompt_token_ids": p} for p in prompts], sampling_params=params, use_tqdm=False)
-            ids_list, lps_list = [], []
-            for r in res:
-                o = r.outputs[0]
-                ids_list.append(list(o.token_ids))
-                steps = list(o.logprobs or [])
-                steps += [None] * (len(o.token_ids) - len(steps))
-                lps_list.append([_sampled_logprob(st, tok) for st, tok in zip(steps, o.token_ids, strict=False)])
-        # The same cut/labelling as the other backends, so the engine sees identical Generation semantics.
-        return [finish(ids, lps, self.tokenizer, stop_strings, self.eos) for ids, lps in zip(ids_list, lps_list, strict=True)]
-
-
-def _sampled_logprob(step: Any, token_id: int) -> float:
-    lp = step.get(token_id) if isinstance(step, dict) else None
-    return float(getattr(lp, "logprob", math.nan)) if lp is not None else math.nan
 
 
 # ------------------------------------------------------------------------------------- the adapter
@@ -129,8 +73,6 @@ class RolloutAdapter:
         self.last: list[Any] = []  # the trajectories of the latest call (tests, debugging)
 
     def _prompt_ids(self, question: str) -> list[int]:
-        from awarl.agent.templates import render_prompt
-
         ids = self._prompt_cache.get(question)
         if ids is None:
             ids = self._prompt_cache[question] = render_prompt(self.template, question, self.tokenizer)
@@ -138,21 +80,30 @@ class RolloutAdapter:
 
     @contextlib.contextmanager
     def _backend(self, trainer: Any) -> Iterator[Any]:
+        """The generator of this step: a replacement (tests), the scripted replay, TRL's vLLM engine
+        (colocated or server), or transformers on the live policy, unwrapped for the whole multi-turn loop."""
+        gen = self.cfg.generation
         if self.backend_factory is not None:
             yield self.backend_factory(trainer)
             return
-        if self.cfg.generation.backend == "scripted":
+        if gen.backend == "scripted":
             # Replay of written turns (CPU demos): the policy is still trained on them, off-policy.
-            from awarl.agent.backends import make_backend
-
-            yield make_backend(self.cfg.generation, None, self.tokenizer)
+            yield make_backend(gen, None, self.tokenizer)
             return
+        policy_gen_cfg = getattr(getattr(trainer, "model", None), "generation_config", None)
         if getattr(trainer, "use_vllm", False):
-            yield TRLVLLMBackend(trainer, self.tokenizer, self.cfg)
+            args = trainer.args
+            if args.vllm_mode == "server":
+                from awarl.agent.backends.vllm import VLLMServerBackend
+
+                base = args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
+                yield VLLMServerBackend(base, self.tokenizer, generation_config=policy_gen_cfg,
+                                        connection_timeout=args.vllm_server_timeout)
+            else:
+                yield make_backend(gen, trainer.vllm_generation.llm, self.tokenizer, kind="vllm",
+                                   generation_config=policy_gen_cfg)
             return
         from trl.models import unwrap_model_for_generation
-
-        from awarl.agent.backends.hf import HFBackend
 
         summon = getattr(getattr(trainer, "_dist", None), "summon_full_params", None)
         with contextlib.ExitStack() as stack:
@@ -162,11 +113,9 @@ class RolloutAdapter:
                 gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs))
             if summon is not None:  # FSDP: full parameters for the whole multi-turn loop
                 stack.enter_context(summon(trainer.model_wrapped, recurse=False))
-            yield HFBackend(model, self.tokenizer, batch_size=self.cfg.generation.batch_size)
+            yield make_backend(gen, model, self.tokenizer, kind="hf")
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list]:
-        from awarl.agent.rollout import RolloutEngine
-
         rows = []
         for p in prompts:
             row = self.by_prompt.get(p) if isinstance(p, str) else None
@@ -178,8 +127,8 @@ class RolloutAdapter:
         questions = [r["question"] for r in rows]
         prompt_ids = [self._prompt_ids(q) for q in questions]
         with self._backend(trainer) as backend:
-            engine = RolloutEngine(backend, self.tokenizer, self.retriever, self.template, cfg.agent,
-                                   cfg.retrieval.topk)
+            engine = RolloutEngine.from_config(cfg, self.tokenizer, self.retriever, backend=backend,
+                                               template=self.template)
             trajs = engine.run(questions, temperature=cfg.generation.temperature, top_p=cfg.generation.top_p,
                                seed=None, prompt_ids=prompt_ids)
         if len(trajs) != len(rows):

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from awarl.config import AwarlConfig
+from awarl.config import AwarlConfig, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +52,6 @@ def check_report_to(targets: list[str]) -> list[str]:
     import importlib.util
 
     from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
-
-    from awarl.config import ConfigError
 
     out = [r for r in targets if r != "none"]
     if "none" in targets and out:
@@ -97,9 +95,7 @@ def grpo_config(cfg: AwarlConfig, *, cpu: bool | None = None, output_dir: str | 
     from trl import GRPOConfig
 
     cpu = on_cpu() if cpu is None else cpu
-    eff, notes = effective_settings(cfg, cpu)
-    for n in notes:
-        log.warning(n)
+    eff, _ = effective_settings(cfg, cpu)  # the training stage logs why settings were forced, once
     t, g = cfg.train, cfg.generation
     kwargs: dict[str, Any] = dict(
         output_dir=output_dir or cfg.run.out_dir,
@@ -157,18 +153,6 @@ def lora_config(cfg: AwarlConfig) -> Any:
 
     return LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=list(lc.target_modules),
                       task_type="CAUSAL_LM", bias="none")
-
-
-def make_eval_callback(every_steps: int, run_eval_fn: Callable[[Any, int], dict | None]) -> Any:
-    """A TrainerCallback that calls run_eval_fn(trainer_model, step) every `every_steps` optimizer steps."""
-    from transformers import TrainerCallback
-
-    class PeriodicEval(TrainerCallback):
-        def on_step_end(self, args, state, control, model=None, **kwargs):
-            if every_steps and state.global_step % every_steps == 0 and state.global_step < state.max_steps:
-                run_eval_fn(model, state.global_step)
-
-    return PeriodicEval()
 
 
 def build_trainer(cfg: AwarlConfig, *, model: Any, tokenizer: Any, train_dataset: Any, reward: Any,

@@ -27,14 +27,13 @@ class Backend(Protocol):
         ...
 
 
-def eos_ids(tokenizer: Any, model: Any = None) -> set[int]:
+def eos_ids(tokenizer: Any, generation_config: Any = None) -> set[int]:
     """Every id that ends a message: the tokenizer's eos and the model's generation_config eos list
     (Qwen instruct models stop on both `<|im_end|>` and `<|endoftext|>`)."""
     ids: set[int] = set()
     if getattr(tokenizer, "eos_token_id", None) is not None:
         ids.add(int(tokenizer.eos_token_id))
-    gen_cfg = getattr(model, "generation_config", None)
-    eos = getattr(gen_cfg, "eos_token_id", None)
+    eos = getattr(generation_config, "eos_token_id", None)
     if isinstance(eos, int):
         ids.add(eos)
     elif isinstance(eos, (list, tuple)):

@@ -34,7 +34,7 @@ class HFBackend:
         # transformers compiles the forward itself when the cache is static and the device is a GPU.
         self.compile = compile
         self.batch_size = batch_size
-        self.eos = eos_ids(tokenizer, model)
+        self.eos = eos_ids(tokenizer, getattr(model, "generation_config", None))
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else next(iter(self.eos)))
 

@@ -1,0 +1,125 @@
+"""docs/config.md, generated from the config's own field descriptions: every section, key, type, default.
+
+    python -m awarl.config_docs            # rewrite docs/config.md
+    python -m awarl.config_docs --check    # exit 1 when docs/config.md is stale (the test suite checks it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import json
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from awarl.config import AwarlConfig, section_model
+from awarl.io import atomic_write_text, repo_root
+
+HEADER = """# Configuration reference
+
+Generated from the field descriptions in `awarl/config.py` by `python -m awarl.config_docs`; do not edit by
+hand (`tests/test_config_docs.py` fails when this file is stale). Every key can be set in a YAML file under
+`configs/` (files may `extends:` one another) or on the command line as a dotted override, e.g.
+`reward.gamma=0.25`; unknown keys are errors. Precedence, lowest first: defaults, the config file, a
+command's own flags (e.g. `awarl eval --index D` is `retrieval.index_dir=D`), then `KEY=VALUE` overrides in
+order. Defaults marked (R) are our reconstruction of constants the AWA-RL paper does not publish
+([method](method.md)). Every run saves its resolved config as `resolved_config.yaml`.
+"""
+
+
+def type_name(annotation: Any) -> str:
+    """A short, readable name of a field's type (`int | None`, `one of: a, b`, `list[(float, float)]`)."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Literal:
+        return "one of: " + ", ".join(f"`{a}`" for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(type_name(a) for a in args)
+    if origin in (list, tuple):
+        inner = ", ".join(type_name(a) for a in args if a is not Ellipsis)
+        return f"list[{inner}]" if origin is list else f"({inner})"
+    if origin is dict:
+        return f"mapping {type_name(args[0])} -> {type_name(args[1])}" if args else "mapping"
+    if annotation is type(None):
+        return "null"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation.__name__
+    return getattr(annotation, "__name__", str(annotation))
+
+
+_BOUNDS = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<"}
+
+
+def bounds_text(field: Any) -> str:
+    """The numeric range a field is validated against, e.g. ` (≥ 0, < 1)`."""
+    parts = [f"{sym} {getattr(m, key)}" for m in field.metadata for key, sym in _BOUNDS.items()
+             if getattr(m, key, None) is not None]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def default_text(field: Any) -> str:
+    if field.default_factory is not None:
+        value = field.default_factory()
+    elif field.default is PydanticUndefined:
+        return "required"
+    else:
+        value = field.default
+    if isinstance(value, BaseModel):
+        return "(section)"
+    if isinstance(value, enum.Enum):
+        value = value.value
+    return "`" + json.dumps(value, ensure_ascii=False, default=str) + "`"
+
+
+def render_section(model: type[BaseModel], path: str, out: list[str]) -> None:
+    """One table per section; sub-sections (and lists of them, like data.train) follow as their own."""
+    doc = " ".join((model.__dict__.get("__doc__") or "").split())
+    out.append(f"\n## `{path}`\n")
+    if doc:
+        out.append(doc + "\n")
+    out.append("| key | type | default | description |\n|---|---|---|---|")
+    nested: list[tuple[type[BaseModel], str]] = []
+    for name, field in model.model_fields.items():
+        desc = " ".join((field.description or "").split()).replace("|", "\\|")
+        kind = type_name(field.annotation) + bounds_text(field)
+        out.append(f"| `{name}` | {kind} | {default_text(field)} | {desc} |")
+        sub = section_model(field.annotation)
+        if sub is not None:
+            suffix = "[]" if get_origin(field.annotation) is list else ""
+            nested.append((sub, f"{path}.{name}{suffix}"))
+    for sub, sub_path in nested:
+        render_section(sub, sub_path, out)
+
+
+def render_config_markdown() -> str:
+    out = [HEADER]
+    for name, field in AwarlConfig.model_fields.items():
+        render_section(section_model(field.annotation), name, out)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def docs_path() -> Path:
+    return repo_root() / "docs" / "config.md"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m awarl.config_docs", description=__doc__.splitlines()[0])
+    p.add_argument("--check", action="store_true", help="exit 1 when docs/config.md is stale")
+    args = p.parse_args(argv)
+    text, path = render_config_markdown(), docs_path()
+    if args.check:
+        stale = not path.is_file() or path.read_text(encoding="utf-8") != text
+        print(f"{path}: {'stale: run python -m awarl.config_docs' if stale else 'up to date'}")
+        return 1 if stale else 0
+    atomic_write_text(path, text)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

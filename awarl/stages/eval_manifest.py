@@ -1,0 +1,160 @@
+"""The manifest of an evaluation run and the rules for resuming one.
+
+`manifest.json` records everything that makes an evaluation reproducible (model revision, template hash,
+agent limits, sampling, seed, data and index hashes, package versions). A rerun whose model, template,
+agent limits, sampling, seed, data or index differ from the recorded ones is refused instead of mixing two
+runs' predictions in one report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from awarl.agent.templates import load_template
+from awarl.config import AwarlConfig
+from awarl.data.questions import EvalSet
+from awarl.io import file_sha256
+from awarl.stages.predictions import PREDICTIONS, critic_label
+
+MANIFEST = "manifest.json"
+PACKAGES = ("awarl", "torch", "transformers", "trl", "datasets", "accelerate", "peft", "bm25s", "vllm",
+            "sentence-transformers", "faiss-cpu")
+
+
+def _versions() -> dict[str, str | None]:
+    out = {}
+    for pkg in PACKAGES:
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def model_identity(model_ref: str, model: Any = None) -> dict[str, Any]:
+    """Model name and revision: the hub commit when loaded from the hub, else a hash of the local config
+    and tokenizer files (hashing multi-GB weights at every eval would cost minutes; their sizes are kept)."""
+    ident: dict[str, Any] = {"name": model_ref}
+    commit = getattr(getattr(model, "config", None), "_commit_hash", None)
+    if commit:
+        ident["revision"] = commit
+    p = Path(model_ref)
+    if p.is_dir():
+        small = sorted(f for f in p.iterdir() if f.suffix in {".json", ".txt", ".model", ".jinja"})
+        ident["files_sha256"] = {f.name: file_sha256(f) for f in small}
+        ident["weights_bytes"] = {f.name: f.stat().st_size for f in sorted(p.iterdir())
+                                  if f.suffix in {".safetensors", ".bin"}}
+    return ident
+
+
+def _canonical_sha256(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
+
+
+def template_sha256(template_ref: str) -> str | None:
+    """Hash of the resolved template (prompt text, tags, phrases), so an edited template file is noticed."""
+    try:
+        return _canonical_sha256(load_template(template_ref).model_dump(mode="json"))
+    except Exception:  # noqa: BLE001 - the engine reports a bad template itself
+        return None
+
+
+def build_manifest(cfg: AwarlConfig, eval_set: EvalSet, model_ident: dict, retriever_meta: dict | None,
+                   extra: dict | None = None) -> dict:
+    return {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "model": model_ident,
+        "template": cfg.agent.template,
+        "template_sha256": template_sha256(cfg.agent.template),
+        "agent": cfg.agent.model_dump(mode="json"),
+        "sampling": {"temperature": cfg.eval.temperature, "top_p": cfg.generation.top_p,
+                     "backend": cfg.generation.backend, "batch_size": cfg.generation.batch_size},
+        "seed": cfg.run.seed,
+        "data": {ds: {"path": f, "sha256": file_sha256(f)} for ds, f in eval_set.files.items()},
+        "questions": len(eval_set.examples),
+        "retrieval": {"kind": cfg.retrieval.kind, "topk": cfg.retrieval.topk, "index": retriever_meta},
+        "critic": {"judge": critic_label(cfg), "inferred_weight": cfg.reward.inferred_weight,
+                   "support_threshold": cfg.critic.support_threshold},
+        "correctness": {"rule": cfg.metrics.correctness, "f1_threshold": cfg.metrics.f1_threshold,
+                        "grader": f"openai:{cfg.critic.model}" if cfg.metrics.correctness == "judge" else None},
+        "packages": _versions(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        **(extra or {}),
+    }
+
+
+def _grading(correctness: dict | None) -> str | None:
+    if not correctness:
+        return None
+    return f"judge ({correctness.get('grader')})" if correctness.get("rule") == "judge" else "recomputable"
+
+
+def _fingerprint(m: dict) -> dict[str, Any]:
+    """What must not change between a run and its resumption (dotted key -> value; absent keys are None).
+    Not included on purpose: the generation backend and batch size (finishing a run on another engine is
+    legitimate), the question limit and dataset list (only the requested questions are scored), the critic."""
+    model, sampling, retrieval = m.get("model") or {}, m.get("sampling") or {}, m.get("retrieval") or {}
+    fp = {"model.name": model.get("name"), "model.revision": model.get("revision"),
+          "model.files_sha256": model.get("files_sha256"), "template": m.get("template"),
+          "template_sha256": m.get("template_sha256"), "agent": m.get("agent"), "seed": m.get("seed"),
+          "sampling.temperature": sampling.get("temperature"), "sampling.top_p": sampling.get("top_p"),
+          "retrieval.kind": retrieval.get("kind"), "retrieval.topk": retrieval.get("topk"),
+          "retrieval.index.meta_sha256": (retrieval.get("index") or {}).get("meta_sha256"),
+          # An LLM grader's verdicts are stored in the lines and cannot be recomputed; em / f1 / cover_em
+          # are recomputed from the answer text by the scorer, so switching among them is fine.
+          "correctness": _grading(m.get("correctness"))}
+    for ds, d in (m.get("data") or {}).items():
+        fp[f"data.{ds}.sha256"] = (d or {}).get("sha256")
+    return fp
+
+
+def resume_conflicts(old: dict, new: dict) -> list[str]:
+    """Settings that differ between the manifest of the predictions on disk and this run. A key missing on
+    either side (an older manifest, a server without /health) is not a conflict."""
+    a, b = _fingerprint(old), _fingerprint(new)
+    return [f"{k}: {a[k]!r} -> {b[k]!r}" for k in sorted(set(a) & set(b))
+            if a[k] is not None and b[k] is not None and a[k] != b[k]]
+
+
+def check_resumable(out_dir: Path, manifest: dict) -> None:
+    """Refuse to append to predictions made under different settings (ValueError naming them)."""
+    old_path, pred_path = out_dir / MANIFEST, out_dir / PREDICTIONS
+    if not old_path.is_file() or not pred_path.is_file() or pred_path.stat().st_size == 0:
+        return
+    try:
+        old = json.loads(old_path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as e:
+        raise ValueError(f"{old_path}: unreadable manifest ({e}); cannot tell whether {pred_path} was made "
+                         "with the same settings: use another --out or delete the folder") from None
+    conflicts = resume_conflicts(old if isinstance(old, dict) else {}, manifest)
+    if conflicts:
+        raise ValueError(f"{out_dir}: holds predictions made with other settings, resuming would mix two runs "
+                         f"({'; '.join(c[:300] for c in conflicts)}); use another --out or delete "
+                         f"{pred_path}")
+
+
+def retriever_identity(retriever: Any) -> dict | None:
+    """The index meta (kind, corpus hash, size, settings) of an in-process index, or what a retrieval
+    server reports on /health (a Search-R1 server has no /health: then only its URL is known)."""
+    meta = getattr(retriever, "meta", None)
+    if meta is not None:
+        # meta_sha256 identifies the index build (corpus hash, settings, build time) without hashing
+        # multi-GB index files.
+        return {**dict(meta), "meta_sha256": _canonical_sha256(dict(meta))}
+    if hasattr(retriever, "health"):
+        try:
+            health = retriever.health()
+        except Exception as e:  # noqa: BLE001 - the manifest must not fail an evaluation
+            return {"server": getattr(retriever, "base_url", None), "health_error": str(e)}
+        out = {"server": getattr(retriever, "base_url", None), **health}
+        if isinstance(health.get("meta"), dict):
+            out["meta_sha256"] = _canonical_sha256(health["meta"])
+        return out
+    return None

@@ -1,0 +1,51 @@
+"""The TrainerCallbacks of an AWA-RL run: the reward's state in every checkpoint, and periodic evaluation.
+
+transformers is imported at the top: this module is only imported by the training stage, which needs it
+anyway (the reward itself, and every process that only scores, does not import this module).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from awarl.rewards.trl_reward import AwaRLReward, save_reward_state
+
+
+class RewardStateCallback(TrainerCallback):
+    """Saves the reward state into every checkpoint and tells the reward when it is inside a training step
+    (evaluation batches between steps then leave Ē untouched)."""
+
+    def __init__(self, reward: AwaRLReward) -> None:
+        self.reward = reward
+        reward.training = False
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.reward.training = True
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.reward.training = False
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        # Written wherever the Trainer writes the checkpoint: with save_on_each_node (node-local disks) every
+        # node needs its copy, or a resume would restart Ē at 0 on some ranks only.
+        if state.is_local_process_zero if args.save_on_each_node else state.is_world_process_zero:
+            # Same folder name the Trainer just wrote (transformers' PREFIX_CHECKPOINT_DIR-global_step).
+            save_reward_state(self.reward, Path(args.output_dir) / f"checkpoint-{state.global_step}")
+
+
+class PeriodicEval(TrainerCallback):
+    """Calls `run_eval_fn(trainer_model, step)` every `every_steps` optimizer steps (not at the last step:
+    the final evaluation follows training)."""
+
+    def __init__(self, every_steps: int, run_eval_fn: Callable[[Any, int], Any]) -> None:
+        self.every_steps = every_steps
+        self.run_eval_fn = run_eval_fn
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        step = state.global_step
+        if self.every_steps and step % self.every_steps == 0 and step < state.max_steps:
+            self.run_eval_fn(model, step)

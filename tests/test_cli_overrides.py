@@ -1,0 +1,87 @@
+"""Command-line flags become config overrides through one helper with one rule (awarl/commands/common.py):
+the config file, then the flags, then KEY=VALUE in order; the last value for a key wins; flag values are
+always taken literally."""
+
+from __future__ import annotations
+
+import pytest
+
+from awarl.commands.common import PRECEDENCE, flag_overrides
+from awarl.config import load_config
+
+LITERALS = ["/data/idx #2", "runs/2024.10", "null", "a: b", "x=y", "  padded  ", "[1, 2]", "yes"]
+
+
+@pytest.mark.parametrize("value", LITERALS)
+def test_flag_values_reach_the_config_as_the_same_string(value):
+    cfg = load_config(None, flag_overrides({"retrieval.index_dir": value}))
+    assert cfg.retrieval.index_dir == value
+
+
+def test_flags_not_given_add_nothing_and_numbers_stay_numbers():
+    assert flag_overrides({"estimate.k": None, "estimate.model": None}) == []
+    assert load_config(None, flag_overrides({"estimate.k": 3})).estimate.k == 3
+
+
+def capture(monkeypatch, module: str, name: str, result):
+    """Replace a stage function with one that records the config it is given."""
+    import importlib
+
+    seen = {}
+
+    def fake(cfg, *a, **kw):
+        seen["cfg"] = cfg
+        return result(cfg) if callable(result) else result
+
+    monkeypatch.setattr(importlib.import_module(module), name, fake)
+    return seen
+
+
+def test_eval_index_with_hash_and_spaces_is_kept_whole(monkeypatch, tmp_path):
+    """`awarl eval --index "/data/idx #2"` used to evaluate against `/data/idx` (YAML cut the comment)."""
+    from awarl.cli import main
+
+    seen = capture(monkeypatch, "awarl.stages.evaluate", "run_eval", {"macro": {}, "per_dataset": {}})
+    monkeypatch.setattr("awarl.stages.resources.ensure_default_retrieval", lambda cfg: cfg)
+    monkeypatch.setattr("awarl.report.print_results_table", lambda results: None)
+    index = str(tmp_path / "idx #2")
+    assert main(["eval", "--out", str(tmp_path / "o"), "--index", index, "--template", "search-r1",
+                 "--retriever-url", "http://127.0.0.1:9/#x"]) == 0
+    cfg = seen["cfg"]
+    assert cfg.retrieval.index_dir == index and cfg.agent.template == "search-r1"
+    assert cfg.retrieval.kind == "server" and cfg.retrieval.server_url == "http://127.0.0.1:9/#x"
+
+
+@pytest.mark.parametrize("argv, key, expected", [
+    (["estimate", "-k", "3"], "k", 3),
+    (["estimate", "-k", "3", "estimate.k=5"], "k", 5),           # KEY=VALUE beats the flag
+    (["estimate", "estimate.k=5", "-k", "3"], "k", 5),           # wherever it is written
+    (["estimate", "--model", "m #1", "estimate.model=other"], "model", "other"),
+])
+def test_estimate_precedence(monkeypatch, tmp_path, argv, key, expected):
+    from pathlib import Path
+
+    from awarl.cli import main
+
+    seen = capture(monkeypatch, "awarl.stages.estimate", "run_estimate",
+                   lambda cfg: Path(tmp_path / "p.jsonl"))
+    assert main(argv + [f"estimate.out={tmp_path / 'p.jsonl'}"]) == 0
+    assert getattr(seen["cfg"].estimate, key) == expected
+
+
+def test_simulate_precedence(monkeypatch, tmp_path):
+    from awarl.cli import main
+
+    seen = capture(monkeypatch, "awarl.simulate", "run_simulation", {"claims": []})
+    assert main(["simulate", "--out", str(tmp_path), "--steps", "3", "--seed", "2", "simulate.steps=4"]) == 0
+    assert (seen["cfg"].simulate.steps, seen["cfg"].simulate.seed) == (4, 2)
+
+
+def test_the_rule_is_in_every_config_command_help(capsys):
+    from awarl.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name in ("eval", "estimate", "simulate", "train", "score"):
+        text = " ".join(sub.choices[name].format_help().split())
+        assert " ".join(PRECEDENCE.split()) in text, name
