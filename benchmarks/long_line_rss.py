@@ -1,6 +1,6 @@
 """Peak memory of `awarl data prepare` on a JSON Lines file holding one runaway line (issue 16).
 
-Writes a MuSiQue file whose second line is an unterminated 400 MB JSON string between two real records,
+Writes a MuSiQue file whose second line is an unterminated 400 MiB JSON string between two real records,
 runs `awarl data prepare --on-error skip` on it in a child process, and prints the child's peak RSS next to
 that of the same command on the two real records alone. `iter_jsonl` reads at most `max_line_bytes`
 (64 MiB) of a line, so the peak stays bounded whatever the file holds.
@@ -24,8 +24,8 @@ from pathlib import Path
 from awarl.data.loaders import shipped_path
 
 
-def _peak_rss_mb(args: list[str], cwd: str) -> float:
-    """Peak RSS (MB) of one child process running `awarl ARGS` (it must be the largest child so far). It runs
+def _peak_rss_mib(args: list[str], cwd: str) -> float:
+    """Peak RSS (MiB) of one child process running `awarl ARGS` (it must be the largest child so far). It runs
     in `cwd`, so PYTHONPATH can point it at another checkout to compare."""
     code = "import sys; from awarl.cli import main; sys.exit(main(sys.argv[1:]))"
     subprocess.run([sys.executable, "-c", code, *args], check=True, stdout=subprocess.DEVNULL, cwd=cwd,
@@ -47,10 +47,10 @@ def main() -> int:
             for _ in range(args.mb):
                 f.write(chunk)
             f.write(b"\n" + lines[1] + b"\n")
-        base = _peak_rss_mb(["data", "prepare", str(small), "--out", str(Path(tmp) / "o1.jsonl")], tmp)
-        peak = _peak_rss_mb(["data", "prepare", str(big), "--out", str(Path(tmp) / "o2.jsonl"), "--on-error", "skip"],
+        base = _peak_rss_mib(["data", "prepare", str(small), "--out", str(Path(tmp) / "o1.jsonl")], tmp)
+        peak = _peak_rss_mib(["data", "prepare", str(big), "--out", str(Path(tmp) / "o2.jsonl"), "--on-error", "skip"],
                             tmp)
-    print(f"| {args.mb} MiB line | two records alone: {base:.0f} MB | with the runaway line: {peak:.0f} MB |")
+    print(f"| {args.mb} MiB line | two records alone: {base:.0f} MiB | with the runaway line: {peak:.0f} MiB |")
     return 0
 
 
