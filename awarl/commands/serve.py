@@ -18,7 +18,16 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     r.add_argument("--max-batch", type=int, default=64, help="most queries per request and per merged search")
     r.add_argument("--topk", type=int, default=3, help="topk when a request gives none (Search-R1 default 3)")
     r.add_argument("--max-topk", type=int, default=100)
-    r.add_argument("--batch-wait-ms", type=float, default=5.0, help="how long to wait for requests to merge")
+    r.add_argument("--batch-wait-ms", type=float, default=0.0, help="extra time a batch is held open while more "
+                   "requests are being received (default 0: requests queued while the workers are busy are "
+                   "merged anyway, and a lone request is answered at once)")
+    r.add_argument("--workers", type=int, default=None, help="search threads (default: CPU count, at most 8); "
+                   "BM25 also splits each batch over them")
+    r.add_argument("--mmap", default="auto", choices=["auto", "on", "off"], help="memory-map the index and "
+                   "docstore (auto: for indexes over 1 GiB)")
+    r.add_argument("--body-timeout-s", type=float, default=30.0, help="a request body must arrive within this "
+                   "(else 408), so stalled clients do not hold connections")
+    r.add_argument("--access-log", action="store_true", help="log every request (costs throughput)")
     r.add_argument("--device", default=None, help="dense: cpu / cuda (default: cuda when available)")
     r.add_argument("--no-verify-corpus", action="store_true", help="skip hashing the corpus at start-up")
     r.set_defaults(func=run_retriever)
@@ -26,11 +35,17 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
 
 def run_retriever(args: argparse.Namespace) -> int:
     from awarl.retrieval.index import load_index
-    from awarl.retrieval.server import serve
+    from awarl.retrieval.server import default_workers, serve
 
     if args.max_batch < 1 or args.max_topk < 1 or not 1 <= args.topk <= args.max_topk:
         raise ValueError("--max-batch and --max-topk must be >= 1 and --topk in [1, --max-topk]")
-    retriever = load_index(args.index, verify_corpus=not args.no_verify_corpus, device=args.device)
+    workers = default_workers() if args.workers is None else args.workers
+    if workers < 1 or args.batch_wait_ms < 0 or args.body_timeout_s <= 0:
+        raise ValueError("--workers must be >= 1, --batch-wait-ms >= 0 and --body-timeout-s > 0")
+    mmap = {"auto": "auto", "on": True, "off": False}[args.mmap]
+    retriever = load_index(args.index, verify_corpus=not args.no_verify_corpus, device=args.device, mmap=mmap,
+                           workers=workers)
     serve(retriever, retriever.meta, host=args.host, port=args.port, max_batch=args.max_batch,
-          default_topk=args.topk, max_topk=args.max_topk, batch_wait_ms=args.batch_wait_ms)
+          default_topk=args.topk, max_topk=args.max_topk, batch_wait_ms=args.batch_wait_ms, workers=workers,
+          body_timeout_s=args.body_timeout_s, access_log=args.access_log)
     return 0

@@ -125,9 +125,10 @@ class BM25Retriever:
         for start, end in zip(bounds.tolist(), ends.tolist(), strict=True):
             if start == end:
                 continue
-            docs = np.asarray(self.indices[start:end])
-            seen.append(docs[acc[docs] == 0])  # every term score is > 0: 0 means not reached yet
-            acc[docs] += self.data[start:end]
+            docs = self.indices[start:end].astype(np.intp)  # one index conversion, not one per gather
+            # every term score is > 0, so 0 means "not reached yet"; the first term reaches only new ones
+            seen.append(docs[acc[docs] == 0] if seen else docs)
+            acc[docs] += np.asarray(self.data[start:end])
         if not seen:
             return []
         cand = np.concatenate(seen) if len(seen) > 1 else seen[0]

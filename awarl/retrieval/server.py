@@ -1,15 +1,22 @@
-"""Search-R1-compatible retrieval server (FastAPI) with request batching.
+"""Search-R1-compatible retrieval server (a plain ASGI app on uvicorn) with request batching.
 
 `POST /retrieve {"queries": [...], "topk": k, "return_scores": b}` answers
 `{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}`, or, like Search-R1's own server,
 lists of bare `{"id", "contents"}` documents when `return_scores` is false (or absent); a missing or zero
-`topk` means the server's default. `GET /health` reports the index meta and batching counters.
+`topk` means the server's default. `GET /health` (and `HEAD /health`) reports the index meta (without
+absolute paths) and batching counters.
 
-Rollout workers send many small requests at once; a single worker task merges the requests that arrive
-within `batch_wait_ms` (up to `max_batch` queries) into one `search` call, which is what makes dense
-retrieval efficient (one encoder batch, one faiss search). Searches run in one background thread so the
-event loop keeps accepting and validating requests meanwhile. Bad requests get 4xx answers that say what
-is wrong; a failing search answers 500 and the server keeps serving.
+Rollout workers send many small requests at once. A dispatcher hands queued requests to `workers` search
+threads, merging what is queued (up to `max_batch` queries) into one `search` call: under load, requests
+that arrive while the workers are busy are merged into the next call (one encoder batch, one faiss search),
+and an idle server answers a lone request at once. `batch_wait_ms` > 0 additionally holds a batch open for
+that long while more requests are already being received. The event loop (uvloop and httptools when
+installed) keeps accepting and validating requests meanwhile. Bad requests get 4xx answers that say what
+is wrong; a body that does not arrive within `body_timeout_s` gets 408; a client that goes away mid-body is
+one log line; a failing search answers 500 and the server keeps serving.
+
+FastAPI is not used here: the two routes do not need it, and its per-request cost was a large share of a
+BM25 query's.
 """
 
 from __future__ import annotations
@@ -18,13 +25,12 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
-
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
 
 from awarl.retrieval.types import Passage, Retriever
 
@@ -38,7 +44,9 @@ class ServerLimits:
     default_topk: int = 3          # Search-R1's server default when topk is missing
     max_query_chars: int = 4096
     max_body_bytes: int = 1 << 20
-    batch_wait_ms: float = 5.0
+    batch_wait_ms: float = 0.0     # extra wait for a batch to fill, only while more requests are arriving
+    workers: int = 1               # search threads
+    body_timeout_s: float = 30.0   # a request body must arrive within this
 
 
 @dataclass
@@ -108,22 +116,35 @@ def format_result(results: list[list[Passage]], return_scores: bool) -> dict[str
     return {"result": [[doc(p) for p in row] for row in results]}
 
 
+def public_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """The index meta without absolute paths (the corpus is named by its file name; its sha256 identifies it)."""
+    out = dict(meta)
+    if isinstance(out.get("corpus"), str) and out["corpus"]:
+        out["corpus"] = Path(out["corpus"]).name
+    return out
+
+
 class _Batcher:
-    """One queue, one worker: merges pending requests into as few `search` calls as possible."""
+    """One queue, `workers` search threads: queued requests are merged into as few `search` calls as
+    possible, and a request that finds a worker free is searched at once."""
 
     def __init__(self, retriever: Retriever, limits: ServerLimits) -> None:
         self.retriever = retriever
         self.limits = limits
         self.queue: asyncio.Queue[_Pending] | None = None
         self.task: asyncio.Task | None = None
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retrieve")
+        self.executor = ThreadPoolExecutor(max_workers=limits.workers, thread_name_prefix="retrieve")
+        self.arriving = 0  # requests whose body is being read (they will be queued soon)
         self.batch_calls = 0
         self.requests = 0
         self.queries = 0
         self.max_merged = 0
+        self._free: asyncio.Semaphore | None = None
+        self._running: set[asyncio.Task] = set()
 
     def start(self) -> None:
         self.queue = asyncio.Queue()
+        self._free = asyncio.Semaphore(self.limits.workers)
         self.task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
@@ -136,23 +157,27 @@ class _Batcher:
     async def submit(self, queries: list[str], k: int) -> list[list[Passage]]:
         assert self.queue is not None, "batcher not started"
         fut = asyncio.get_running_loop().create_future()
-        await self.queue.put(_Pending(queries, k, fut))
+        self.queue.put_nowait(_Pending(queries, k, fut))
         return await fut
 
     async def _collect(self, first: _Pending) -> tuple[list[_Pending], _Pending | None]:
-        """Gather requests for up to batch_wait_ms; the one that would overflow max_batch waits its turn."""
+        """`first` and what is queued behind it (up to max_batch queries; the one that would overflow waits
+        its turn). With batch_wait_ms, waits up to that long for requests still being received."""
         assert self.queue is not None
         loop = asyncio.get_running_loop()
         batch, n = [first], len(first.queries)
         deadline = loop.time() + self.limits.batch_wait_ms / 1000
         while n < self.limits.max_batch:
-            timeout = deadline - loop.time()
-            if timeout <= 0:
-                break
             try:
-                item = await asyncio.wait_for(self.queue.get(), timeout)
-            except asyncio.TimeoutError:
-                break
+                item = self.queue.get_nowait()
+            except asyncio.QueueEmpty:
+                timeout = deadline - loop.time()
+                if timeout <= 0 or not self.arriving:
+                    break
+                try:
+                    item = await asyncio.wait_for(self.queue.get(), timeout)
+                except asyncio.TimeoutError:
+                    break
             if n + len(item.queries) > self.limits.max_batch:
                 return batch, item
             batch.append(item)
@@ -160,35 +185,48 @@ class _Batcher:
         return batch, None
 
     async def _run(self) -> None:
-        assert self.queue is not None
+        assert self.queue is not None and self._free is not None
         carry: _Pending | None = None
         while True:
+            await self._free.acquire()  # a worker is free: take what is queued now
             first = carry or await self.queue.get()
             batch, carry = await self._collect(first)
+            task = asyncio.get_running_loop().create_task(self._serve_batch(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _serve_batch(self, batch: list[_Pending]) -> None:
+        assert self._free is not None
+        try:
             # one search per distinct k: a merged k would change tie order versus a direct call
             by_k: dict[int, list[_Pending]] = {}
             for p in batch:
                 by_k.setdefault(p.k, []).append(p)
             for k, items in by_k.items():
-                queries = [q for p in items for q in p.queries]
-                self.max_merged = max(self.max_merged, len(items))
+                await self._serve_group(k, items)
+        finally:
+            self._free.release()
+
+    async def _serve_group(self, k: int, items: list[_Pending]) -> None:
+        queries = [q for p in items for q in p.queries]
+        self.max_merged = max(self.max_merged, len(items))
+        try:
+            results = await self._search(queries, k)
+        except Exception as e:
+            if len(items) == 1:
+                self._fail(items[0], e)
+                return
+            # One bad request must not fail the others merged with it: search them one by one.
+            log.warning("merged search of %d requests failed; retrying them one by one", len(items))
+            for p in items:
                 try:
-                    results = await self._search(queries, k)
+                    p_results = await self._search(p.queries, k)
                 except Exception as e:
-                    if len(items) == 1:
-                        self._fail(items[0], e)
-                        continue
-                    # One bad request must not fail the others merged with it: search them one by one.
-                    log.warning("merged search of %d requests failed; retrying them one by one", len(items))
-                    for p in items:
-                        try:
-                            p_results = await self._search(p.queries, k)
-                        except Exception as e:
-                            self._fail(p, e)
-                            continue
-                        self._answer([p], p_results)
+                    self._fail(p, e)
                     continue
-                self._answer(items, results)
+                self._answer([p], p_results)
+            return
+        self._answer(items, results)
 
     async def _search(self, queries: list[str], k: int) -> list[list[Passage]]:
         self.batch_calls += 1
@@ -214,74 +252,143 @@ class _Batcher:
         self.queries += start
 
 
+class _Disconnected(Exception):
+    """The client went away before its request body was complete."""
+
+
+class RetrievalApp:
+    """The ASGI application: routes, body limits and deadlines, JSON in and out."""
+
+    def __init__(self, retriever: Retriever, meta: dict[str, Any], limits: ServerLimits) -> None:
+        self.limits = limits
+        self.batcher = _Batcher(retriever, limits)
+        self.meta = public_meta(meta)
+        self.state = SimpleNamespace(batcher=self.batcher, limits=limits)
+        self.disconnects = 0
+        self.body_timeouts = 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        if path == "/retrieve":
+            if method != "POST":
+                await _send_json(send, 405, {"detail": "use POST /retrieve"}, extra=[(b"allow", b"POST")])
+                return
+            await self._retrieve(scope, receive, send)
+        elif path == "/health":
+            if method not in ("GET", "HEAD"):
+                await _send_json(send, 405, {"detail": "use GET /health"}, extra=[(b"allow", b"GET, HEAD")])
+                return
+            await _send_json(send, 200, self.health(), head=method == "HEAD")
+        else:
+            await _send_json(send, 404, {"detail": f"no route {path[:100]}; POST /retrieve or GET /health"})
+
+    async def _lifespan(self, receive: Any, send: Any) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self.batcher.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.batcher.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def health(self) -> dict[str, Any]:
+        b = self.batcher
+        return {"status": "ok", "kind": self.meta.get("kind"), "passage_count": self.meta.get("passage_count"),
+                "meta": self.meta, "limits": vars(self.limits), "batch_calls": b.batch_calls,
+                "requests_served": b.requests, "queries_served": b.queries, "max_requests_merged": b.max_merged,
+                "client_disconnects": self.disconnects, "body_timeouts": self.body_timeouts}
+
+    async def _read_body(self, scope: dict[str, Any], receive: Any) -> bytes:
+        limit = self.limits.max_body_bytes
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            raise _BadRequest(413, f"body larger than {limit} bytes")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.limits.body_timeout_s
+        body = bytearray()
+        while True:
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                self.body_timeouts += 1
+                raise _BadRequest(408, f"request body not received within {self.limits.body_timeout_s:g} s") from None
+            if message["type"] == "http.disconnect":
+                raise _Disconnected
+            body += message.get("body", b"")
+            if len(body) > limit:
+                raise _BadRequest(413, f"body larger than {limit} bytes")
+            if not message.get("more_body", False):
+                return bytes(body)
+
+    async def _retrieve(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        self.batcher.arriving += 1
+        try:
+            try:
+                body = await self._read_body(scope, receive)
+            finally:
+                self.batcher.arriving -= 1
+            queries, k, return_scores = parse_request(body, self.limits)
+        except _Disconnected:
+            self.disconnects += 1
+            client = scope.get("client") or ("?", 0)
+            log.info("client %s:%s disconnected before its request body was complete", *client[:2])
+            return
+        except _BadRequest as e:
+            await _send_json(send, e.status, {"detail": e.detail}, close=e.status in (408, 413))
+            return
+        try:
+            results = await self.batcher.submit(queries, k)
+        except Exception as e:
+            await _send_json(send, 500, {"detail": f"search failed: {type(e).__name__}: {e}"})
+            return
+        await _send_json(send, 200, format_result(results, return_scores))
+
+
+async def _send_json(send: Any, status: int, payload: Any, *, head: bool = False, close: bool = False,
+                     extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               *(extra or [])]
+    if close:  # the rest of an oversized or stalled body is not read: end the connection
+        headers.append((b"connection", b"close"))
+    with contextlib.suppress(OSError):
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": b"" if head else body})
+
+
 def make_app(retriever: Retriever, meta: dict[str, Any] | None = None, *, max_batch: int = 64,
              max_topk: int = 100, default_topk: int = 3, max_query_chars: int = 4096,
-             max_body_bytes: int = 1 << 20, batch_wait_ms: float = 5.0) -> Any:
-    """The FastAPI app serving `retriever`. `app.state.batcher` holds the batching counters."""
-    limits = ServerLimits(max_batch=max_batch, max_topk=max_topk, default_topk=default_topk,
-                          max_query_chars=max_query_chars, max_body_bytes=max_body_bytes,
-                          batch_wait_ms=batch_wait_ms)
+             max_body_bytes: int = 1 << 20, batch_wait_ms: float = 0.0, workers: int = 1,
+             body_timeout_s: float = 30.0) -> RetrievalApp:
+    """The ASGI app serving `retriever`. `app.state.batcher` holds the batching counters."""
     if not 1 <= default_topk <= max_topk:
         raise ValueError(f"default_topk {default_topk} must be in [1, max_topk={max_topk}]")
-    batcher = _Batcher(retriever, limits)
-    meta = dict(meta or getattr(retriever, "meta", None) or {})
+    if workers < 1 or body_timeout_s <= 0 or batch_wait_ms < 0:
+        raise ValueError("workers must be >= 1, body_timeout_s > 0 and batch_wait_ms >= 0")
+    limits = ServerLimits(max_batch=max_batch, max_topk=max_topk, default_topk=default_topk,
+                          max_query_chars=max_query_chars, max_body_bytes=max_body_bytes,
+                          batch_wait_ms=batch_wait_ms, workers=workers, body_timeout_s=body_timeout_s)
+    return RetrievalApp(retriever, dict(meta or getattr(retriever, "meta", None) or {}), limits)
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        batcher.start()
-        yield
-        await batcher.stop()
 
-    app = FastAPI(title="awarl retriever", lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.state.batcher = batcher
-    app.state.limits = limits
-
-    def error(status: int, detail: str) -> JSONResponse:
-        return JSONResponse({"detail": detail}, status_code=status)
-
-    @app.post("/retrieve")
-    async def retrieve(request: Request) -> Any:
-        declared = request.headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > limits.max_body_bytes):
-            return error(413, f"body larger than {limits.max_body_bytes} bytes")
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limits.max_body_bytes:
-                return error(413, f"body larger than {limits.max_body_bytes} bytes")
-        try:
-            queries, k, return_scores = parse_request(bytes(body), limits)
-        except _BadRequest as e:
-            return error(e.status, e.detail)
-        try:
-            results = await batcher.submit(queries, k)
-        except Exception as e:
-            return error(500, f"search failed: {type(e).__name__}: {e}")
-        return format_result(results, return_scores)
-
-    @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return {
-            "status": "ok",
-            "kind": meta.get("kind"),
-            "passage_count": meta.get("passage_count"),
-            "meta": meta,
-            "limits": vars(limits),
-            "batch_calls": batcher.batch_calls,
-            "requests_served": batcher.requests,
-            "queries_served": batcher.queries,
-            "max_requests_merged": batcher.max_merged,
-        }
-
-    return app
+def default_workers() -> int:
+    return max(1, min(8, os.cpu_count() or 1))
 
 
 def serve(retriever: Retriever, meta: dict[str, Any] | None = None, *, host: str = "127.0.0.1",
-          port: int = 8000, **limits: Any) -> None:
-    """Run the server in the foreground until interrupted."""
+          port: int = 8000, access_log: bool = False, **limits: Any) -> None:
+    """Run the server in the foreground until interrupted (uvloop + httptools when installed)."""
     import uvicorn
 
     if host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("binding %s: the retriever has no authentication; expose it only on a trusted network",
                     host)
-    uvicorn.run(make_app(retriever, meta, **limits), host=host, port=port, log_level="info")
+    uvicorn.run(make_app(retriever, meta, **limits), host=host, port=port, log_level="info",
+                access_log=access_log, timeout_keep_alive=30)
