@@ -135,7 +135,7 @@ def test_searchr1_parquet_with_2wiki_rows_beside_hotpotqa_rows(tmp_path):
         assert g.metadata["evidences"] == w.metadata["evidences"] and g.metadata["data_source"] == "2wikimultihopqa"
 
 
-def test_malformed_optional_metadata_keeps_the_record_with_one_counted_warning(tmp_path, caplog):
+def test_malformed_optional_metadata_keeps_the_record_with_one_counted_warning(tmp_path, caplog, capsys):
     raw = json.loads(WIKI2.read_text())[:7]
     rows = [_flashrag_row(r, "content") for r in raw]
     rows[1]["metadata"]["context"]["content"].pop()  # one paragraph short of its titles
@@ -162,6 +162,9 @@ def test_malformed_optional_metadata_keeps_the_record_with_one_counted_warning(t
     assert ex[0].context == official[0].context and ex[6].context == official[6].context
     warned = [r for r in caplog.records if "optional metadata" in r.getMessage()]
     assert len(warned) == 1 and "5 record(s)" in warned[0].getMessage()
+    out = tmp_path / "u.jsonl"
+    assert main(["data", "prepare", str(path), "--out", str(out)]) == 0
+    assert "wrote 7 examples to" in (o := capsys.readouterr().out) and "optional metadata of 5 record(s)" in o
     # the closed-corpus builder skips what was dropped
     assert build_corpus([ex[1]]) == [] and len(build_corpus(ex)) == len(build_corpus([ex[i] for i in (0, 2, 3, 6)]))
 

@@ -30,10 +30,7 @@ def _load(args: argparse.Namespace, path: str, require_answers: bool = True):
                         on_error=args.on_error, limit=args.limit, seed=args.seed, require_answers=require_answers)
     for msg in res.skipped:
         print(f"skipped: {msg}")
-    if res.warnings:
-        print(f"warning: {path}: dropped malformed optional metadata of {len(res.warnings)} record(s) (question "
-              f"and answers kept); first: {res.warnings[0]}")
-    return res
+    return res  # malformed optional metadata: the loader logs one warning with the count
 
 
 def _prepare(args: argparse.Namespace) -> int:
@@ -44,6 +41,7 @@ def _prepare(args: argparse.Namespace) -> int:
     no_answer = sum(1 for ex in res.examples if not ex.answers)
     print(f"{args.input} ({res.format}): wrote {n} examples to {args.out}"
           + (f"; skipped {len(res.skipped)} malformed record(s)" if res.skipped else "")
+          + (f"; dropped malformed optional metadata of {len(res.warnings)} record(s)" if res.warnings else "")
           + (f"; {no_answer} without a gold answer (not usable for eval, estimate or train)" if no_answer else ""))
     return 0
 

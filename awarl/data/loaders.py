@@ -235,15 +235,14 @@ def load_examples(path: str | os.PathLike, format: str = "auto", dataset: str | 
             skipped.append(msg)
             continue
         if notes:
-            warnings.append(f"{where}: {fmt} record {ex.id!r}: dropped malformed optional metadata "
-                            f"(question and answers kept): {'; '.join(notes)}")
+            warnings.append(f"{where}: {fmt} record {ex.id!r}: {'; '.join(notes)}")
         seen[key] = where
         examples.append(ex)
     if skipped:
         log.warning("%s: skipped %d malformed record(s); first: %s", path, len(skipped), skipped[0])
     if warnings:
-        log.warning("%s: dropped malformed optional metadata of %d record(s), which keep their question and "
-                    "answers (no context for the closed corpus); first: %s", path, len(warnings), warnings[0])
+        log.warning("%s: dropped malformed optional metadata (context, supporting facts, evidences) of %d "
+                    "record(s), which keep their question and answers; first: %s", path, len(warnings), warnings[0])
     return LoadResult(examples=subsample(examples, limit, seed), skipped=skipped, format=fmt, path=str(path),
                       warnings=warnings)
 
