@@ -122,8 +122,11 @@ def test_unified_jsonl_round_trips_the_evidence(tmp_path):
         assert main(["data", "prepare", str(shipped_path(name)), "--out", str(out)]) == 0
         back = load_examples(out).examples
         direct = load_examples(shipped_path(name)).examples
-        assert [gold_evidence(e) for e in back] == [gold_evidence(e) for e in direct]
-        assert sum(bool(gold_evidence(e).paragraphs) for e in back) >= len(back) // 2
+        evs = [gold_evidence(e) for e in back]
+        assert evs == [gold_evidence(e) for e in direct]
+        assert sum(bool(ev.paragraphs) for ev in evs) >= len(back) // 2
+        # and as plain JSON, e.g. on a predictions line or a training row
+        assert [GoldEvidence.from_dict(json.loads(json.dumps(ev.to_dict()))) for ev in evs] == evs
 
 
 def test_title_key_matches_wiki18_titles_however_they_are_quoted():

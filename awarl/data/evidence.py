@@ -33,7 +33,8 @@ from __future__ import annotations
 import html
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from awarl.data.corpus import paragraph_passage_id
 from awarl.data.types import Paragraph, QAExample
@@ -99,6 +100,22 @@ class GoldEvidence:
     @property
     def title_keys(self) -> frozenset[str]:
         return frozenset(p.title_key for p in self.paragraphs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON (for a predictions line or a training row); `from_dict` reads it back."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GoldEvidence:
+        return cls(
+            paragraphs=tuple(GoldParagraph(p["title"], p.get("passage_id"), p.get("text", ""),
+                                           tuple(p.get("sentence_ids") or ()), tuple(p.get("sentences") or ()))
+                             for p in d.get("paragraphs") or ()),
+            triples=tuple(GoldTriple(t["subject"], t["relation"], t["object"], t.get("title"))
+                          for t in d.get("triples") or ()),
+            hops=tuple(GoldHop(h["question"], h["answer"], h.get("title"), h.get("passage_id"))
+                       for h in d.get("hops") or ()),
+        )
 
     def match_id(self, pid: str) -> GoldParagraph | None:
         """The gold paragraph a closed-corpus passage id is, if any."""
