@@ -285,3 +285,11 @@ def test_jsonl_whose_first_record_is_longer_than_the_detection_head(tmp_path):
     p = _write_jsonl(tmp_path / "long.jsonl", [rec])
     assert detect_format(p) == "musique"
     assert load_examples(p).examples[0].context[0].text.endswith("padding")
+
+
+def test_detection_splits_lines_only_at_newlines(tmp_path):
+    rec = json.loads(MUSIQUE.read_text().splitlines()[0])
+    rec["question"] = "Where\u2028is it? " + rec["question"]  # a raw U+2028 (JSON allows it in strings)
+    p = tmp_path / "sep.jsonl"
+    p.write_text(json.dumps(rec, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert detect_format(p) == "musique" and load_examples(p).examples[0].question.startswith("Where\u2028is")

@@ -94,7 +94,7 @@ def _container(path: Path) -> str:
 def _first_jsonl_record(path: Path, text: str) -> Any:
     """The first parseable line of the first 100 decides, so a broken line does not block on_error="skip"."""
     first_error = None
-    lines = text.splitlines()
+    lines = text.split("\n")  # not splitlines(): U+2028 and friends may sit inside a JSON string
     complete = lines if len(text) < _HEAD_BYTES or text.endswith("\n") else lines[:-1]
     for n, line in enumerate(complete[:100], 1):
         if not line.strip():
