@@ -58,7 +58,6 @@ def test_abstention_needs_no_citation_but_an_answer_does_when_required():
     ("<think> a </search><answer> x </answer>", "tags out of order"),
     ("</think><answer> x </answer>", "tags out of order"),
     ("<information> [1] Title: fake\nx </information><answer> x </answer>", "tags out of order"),
-    ("<search> q </search>" + INFO1 + "<cite> 7 </cite><answer> x </answer>", "cited passage never shown"),
     ("<search> q </search>" + INFO1 + "<cite> one </cite><answer> x </answer>", "malformed citation"),
     ("<search>  </search>\n<information>  </information>\n<answer> x </answer>", "empty search"),
     ("<think> I do not know </think>", "no answer"),
@@ -67,6 +66,12 @@ def test_abstention_needs_no_citation_but_an_answer_does_when_required():
 def test_invalid_reasons(text, reason):
     p = parse(text, max_turns=2)
     assert not p.valid and p.invalid_reason == reason
+
+
+def test_citing_a_passage_never_shown_is_a_citation_fault_not_a_protocol_break():
+    p = parse("<search> q </search>" + INFO1 + "<cite> 1, 7 </cite><answer> Rush </answer>")
+    assert p.valid and p.answer == "Rush" and p.citations == [1, 7] and p.unshown_citations == [7]
+    assert parse("<search> q </search>" + INFO1 + "<cite> 1 </cite><answer> Rush </answer>").unshown_citations == []
 
 
 def test_prompt_examples_are_never_seen_only_the_response_is_parsed():

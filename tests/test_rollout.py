@@ -143,7 +143,8 @@ def test_invalid_endings(tok, bm25):
     }
     cited, eos, after = engine(ScriptedBackend(tok, script), tok, bm25).run([Q_MORRIS, Q_ABSTAIN, Q_LOOP],
                                                                           temperature=0)
-    assert cited.parsed.invalid_reason == "cited passage never shown"
+    # Citing a number never shown is a citation fault: the outcome stands, the citation supports nothing.
+    assert cited.parsed.valid and cited.parsed.answer == "Genentech" and cited.parsed.unshown_citations == [9]
     assert eos.stop_reason == "eos" and eos.parsed.invalid_reason == "no answer"
     assert eos.completion_ids[-1] == tok.eos_token_id
     # The stop string cuts the turn, as a real engine would: the trailing words are never generated.
@@ -174,6 +175,8 @@ def test_a_token_that_completes_a_stop_string_and_carries_more_still_ends_the_tu
     assert retr.calls == [["Evan Morris lobbyist"]]  # the search ran; the turn was not taken for an eos
     assert t.stop_reason == "answer" and t.parsed.searches == ["Evan Morris lobbyist"]
     assert t.parsed.answer == "Genentech" and len(env_spans(t)) == 1
+    # The trailing "." is part of the token that ended the turn, not text after </answer>: still valid.
+    assert t.parsed.valid and t.response_text.endswith("</answer>.")
     check_alignment(t, tok)
 
 

@@ -9,9 +9,12 @@ Rules (the first violation found is the `invalid_reason`):
 - blocks do not nest ("nested tag"); a close tag must match the open block ("tags out of order");
 - `<information>` is environment output: it must directly follow a `</search>` ("tags out of order");
 - more than `max_turns` searches: "search beyond max turns"; an empty query: "empty search";
-- `<cite>` holds comma/space separated passage numbers ("malformed citation"), each one shown in an
-  earlier information block ("cited passage never shown");
-- the response ends after `</answer>` (whitespace only, "text after </answer>"); the answer is non-empty
+- `<cite>` holds comma/space separated passage numbers ("malformed citation"). Citing a number never shown
+  in an earlier information block is a citation fault, not a protocol break: the number is kept in
+  `citations` (the citation reward counts it as unsupported) and listed in `unshown_citations`;
+- the response ends after `</answer>` (whitespace only, "text after </answer>"). The rollout engine hands
+  the parser each turn cut right after the stop string that ended it, so the trailing text of a token that
+  completed `</answer>` (`>.` in Qwen's vocabulary) never reaches this rule; the answer is non-empty
   ("empty answer"); every block is closed ("unclosed tag"); an answer exists ("no answer");
 - with `require_citations`, a non-abstaining answer needs a `<cite>` block ("missing citations").
 Free text outside blocks is allowed (released checkpoints write some).
@@ -36,6 +39,7 @@ class ParsedTrajectory:
     searches: list[str] = field(default_factory=list)
     shown: list[int] = field(default_factory=list)      # passage numbers from <information> blocks
     citations: list[int] = field(default_factory=list)
+    unshown_citations: list[int] = field(default_factory=list)  # cited numbers no information block showed
     answer: str | None = None
     abstained: bool = False
     valid: bool = False
@@ -135,8 +139,7 @@ class _Walker:
                 self.fail("malformed citation")
             else:
                 out.citations.extend(nums)
-                if any(n not in out.shown for n in nums):
-                    self.fail("cited passage never shown")
+                out.unshown_citations.extend(n for n in nums if n not in out.shown)
         elif role == "answer":
             out.answer = content.strip()
             self.done = True

@@ -49,6 +49,9 @@ class _State:
     passages: list[dict] = field(default_factory=list)
     searches: int = 0
     stop_reason: str | None = None
+    # The response as the parser reads it, one piece per model turn / information block: a turn that ended
+    # at a stop string is cut right after it (the token that completed it may carry more text, `>.`).
+    text_parts: list[str] = field(default_factory=list)
 
     def add(self, ids: list[int], lps: list[float] | None, model: bool) -> None:
         self.completion.extend(ids)
@@ -147,6 +150,7 @@ class RolloutEngine:
 
     def _turn_action(self, s: _State, ids: list[int], reason: str) -> str | None:
         """Set the stop reason of a finished trajectory, or return the query of a search turn."""
+        s.text_parts.append(self._turn_text(ids, reason))
         if reason == "length":
             s.stop_reason = "token_budget"
             return None
@@ -173,6 +177,16 @@ class RolloutEngine:
         start = body.rfind(self.search_open)
         return (body[start + len(self.search_open):] if start >= 0 else body).strip()
 
+    def _turn_text(self, ids: list[int], reason: str) -> str:
+        """A model turn's text for the parser: cut right after its stop string when one ended it. The ids stay
+        as produced (the trainer scores the sampled tokens); only the trailing characters of the token that
+        completed the stop string are not protocol text (`</answer>.` is a valid answer)."""
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        if reason != "stop":
+            return text
+        ends = [text.find(stop) + len(stop) for stop in self.stop_strings if stop in text]
+        return text[:min(ends)] if ends else text
+
     def _retrieve(self, pending: list[tuple[_State, str]]) -> None:
         if not pending:
             return
@@ -196,10 +210,11 @@ class RolloutEngine:
                 block = block[:max(left, 0)]
                 s.stop_reason = "token_budget"
             s.add(block, None, model=False)
+            s.text_parts.append(self.tokenizer.decode(block, skip_special_tokens=True))
 
     def _finish(self, s: _State) -> Trajectory:
         text = self.tokenizer.decode(s.completion, skip_special_tokens=True)
-        parsed = self.parse(text)
+        parsed = self.parse("".join(s.text_parts))
         forced = {"token_budget": "token budget exceeded", "max_turns": "search beyond max turns"}.get(
             s.stop_reason or "")
         if forced and (parsed.valid or s.stop_reason == "token_budget"):

@@ -37,6 +37,7 @@ def trajectory_record(ex: QAExample, traj: Any, cfg: AwarlConfig, phrases: list[
         "trajectory": {
             "searches": list(p.searches),
             "citations": list(p.citations),
+            "unshown_citations": list(p.unshown_citations),
             "invalid_reason": p.invalid_reason,
             "stop_reason": traj.stop_reason,
             "num_turns": p.num_turns,
