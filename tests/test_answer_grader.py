@@ -134,9 +134,9 @@ def test_estimate_and_training_rollouts_use_the_grader(grader_url, tmp_path, tin
 
     from awarl.agent.backends import make_backend
     from awarl.agent.templates import load_template
+    from awarl.data.estimates import read_estimates
     from awarl.data.loaders import load_shipped
     from awarl.retrieval import load_index
-    from awarl.data.estimates import read_estimates
     from awarl.stages.estimate import run_estimate
     from awarl.training.rollout_adapter import RolloutAdapter
 

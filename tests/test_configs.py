@@ -40,8 +40,8 @@ def test_config_dry_run(path, tmp_path, capsys, monkeypatch):
 def test_dry_run_reports_p_join_and_loads_no_weights(tmp_path, capsys, monkeypatch):
     """The plan counts questions with and without p_i; a model path that does not exist is not touched."""
     from awarl.cli import main
-    from awarl.data.loaders import load_examples
     from awarl.data.estimates import estimate_row
+    from awarl.data.loaders import load_examples
 
     monkeypatch.chdir(tmp_path)
     src = repo_root() / "data" / "searchr1" / "train_sample512_nq_hotpotqa.parquet"

@@ -13,9 +13,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from awarl.config import config_from_dict  # noqa: E402
+from awarl.data.estimates import estimate_row, join_p, read_estimates  # noqa: E402
 from awarl.data.types import QAExample, example_key  # noqa: E402
 from awarl.io import DataError, shipped_data_dir  # noqa: E402
-from awarl.data.estimates import estimate_row, join_p, read_estimates  # noqa: E402
 from awarl.stages.estimate import run_estimate  # noqa: E402
 
 HOTPOT = shipped_data_dir() / "hotpotqa" / "hotpot_dev_distractor_v1.sample200.json"

@@ -9,11 +9,11 @@ import json
 import pytest
 from conftest import serve_app
 
+from awarl.agent.rollout import RolloutEngine
 from awarl.cli import main
 from awarl.config import load_config
 from awarl.data.loaders import SHIPPED_DEV, load_shipped
 from awarl.io import file_sha256, shipped_data_dir
-from awarl.agent.rollout import RolloutEngine
 from awarl.stages.evaluate import run_eval
 from awarl.stages.predictions import read_done
 
