@@ -3,13 +3,21 @@
 `POST {url}/retrieve {"queries": [...], "topk": k, "return_scores": true}` →
 `{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}`. Search-R1's server answers bare
 document dicts when `return_scores` is false; both shapes are parsed. Transport errors, timeouts, 429 and
-5xx answers are retried with exponential backoff; a 413 halves the queries sent per request; other 4xx
-answers are the caller's fault and raise at once.
+5xx answers are retried with exponential backoff (or after the server's `Retry-After`, up to
+`max_retry_after_s`); a 413 halves the queries sent per request; other 4xx answers are the caller's fault
+and raise at once.
+
+`timeout_s` is one deadline for a whole request (connect, send, headers and body), not a limit per socket
+read: an endpoint that trickles a byte a second cannot hold a call past it. Answers are read as a stream
+and refused once larger than `max_response_bytes`, before they are held whole.
 """
 
 from __future__ import annotations
 
+import email.utils
+import json
 import logging
+import threading
 import time
 from typing import Any
 
@@ -44,11 +52,88 @@ def _passage(item: Any, where: str) -> Passage:
     return Passage.from_contents(pid, contents, float(score))
 
 
+_deadline = threading.local()  # the running request's time.monotonic() deadline, per calling thread
+
+
+def _bounded(timeout: float | None) -> float | None:
+    """A socket operation's timeout, cut to what is left of the request's deadline."""
+    import httpcore
+
+    deadline = getattr(_deadline, "at", None)
+    if deadline is None:
+        return timeout
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise httpcore.ReadTimeout("the request's deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+def _deadline_transport() -> Any:
+    """An httpx transport whose every socket read, write and connect is bounded by the request deadline."""
+    import httpcore
+    import httpx
+
+    class Stream(httpcore.NetworkStream):
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+            return self._inner.read(max_bytes, _bounded(timeout))
+
+        def write(self, buffer: bytes, timeout: float | None = None) -> None:
+            self._inner.write(buffer, _bounded(timeout))
+
+        def close(self) -> None:
+            self._inner.close()
+
+        def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
+                      timeout: float | None = None) -> Any:
+            return Stream(self._inner.start_tls(ssl_context, server_hostname, _bounded(timeout)))
+
+        def get_extra_info(self, info: str) -> Any:
+            return self._inner.get_extra_info(info)
+
+    class Backend(httpcore.SyncBackend):
+        def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                        socket_options: Any = None) -> Any:
+            return Stream(super().connect_tcp(host, port, _bounded(timeout), local_address, socket_options))
+
+    transport = httpx.HTTPTransport()
+    # httpx does not take a network backend; its transport's pool is swapped for one that has ours
+    transport._pool = httpcore.ConnectionPool(network_backend=Backend(), max_connections=100,
+                                              max_keepalive_connections=20, keepalive_expiry=5.0)
+    return transport
+
+
+class _Answer:
+    def __init__(self, status: int, headers: Any, body: bytes) -> None:
+        self.status_code, self.headers, self.body = status, headers, body
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """Seconds a `Retry-After` header asks to wait (delta-seconds or an HTTP date); None if absent/invalid."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time()) if when is not None else None
+
+
 class RetrievalClient:
     """A Retriever over HTTP. Thread-safe; long query lists are split into requests of `max_batch`."""
 
     def __init__(self, url: str, timeout_s: float = 30.0, retries: int = 3, *, backoff_s: float = 0.5,
-                 max_batch: int = 64, max_query_chars: int = 4096) -> None:
+                 max_batch: int = 64, max_query_chars: int = 4096, max_response_bytes: int = 64 << 20,
+                 max_retry_after_s: float = 60.0) -> None:
         import httpx
 
         url = url.rstrip("/")
@@ -58,33 +143,54 @@ class RetrievalClient:
         self.backoff_s = backoff_s
         self.max_batch = max_batch
         self.max_query_chars = max_query_chars
-        self._http = httpx.Client(timeout=timeout_s)
+        self.max_response_bytes = max_response_bytes
+        self.max_retry_after_s = max_retry_after_s
+        self._http = httpx.Client(timeout=timeout_s, transport=_deadline_transport())
+
+    def _request(self, method: str, url: str, payload: Any = None) -> _Answer:
+        """One request under one deadline of timeout_s, its answer read as a stream up to the size cap."""
+        _deadline.at = time.monotonic() + self.timeout_s
+        try:
+            with self._http.stream(method, url, json=payload) as r:
+                body = bytearray()
+                for chunk in r.iter_bytes():
+                    body += chunk
+                    if len(body) > self.max_response_bytes:
+                        raise RetrievalClientError(f"{url}: answer larger than {self.max_response_bytes} bytes "
+                                                   "(max_response_bytes); refused")
+                return _Answer(r.status_code, r.headers, bytes(body))
+        finally:
+            _deadline.at = None
 
     def _post(self, path: str, payload: dict[str, Any]) -> Any:
         import httpx
 
         url = self.base_url + path
-        last = ""
+        last, wait = "", None
         for attempt in range(self.retries + 1):
             if attempt:
                 delay = self.backoff_s * 2 ** (attempt - 1)
+                if wait is not None:  # the server said when to come back
+                    delay = max(delay, min(wait, self.max_retry_after_s))
                 log.warning("retrieval request failed (%s); retry %d/%d in %.1fs", last, attempt,
                             self.retries, delay)
                 time.sleep(delay)
+            wait = None
             try:
-                r = self._http.post(url, json=payload)
-            except httpx.TransportError as e:  # connection refused/reset, timeouts
+                r = self._request("POST", url, payload)
+            except httpx.TransportError as e:  # connection refused/reset, timeouts, the deadline
                 last = f"{type(e).__name__}: {e}"
                 continue
             if r.status_code == 429 or r.status_code >= 500:
                 last = f"HTTP {r.status_code}"
+                wait = retry_after_s(r.headers.get("retry-after"))
                 continue
             if r.status_code == 413:
                 raise _TooLarge(f"{url}: HTTP 413: {r.text[:500]}")
             if r.status_code >= 400:
                 raise RetrievalClientError(f"{url}: HTTP {r.status_code}: {r.text[:500]}")
             try:
-                return r.json()
+                return json.loads(r.body)
             except ValueError:
                 raise RetrievalClientError(f"{url}: answer is not JSON: {r.text[:200]!r}") from None
         raise RetrievalClientError(f"{url}: no answer after {self.retries + 1} attempts ({last})")
@@ -137,7 +243,7 @@ class RetrievalClient:
         next_note = 0.0
         while True:
             try:
-                self._http.get(self.base_url + "/health")
+                self._request("GET", self.base_url + "/health")
                 return
             except httpx.TransportError as e:
                 last = f"{type(e).__name__}: {e}"
@@ -155,9 +261,14 @@ class RetrievalClient:
             "--retriever-url at a running one")
 
     def health(self) -> dict[str, Any]:
-        r = self._http.get(self.base_url + "/health")
-        r.raise_for_status()
-        return r.json()
+        url = self.base_url + "/health"
+        r = self._request("GET", url)
+        if r.status_code != 200:
+            raise RetrievalClientError(f"{url}: HTTP {r.status_code}: {r.text[:200]}")
+        try:
+            return json.loads(r.body)
+        except ValueError:
+            raise RetrievalClientError(f"{url}: answer is not JSON: {r.text[:200]!r}") from None
 
     def close(self) -> None:
         self._http.close()

@@ -219,7 +219,11 @@ def _move_into_place(tmp: Path, out_dir: Path, overwrite: bool) -> None:
             return
         aside = out_dir.with_name(f".{out_dir.name}.replaced-{_HOST}-{os.getpid()}")
         os.rename(out_dir, aside)
-        os.rename(tmp, out_dir)
+        try:
+            os.rename(tmp, out_dir)
+        except OSError:
+            os.rename(aside, out_dir)  # put the old index back rather than leave none
+            raise
         shutil.rmtree(aside, ignore_errors=True)
         return
     try:
