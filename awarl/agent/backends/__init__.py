@@ -9,7 +9,7 @@ from typing import Any
 from awarl.agent.backends.base import Backend, Generation
 from awarl.agent.backends.hf import HFBackend
 from awarl.agent.backends.scripted import ScriptedBackend
-from awarl.agent.backends.vllm import VLLMBackend
+from awarl.agent.backends.vllm import VLLMBackend, engine_kwargs
 
 __all__ = ["Backend", "Generation", "make_backend"]
 
@@ -35,8 +35,9 @@ def make_backend(gen_cfg: Any, model_path_or_obj: Any, tokenizer: Any, *, kind: 
         return HFBackend(model_path_or_obj, tokenizer, **opts)
     if kind == "vllm":
         if isinstance(model_path_or_obj, str):
-            extra = {"max_model_len": gen_cfg.max_model_len} if gen_cfg.max_model_len else {}
-            return VLLMBackend.from_pretrained(model_path_or_obj, gen_cfg.dtype, gen_cfg.gpu_memory_utilization,
-                                               tensor_parallel_size=gen_cfg.tensor_parallel_size, **extra)
+            backend = VLLMBackend.from_pretrained(model_path_or_obj, **engine_kwargs(gen_cfg))
+            # The caller's tokenizer wins, as for `hf` (vLLM's own is loaded from the same folder).
+            backend.tokenizer = tokenizer if tokenizer is not None else backend.tokenizer
+            return backend
         return VLLMBackend(model_path_or_obj, tokenizer, generation_config=generation_config)
     raise ValueError(f"generation.backend: unknown backend {kind!r} (hf, vllm, scripted)")

