@@ -159,8 +159,7 @@ class RewardConfig(Section):
     soft_tau: float = Field(0.05, gt=0.0, description="expected_rate=soft: sigmoid temperature.")
     p_definition: Literal["share_of_k", "among_answered"] = Field(
         "share_of_k", description="p_i from the estimate file's counts: correct / K (SPEC) or correct / answered "
-        "(answered = correct + wrong + invalid; a question never answered keeps its share of K). Also the "
-        "group estimate of p_online. (R)")
+        "(answered = correct + wrong + invalid; a question never answered keeps its share of K). (R)")
     ema_start: Literal["zero", "bias_corrected"] = Field(
         "zero", description="Ē's start: zero = Ē_0 = 0, the penalty ramps in over ~1/(1−β) steps (SPEC); "
         "bias_corrected = m_t/(1−β^t), full size from the first step. (R)")
@@ -168,8 +167,9 @@ class RewardConfig(Section):
         None, gt=0.0, description="Cap on the refusal reward: r_ref <= r_correct − r_ref_margin, so abstaining "
         "never pays as much as a correct answer, even under sustained under-refusal (P = −1). None = only "
         "r_clip (SPEC). (R)")
-    p_online: Literal["off", "ema"] = Field("off", description="Re-estimate p_i from observed group correctness "
-                                            "during training (R, off by default).")
+    p_online: Literal["off", "ema"] = Field("off", description="Re-estimate p_i during training from the "
+                                            "query's group: correct / answered (the policy's own abstentions never "
+                                            "count as failures). (R, off by default)")
     p_online_beta: float = Field(0.9, ge=0.0, lt=1.0, description="p_online=ema: EMA factor per query.")
     r_clip: tuple[float, float] = Field((-1.0, 1.0), description="Clip range of r_ref. (R)")
     r_correct: float = Field(1.0, description="Outcome reward of a correct answer.")

@@ -43,7 +43,7 @@ OUTCOMES = (Outcome.CORRECT, Outcome.WRONG, Outcome.ABSTAIN, Outcome.INVALID)
 C, W, AB, INV = range(4)
 POPULATION_KEYS = ("refusal_rate", "rho_hat", "precision", "accuracy", "ra_f1")
 SMALL_ACCURACY_COST = 0.05  # "a small accuracy cost": the paper's is 0.552 -> 0.529 (0.023)
-PLATEAU_TOL = 0.02          # refusal moves less than this over the last fifth of the run
+PLATEAU_TOL = 0.02          # the refusal rate's mean over the last fifth moved less than this from the fifth before
 
 
 @dataclass
@@ -241,8 +241,7 @@ def simulate_run(pop: Population, sc: SimulateConfig, rc: RewardConfig, strategy
         w, b = w + dw, b + db
         if rc.p_online == "ema":
             for i, c, a in zip(idx, correct_g, answered_g, strict=True):
-                model.p_est[i] = A.online_p(float(model.p_est[i]), int(c), int(a), G, rc.p_online_beta,
-                                            rc.p_definition)
+                model.p_est[i] = A.online_p(float(model.p_est[i]), int(c), int(a), rc.p_online_beta)
             model.refresh(idx)
     return res
 
@@ -295,8 +294,9 @@ def run_all(cfg: AwarlConfig, progress: bool = True, population: Population | No
 
 
 def summary_rows(results: Sequence[RunResult], tail_fraction: float = 0.2) -> list[dict]:
-    """One row per run label: final population values, mean and std over seeds, and how far the refusal
-    rate still moved over the last `tail_fraction` of the run (mean over seeds)."""
+    """One row per run label: final population values, mean and std over seeds, and the refusal rate's late
+    behaviour (means over seeds): `late_drift`, how far its mean over the last `tail_fraction` of the run
+    moved from the window before it, and `late_sd`, its standard deviation within the last window."""
     by_label: dict[str, list[RunResult]] = {}
     for r in results:
         by_label.setdefault(r.label, []).append(r)
@@ -309,11 +309,14 @@ def summary_rows(results: Sequence[RunResult], tail_fraction: float = 0.2) -> li
             vals = np.array([r.final()[key] for r in runs])
             row[key], row[f"{key}_sd"] = float(vals.mean()), float(vals.std())
         row["gap_to_rho_hat"] = row["refusal_rate"] - row["rho_hat"]
-        drift = []
+        drift, sd = [], []
         for r in runs:
-            ref = r.history["refusal_rate"]
-            drift.append(abs(ref[-1] - ref[max(0, int(len(ref) * (1 - tail_fraction)) - 1)]))
-        row["late_drift"] = float(np.mean(drift))
+            ref = np.asarray(r.history["refusal_rate"])
+            w = max(1, int(len(ref) * tail_fraction))
+            last, before = ref[-w:], ref[-2 * w:-w] if len(ref) >= 2 * w else ref[:1]
+            drift.append(abs(float(last.mean()) - float(before.mean())))
+            sd.append(float(last.std()))
+        row["late_drift"], row["late_sd"] = float(np.mean(drift)), float(np.mean(sd))
         rows.append(row)
     return rows
 
@@ -343,11 +346,11 @@ def claims(rows: list[dict], dead: float) -> list[dict]:
         gs = sorted(on)
         rates = [on[g]["refusal_rate"] for g in gs]
         plateau = all(on[g]["late_drift"] <= PLATEAU_TOL for g in gs)
-        out.append(_claim(f"refusal plateaus by γ: higher γ, more refusal, each run settled (refusal moves < "
-                          f"{PLATEAU_TOL:g} over the last fifth)",
+        out.append(_claim(f"refusal plateaus by γ: higher γ, more refusal, each run settled (mean refusal of the "
+                          f"last fifth within {PLATEAU_TOL:g} of the fifth before)",
                           plateau and all(a < b for a, b in zip(rates, rates[1:], strict=False)),
-                          ", ".join(f"γ={g:g}: {on[g]['refusal_rate']:.3f} (late drift {on[g]['late_drift']:.3f})"
-                                    for g in gs)))
+                          ", ".join(f"γ={g:g}: {on[g]['refusal_rate']:.3f} (late drift {on[g]['late_drift']:.3f}, "
+                                    f"late sd {on[g]['late_sd']:.3f})" for g in gs)))
     if none and on:
         best = max(on.values(), key=lambda r: r["ra_f1"])
         cost = none["accuracy"] - best["accuracy"]

@@ -73,6 +73,7 @@ REPLAY_CASES = [
     {},
     {"expected_rate": "r_base_mean", "r_ref_margin": 0.1, "ema_start": "bias_corrected", "beta": 0.5},
     {"p_online": "ema", "p_online_beta": 0.5, "p_definition": "among_answered", "expected_rate": "soft"},
+    {"p_online": "ema", "p_online_beta": 0.8},
     {"r_wrong": -0.5, "r_correct": 1.5, "beta": 0.0},
     {"strategy": "bapo"},
     {"strategy": "static", "static_value": 0.3},

@@ -85,7 +85,7 @@ def test_p_online_ema_moves_estimate_for_next_step():
     first = reward(**batch(outcome=["correct", "correct", "correct", "abstain"]))
     assert first[3] == pytest.approx(R_EASY)  # this step still uses the pre-RL p
     assert reward.p_online["h"] == pytest.approx(0.5 * 0.04 + 0.5 * 1.0)
-    assert reward.p_online["e"] == pytest.approx(0.5 * 0.81 + 0.5 * 0.5)
+    assert reward.p_online["e"] == pytest.approx(0.5 * 0.81 + 0.5 * 1.0)  # 1 correct of the 1 answered
 
 
 PASSAGES = [{"number": 1, "id": "w1", "title": "Paris", "text": "Paris is the capital of France."},
@@ -254,8 +254,9 @@ def test_baselines_log_no_penalty_or_smoothed_excess(strategy):
     assert reward.e_bar == 0.0 and reward.updates == 2
 
 
-def test_p_online_among_answered_ignores_abstentions():
-    reward = AwaRLReward(RewardConfig(p_online="ema", p_online_beta=0.5, p_definition="among_answered"))
+@pytest.mark.parametrize("definition", ["share_of_k", "among_answered"])
+def test_p_online_ignores_the_policys_own_abstentions(definition):
+    reward = AwaRLReward(RewardConfig(p_online="ema", p_online_beta=0.5, p_definition=definition))
     reward(**batch(outcome=["abstain", "abstain", "correct", "abstain"]))
     assert reward.p_online["h"] == pytest.approx(0.04)  # group h answered nothing: unchanged
     assert reward.p_online["e"] == pytest.approx(0.5 * 0.81 + 0.5 * 1.0)  # 1 correct of 1 answered

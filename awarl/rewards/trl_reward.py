@@ -271,8 +271,7 @@ class AwaRLReward:
             for q, (c, answered, t, p_sum) in groups.items():
                 if t:
                     prev = self.p_online.get(q, p_sum / t)
-                    self.p_online[q] = A.online_p(prev, c, answered, t, self.cfg.p_online_beta,
-                                                  self.cfg.p_definition)
+                    self.p_online[q] = A.online_p(prev, c, answered, self.cfg.p_online_beta)
         self.judge_failures_total += int(failures)
         self.unknown_p_total += int(unknown)
 
