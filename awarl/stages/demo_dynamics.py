@@ -27,7 +27,7 @@ SERIES = ("rho", "rho_hat", "E", "E_bar", "penalty", "r_ref_mean", "share_correc
 SIM_SERIES = {"rho": "batch_rho", "rho_hat": "batch_rho_hat", "E_bar": "E_bar", "penalty": "penalty"}
 # The simulator's own speed (simulate.learning_rate) is set for its 1000-step runs; the demo's tiny model moves
 # at its own pace, so the prediction uses the rate of this grid whose refusal curve is closest to the trainer's.
-LR_GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+LR_GRID = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 SOURCE = ("trainer.state.log_history: the awarl/* metrics AwaRLReward logged through TRL's log_metric, one "
           "entry per GRPO step")
 
@@ -134,6 +134,9 @@ def plot_dynamics(dyn: dict[str, list], sim: dict[str, Any], path: str | os.Path
             ax.text(0.5, 0.5, "not logged by this strategy", ha="center", transform=ax.transAxes)
         ax.set_title(title)
         ax.grid(alpha=0.3)
+        ax.ticklabel_format(axis="y", useOffset=False)
+    for ax in axes[0]:
+        ax.set_ylim(-0.02, 1.02)  # rates: a constant ρ̂ must read as a constant, not as offset noise
     for ax in axes[1]:
         ax.set_xlabel("GRPO step")
     axes[0, 0].legend(fontsize=8)
@@ -183,8 +186,11 @@ def dynamics_words(dyn: dict[str, list], sim: dict[str, Any], rc: RewardConfig, 
                      + f": {'the same' if same else 'a different'} direction. Its learning rate "
                      f"({sim['assumed']['learning_rate']:g}"
                      + (", the one of the grid closest to the observed ρ_t: the only number fitted" if
-                        sim.get("learning_rate_fitted") else "") + ") stands for this model's speed, which the "
-                     "simulator does not know; ρ̂_t needs no fit (a function of the batch's p_i).")
+                        sim.get("learning_rate_fitted") else "")
+                     + ("; the grid's lowest, so the policy's refusal barely moved at all" if
+                        sim.get("learning_rate_fitted") and sim["assumed"]["learning_rate"] == LR_GRID[0] else "")
+                     + ") stands for this model's speed, which the simulator does not know; ρ̂_t needs no fit "
+                     "(a function of the batch's p_i).")
     if replay is not None:
         parts.append(f"Recomputing Ē_t and P_t from the logged E_t with awarl.rewards.abstention reproduces the "
                      f"logged values to within {replay:.1e}: the trainer applied the formulas of docs/method.md.")
