@@ -15,6 +15,7 @@ import json
 import os
 from pathlib import Path
 from typing import Any, Literal, get_args
+from urllib.parse import urlparse
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -188,23 +189,62 @@ class RewardConfig(Section):
 
 
 class CriticConfig(Section):
-    judge: Literal["none", "lexical", "openai"] = Field("lexical", description="Citation judge: none (no "
-                                                        "citation reward), deterministic lexical, or an "
-                                                        "OpenAI-compatible endpoint.")
-    base_url: str = Field("http://127.0.0.1:8001/v1", description="openai: endpoint base URL.")
-    model: str = Field("Qwen/Qwen2.5-7B-Instruct", description="openai: judge model name.")
-    api_key_env: str = Field("OPENAI_API_KEY", description="openai: environment variable holding the key.")
+    """The citation judge (SPEC section 5, docs/agent.md) and the OpenAI-compatible endpoint it and the answer
+    grader (`metrics.correctness: judge`) call."""
+
+    judge: Literal["none", "lexical", "gold", "openai"] = Field(
+        "gold", description="Citation judge: gold (the dataset's supporting evidence; deterministic, offline; "
+        "questions without evidence go to gold_fallback), lexical (deterministic heuristic), openai (an "
+        "OpenAI-compatible endpoint, e.g. scripts/serve_judge.sh; the GPU recipes' judge), or none (no "
+        "citation reward).")
+    gold_fallback: Literal["lexical", "none"] = Field(
+        "lexical", description="gold: judge of the questions whose data marks no evidence (e.g. NQ): lexical "
+        "(counted as fallbacks), or none (not judged: no citation reward, counted as skipped).")
+    base_url: str = Field("http://127.0.0.1:8001/v1", description="openai: endpoint base URL (…/v1).")
+    model: str = Field("Qwen/Qwen2.5-7B-Instruct", description="openai: judge model name, as the endpoint "
+                       "serves it (`vllm serve MODEL`: the same string).")
+    api_key_env: str = Field("OPENAI_API_KEY", description="openai: environment variable holding the key "
+                             "(unset: no Authorization header, fine for a local vLLM server).")
+    response_format: Literal["json_schema", "json_object", "none"] = Field(
+        "json_schema", description="openai: how the reply is constrained: json_schema (structured outputs, "
+        "e.g. vLLM's guided decoding; the schema is sent), json_object (JSON mode), none (plain prompting "
+        "with the schema in the prompt only, for providers that have neither).")
     concurrency: int = Field(8, ge=1, description="openai: requests in flight.")
-    timeout_s: float = Field(60.0, gt=0, description="openai: timeout per request.")
+    timeout_s: float = Field(60.0, gt=0, description="openai: one deadline per request (connect, send and the "
+                             "whole answer), not a limit per socket read.")
     retries: int = Field(3, ge=0, description="openai: retries with exponential backoff.")
-    cache_dir: str | None = Field(None, description="On-disk verdict cache (default: <run>/critic_cache).")
-    support_threshold: float = Field(0.5, ge=0, le=1, description="lexical: token recall of a claim in a "
-                                     "passage to count as grounded.")
     backoff_s: float = Field(0.5, ge=0, description="openai: first retry delay; doubles on each retry.")
+    max_retry_after_s: float = Field(60.0, ge=0, description="openai: longest wait a `Retry-After` header "
+                                     "(429/503) is honoured for.")
+    breaker_failures: int = Field(5, ge=0, description="openai: failed attempts in a row (transport errors, "
+                                  "timeouts, 5xx) after which the endpoint is not called for breaker_cooldown_s "
+                                  "(those items fail at once, counted); 0 disables the circuit breaker.")
+    breaker_cooldown_s: float = Field(30.0, gt=0, description="openai: how long an open circuit breaker refuses "
+                                      "calls before one probe is let through.")
+    check_endpoint: bool = Field(True, description="openai (and the answer grader): check that the endpoint "
+                                 "answers and serves `model` before any model loads (eval, train); not in a "
+                                 "dry run.")
+    cache_dir: str | None = Field(None, description="On-disk verdict cache (default: <run>/critic_cache).")
     max_tokens: int = Field(1024, ge=16, description="openai: completion token budget of one verdict.")
-    max_response_bytes: int = Field(1_000_000, ge=1024, description="openai: larger responses are rejected.")
+    max_response_bytes: int = Field(1_000_000, ge=1024, description="openai: an answer larger than this is "
+                                    "refused while it is read (it is never held whole).")
+    support_threshold: float = Field(0.5, ge=0, le=1, description="lexical: token recall of a long-answer claim "
+                                     "in a passage to count as grounded.")
+    short_support_threshold: float = Field(1.0, ge=0, le=1, description="lexical: token recall of a short "
+                                           "answer in a passage to count as its answer passage (1: every "
+                                           "content word of the name or date).")
+    bridge_overlap: float = Field(0.3, ge=0, le=1, description="lexical: share of the question's content words "
+                                  "a cited passage that also contains the answer must hold to support it too.")
     short_answer_words: int = Field(5, ge=1, description="lexical: an answer of at most this many words is "
                                     "one claim (not split on `and`/commas, e.g. `Simon and Garfunkel`).")
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        u = urlparse(v)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8001/v1, got {v!r}")
+        return v
 
 
 # ---------------------------------------------------------------------------------------- simulate
