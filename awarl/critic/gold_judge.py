@@ -53,7 +53,7 @@ def evidence_from(value: Any, where: str = "gold_evidence") -> GoldEvidence | No
     if isinstance(value, dict):
         try:
             value = GoldEvidence.from_dict(value)
-        except (KeyError, TypeError) as e:
+        except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"{where}: not a gold evidence object ({type(e).__name__}: {e})") from None
     if not isinstance(value, GoldEvidence):
         raise ValueError(f"{where}: expected an object, got {type(value).__name__}")

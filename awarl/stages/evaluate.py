@@ -9,7 +9,10 @@ live in awarl.stages.eval_manifest, the predictions file in awarl.stages.predict
 The citation critic (`critic.judge`, SPEC section 5) verifies every answered, valid trajectory against all
 the passages it retrieved, in original text, through the same `judge_citations` as the training reward; its
 verdict summary is stored on the prediction line and the report averages it per dataset and macro
-(awarl.stages.score.critic_summary).
+(awarl.stages.score.critic_summary). Each line also carries the question's gold evidence (titles and
+passage ids), from which the report computes citation precision/recall and the evidence-retrieved share
+whatever the judge. An OpenAI-compatible judge or grader is checked before any model loads; on a rerun,
+lines whose answer grade failed are graded again (`regrade_failed`).
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from typing import Any
 
 from awarl.agent.rollout import RolloutEngine
 from awarl.config import AwarlConfig, save_resolved
-from awarl.critic import make_judge
+from awarl.critic import check_endpoints, make_judge
 from awarl.critic.correctness import close_grader, grade_trajectories, make_answer_grader
+from awarl.data.evidence import gold_evidence
 from awarl.data.questions import load_eval_set
 from awarl.data.types import QAExample, example_key
 from awarl.io import append_jsonl, atomic_write_json, pending_batches
@@ -39,7 +43,7 @@ from awarl.stages.eval_manifest import (
     model_identity,
     retriever_identity,
 )
-from awarl.stages.predictions import PREDICTIONS, critic_label, read_done, trajectory_record
+from awarl.stages.predictions import PREDICTIONS, critic_label, read_done, regrade_failed, trajectory_record
 from awarl.stages.score import score_predictions
 
 log = logging.getLogger(__name__)
@@ -90,7 +94,7 @@ def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfi
         rows = [trajectory_record(ex, t, cfg, engine.abstention_phrases, g)
                 for ex, t, g in zip(batch, trajs, grades, strict=True)]
         verdicts = judge_citations(judge, [CitationItem(ex.question, t.parsed.answer, t.parsed.citations,
-                                                        t.passages, r["outcome"])
+                                                        t.passages, r["outcome"], gold_evidence(ex))
                                            for ex, t, r in zip(batch, trajs, rows, strict=True)],
                                    cfg.reward.inferred_weight)
         for r, v in zip(rows, verdicts, strict=True):
@@ -117,29 +121,34 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_resolved(cfg, out)
-    model = model if model is not None else cfg.train.model
-    model_ref = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "model")
-    if tokenizer is None:
-        tokenizer = load_tokenizer(model_ref, "--model / train.model")
-    retriever = retriever if retriever is not None else load_retriever(cfg.retrieval)
     eval_set = load_eval_set(cfg, datasets, limit)
     if not eval_set.examples:
         raise ValueError("no evaluation questions: check eval.datasets / data.eval")
-    engine = RolloutEngine.from_config(cfg, tokenizer, retriever, model=model)
-    manifest = build_manifest(cfg, eval_set, model_identity(model_ref, getattr(engine.backend, "model", None)),
-                              retriever_identity(retriever), {"status": "running"})
-    check_resumable(out, manifest)
-    atomic_write_json(out / MANIFEST, manifest)
     judge = make_judge(cfg.critic, cfg.critic.cache_dir or out / "critic_cache")
     grader = make_answer_grader(cfg, out / "critic_cache")
-    t0 = time.time()
     pred_path = out / PREDICTIONS
     try:
+        check_endpoints(cfg.critic, judge, grader)  # a dead judge endpoint fails here, before any model loads
+        model = model if model is not None else cfg.train.model
+        model_ref = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path",
+                                                                 "model")
+        if tokenizer is None:
+            tokenizer = load_tokenizer(model_ref, "--model / train.model")
+        retriever = retriever if retriever is not None else load_retriever(cfg.retrieval)
+        engine = RolloutEngine.from_config(cfg, tokenizer, retriever, model=model)
+        manifest = build_manifest(cfg, eval_set, model_identity(model_ref, getattr(engine.backend, "model", None)),
+                                  retriever_identity(retriever), {"status": "running"})
+        check_resumable(out, manifest)
+        atomic_write_json(out / MANIFEST, manifest)
+        regrade_failed(pred_path, grader, cfg, engine.abstention_phrases)
+        t0 = time.time()
         n_new = generate_predictions(engine, eval_set.examples, cfg, pred_path,
                                      batch_size=cfg.generation.batch_size, temperature=cfg.eval.temperature,
                                      top_p=cfg.generation.top_p, seed=cfg.run.seed, judge=judge, grader=grader,
                                      on_batch=on_batch)
     finally:
+        if hasattr(judge, "usage"):
+            log.info("citation judge: %s", judge.usage())
         if hasattr(judge, "close"):
             judge.close()
         close_grader(grader, flagged_in=str(pred_path))
