@@ -14,7 +14,7 @@ EPILOG = """examples:
   awarl eval --model runs/demo/policy --limit 20 --out runs/eval/demo
 A rerun of the same command resumes: finished questions are skipped (a rerun with another model, template,
 agent limits, sampling, seed, data or index is refused: use another --out). Every answered, valid trajectory
-is checked by the citation critic (critic.judge: lexical by default, openai, or none to skip)."""
+is checked by the citation critic (critic.judge: gold by default, lexical, openai, or none to skip)."""
 
 
 def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
