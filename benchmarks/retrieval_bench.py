@@ -7,7 +7,13 @@ baseline with the same tokenization and k1/b.
 
     .venv/bin/python benchmarks/retrieval_bench.py --out docs/benchmarks.md
 
-prints a table and writes (or replaces) the "Retrieval" section of the --out file.
+prints a table and writes (or replaces) the "Retrieval" section of the --out file. With `--scale N[,N...]`
+it measures instead the costs of BM25 over N synthetic wiki-18-like passages (benchmarks/retrieval_scale.py:
+build time, peak RSS, disk, RAM after loading, latency, server throughput) and their extrapolation to
+wiki-18's 21M passages, into a JSON file (`--out FILE.json`) and optionally the "Retrieval at scale"
+section of a markdown file (`--md docs/benchmarks.md`):
+
+    .venv/bin/python benchmarks/retrieval_bench.py --scale 100000,1000000 --out /tmp/scale.json --md docs/benchmarks.md
 """
 
 from __future__ import annotations
@@ -104,10 +110,34 @@ def write_section(out: Path, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=None, help="markdown file to write the section into")
+    ap.add_argument("--out", type=Path, default=None, help="markdown file to write the section into (with "
+                    "--scale: the JSON file of the figures)")
     ap.add_argument("--single", type=int, default=100, help="queries timed one by one (default 100)")
     ap.add_argument("--no-dense", action="store_true", help="skip the dense system (slow on CPU)")
+    ap.add_argument("--scale", default=None, help="comma-separated passage counts, e.g. 100000,1000000: "
+                    "measure BM25 at scale on synthetic corpora instead")
+    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "awarl-bench",
+                    help="--scale: folder for the synthetic corpora and indexes (large; default /tmp/awarl-bench)")
+    ap.add_argument("--md", type=Path, default=None, help="--scale: markdown file to write its section into")
+    ap.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE",
+                    help="--scale: extra build_index setting (e.g. memory_mb=512); repeatable")
+    ap.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                    help="--scale: extra `awarl serve retriever` argument (e.g. --workers=2); repeatable")
+    ap.add_argument("--no-serve", action="store_true", help="--scale: skip the server throughput")
+    ap.add_argument("--workers", type=int, default=None, help="--scale: in-process search threads (load_index "
+                    "workers=; default: the library's default)")
+    ap.add_argument("--dense", default=None, metavar="N[,N...]", help="measure IVF-PQ against flat instead: on "
+                    "the shipped closed corpus (0) and on N synthetic 768-d vectors, into --out (JSON)")
+    ap.add_argument("--label", default="", help="--scale: label of this run in the JSON (e.g. before/after)")
     args = ap.parse_args(argv)
+    if args.scale:
+        from retrieval_scale import run_scale
+
+        return run_scale(args)
+    if args.dense:
+        from retrieval_scale import run_dense
+
+        return run_dense(args)
 
     examples = load_examples(HOTPOT).examples
     rows = build_corpus(examples)
