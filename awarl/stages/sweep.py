@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from awarl.config import (
     ConfigError,
+    ConfigModel,
     apply_overrides,
     config_from_dict,
     format_validation_error,
@@ -47,8 +48,7 @@ log = logging.getLogger(__name__)
 FINAL_RESULTS = Path("eval") / "final" / "results.json"
 
 
-class SweepSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class SweepSpec(ConfigModel):
 
     base: str = Field(..., description="Run config (YAML) that every grid point starts from; relative to the "
                       "sweep file.")
@@ -67,8 +67,7 @@ class SweepSpec(BaseModel):
                                  "depend on the reward settings).")
 
 
-class SweepFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class SweepFile(ConfigModel):
     sweep: SweepSpec
 
 
