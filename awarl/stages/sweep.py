@@ -41,6 +41,7 @@ from awarl.config import (
 from awarl.io import atomic_write_json, atomic_write_text
 from awarl.stages.compare import compare_runs, write_comparison
 from awarl.stages.predictions import PREDICTIONS
+from awarl.training.checkpoints import newest_complete
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ def run_commands(spec: SweepSpec, runs: list[dict], dry_run: bool = False) -> li
         cmds.append(("estimate", [sys.executable, "-m", "awarl.cli", "estimate", "--config", runs[0]["config"],
                                   f"estimate.out={Path(spec.out_dir) / 'p_estimates.jsonl'}"]))
     for r in runs:
-        resume = ["--resume"] if any(Path(r["out_dir"]).glob("checkpoint-*")) else []
+        resume = ["--resume"] if newest_complete(r["out_dir"]) else []
         # A dry run checks the config, which needs no launcher (nor the GPUs it would ask for).
         cmds.append((r["name"], _command(spec, "train", "--config", r["config"], *resume, *extra,
                                          direct=dry_run)))
