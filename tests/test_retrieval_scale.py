@@ -81,9 +81,14 @@ def test_build_memory_budget_is_validated(tmp_path: Path, capsys: pytest.Capture
     assert not (tmp_path / "x").exists()
 
 
-def test_scorer_returns_bm25s_scores_and_order(sample_index: Path, reference: Path) -> None:
+@pytest.mark.parametrize("dense_share", [0, 8, 10**9])  # candidates only / hybrid / whole accumulator
+def test_scorer_returns_bm25s_scores_and_order(dense_share: int, sample_index: Path, reference: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     import bm25s
 
+    from awarl.retrieval import bm25 as bm25_module
+
+    monkeypatch.setattr(bm25_module, "DENSE_SHARE", dense_share)
     ours = load_index(sample_index)
     theirs = bm25s.BM25.load(str(reference), load_vocab=True)
     rows = [json.loads(line)["contents"] for line in WIKI18_SAMPLE.read_text(encoding="utf-8").splitlines()]
@@ -95,7 +100,12 @@ def test_scorer_returns_bm25s_scores_and_order(sample_index: Path, reference: Pa
             assert ours.score(ids, k) == expected, q  # same passages, bitwise-equal float32 scores
 
 
-def test_accumulator_is_clean_between_queries(sample_index: Path) -> None:
+@pytest.mark.parametrize("dense_share", [0, 10**9])
+def test_accumulator_is_clean_between_queries(dense_share: int, sample_index: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from awarl.retrieval import bm25 as bm25_module
+
+    monkeypatch.setattr(bm25_module, "DENSE_SHARE", dense_share)
     r = load_index(sample_index)
     qs = hotpot_questions()[:20]
     first = r.search(qs, 5)
