@@ -146,11 +146,26 @@ class BM25Retriever:
     def _score_dense(self, bounds: list[int], ends: list[int], k: int, acc: np.ndarray) -> list[tuple[int, float]]:
         """For queries whose postings cover much of the corpus, scattering into the whole accumulator and
         selecting over it costs less than tracking candidates."""
+        lists = []
         for start, end in zip(bounds, ends, strict=True):
             if start != end:
-                np.add.at(acc, self.indices[start:end], self.data[start:end])
+                docs = self.indices[start:end]
+                np.add.at(acc, docs, self.data[start:end])
+                lists.append(docs)
         try:
-            return top_k(acc, k)
+            # the k-th best score among any k passages bounds the overall k-th best from below: take it from
+            # the shortest posting lists, then one comparison pass over N instead of a partition of N
+            lists.sort(key=len)
+            sub = lists[0]  # a posting list holds distinct passages
+            for docs in lists[1:]:
+                if len(sub) >= k:
+                    break
+                sub = np.union1d(sub, docs)
+            if len(sub) < k:
+                cand = np.flatnonzero(acc > 0)
+            else:
+                cand = np.flatnonzero(acc >= np.partition(acc[sub], len(sub) - k)[len(sub) - k])
+            return top_k_of(cand, acc[cand], k)
         finally:
             acc.fill(0)
 
