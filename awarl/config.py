@@ -292,6 +292,24 @@ class EvalConfig(Section):
     limit: int | None = Field(None, ge=1, description="Questions per dataset (seeded subsample).")
     temperature: float = Field(0.0, ge=0.0, description="Evaluation sampling temperature (0 = greedy).")
     every_steps: int = Field(0, ge=0, description="train: evaluate every N steps (0 = only at the end).")
+    agent: Literal["single_pass", "critic_loop"] = Field("single_pass", description="The agent evaluated: one "
+                                                         "search trajectory per question (single_pass), or the "
+                                                         "critic-loop research agent over it (critic_loop, "
+                                                         "`research:`; docs/research.md).")
+
+
+class ResearchConfig(Section):
+    """The critic-loop research agent (`awarl research`, `awarl eval --agent critic_loop`; docs/research.md):
+    planner, executor (the search agent), critic on the original sources, re-query, report with gaps."""
+
+    approve_threshold: float = Field(0.8, ge=0.0, le=1.0, description="A sub-question's answer (and the final "
+                                     "synthesis) is approved when at least this share of its claims is grounded "
+                                     "in the retrieved passages (the critic-loop article's example threshold).")
+    max_iterations: int = Field(3, ge=1, description="Hard limit of attempts per sub-question (1 initial + "
+                                "re-queries); what is still unsupported then becomes a coverage gap.")
+    planner: Literal["decomposition"] = Field("decomposition", description="decomposition: the dataset's own "
+                                              "question_decomposition (MuSiQue) where present, else the question "
+                                              "itself; the final answer of a chain is its last hop's answer.")
 
 
 # ------------------------------------------------------------------------------------------- train
@@ -357,6 +375,7 @@ class AwarlConfig(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     demo: DemoConfig = Field(default_factory=DemoConfig)
+    research: ResearchConfig = Field(default_factory=ResearchConfig)
     simulate: SimulateConfig = Field(default_factory=SimulateConfig)
 
     @model_validator(mode="after")
