@@ -113,7 +113,7 @@ def write_section(out: Path, text: str) -> None:
     out.write_text(body)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=None, help="markdown file to write the section into (with "
                     "--scale: the JSON file of the figures)")
@@ -134,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dense", default=None, metavar="N[,N...]", help="measure IVF-PQ against flat instead: on "
                     "the shipped closed corpus (0) and on N synthetic 768-d vectors, into --out (JSON)")
     ap.add_argument("--label", default="", help="--scale: label of this run in the JSON (e.g. before/after)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.scale:
         from retrieval_scale import run_scale
 
