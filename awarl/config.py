@@ -27,10 +27,47 @@ class ConfigError(ValueError):
     """A config file or override is wrong; the message names the file and key path."""
 
 
-class Section(BaseModel):
-    # Unknown keys are errors (a typo must never silently fall back to a default); assignments are
-    # re-validated so programmatic overrides get the same checks as YAML.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+def admits_bool(annotation: Any) -> bool:
+    """Whether a field's type lets a YAML boolean through (bool itself, Any, or a union/container of them)."""
+    if annotation is bool or annotation is Any:
+        return True
+    return any(admits_bool(a) for a in get_args(annotation) if a is not Ellipsis)
+
+
+def _holds_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_holds_bool(v) for v in value)
+    return False
+
+
+class ConfigModel(BaseModel):
+    """The base of every user-written config model (run configs, sweep files): unknown keys are errors (a typo
+    must never silently fall back to a default), numbers are finite (`.nan` for a reward would silently stop
+    all learning), and a boolean is never read as a number (YAML `true` for `train.max_steps` is not 1).
+    Assignments are re-validated so programmatic overrides get the same checks as YAML."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_as_number(cls, value: Any, info: Any) -> Any:
+        field = cls.model_fields.get(info.field_name) if info.field_name else None
+        if field is not None and section_model(field.annotation) is None and _holds_bool(value) \
+                and not admits_bool(field.annotation):
+            raise ValueError(f"expected {_type_words(field.annotation)}, got a boolean ({value!r})")
+        return value
+
+
+def _type_words(annotation: Any) -> str:
+    words = {"int": "an integer", "float": "a number", "str": "a string"}
+    args = [a for a in get_args(annotation) if a is not type(None)] or [annotation]
+    return " or ".join(words.get(getattr(a, "__name__", ""), "numbers") for a in args)
+
+
+class Section(ConfigModel):
+    """One section of the run config."""
 
 
 # --------------------------------------------------------------------------------------------- run
@@ -295,6 +332,24 @@ class EvalConfig(Section):
     limit: int | None = Field(None, ge=1, description="Questions per dataset (seeded subsample).")
     temperature: float = Field(0.0, ge=0.0, description="Evaluation sampling temperature (0 = greedy).")
     every_steps: int = Field(0, ge=0, description="train: evaluate every N steps (0 = only at the end).")
+    agent: Literal["single_pass", "critic_loop"] = Field("single_pass", description="The agent evaluated: one "
+                                                         "search trajectory per question (single_pass), or the "
+                                                         "critic-loop research agent over it (critic_loop, "
+                                                         "`research:`; docs/research.md).")
+
+
+class ResearchConfig(Section):
+    """The critic-loop research agent (`awarl research`, `awarl eval --agent critic_loop`; docs/research.md):
+    planner, executor (the search agent), critic on the original sources, re-query, report with gaps."""
+
+    approve_threshold: float = Field(0.8, ge=0.0, le=1.0, description="A sub-question's answer (and the final "
+                                     "synthesis) is approved when at least this share of its claims is grounded "
+                                     "in the retrieved passages (the critic-loop article's example threshold).")
+    max_iterations: int = Field(3, ge=1, description="Hard limit of attempts per sub-question (1 initial + "
+                                "re-queries); what is still unsupported then becomes a coverage gap.")
+    planner: Literal["decomposition"] = Field("decomposition", description="decomposition: the dataset's own "
+                                              "question_decomposition (MuSiQue) where present, else the question "
+                                              "itself; the final answer of a chain is its last hop's answer.")
 
 
 # ------------------------------------------------------------------------------------------- train
@@ -360,6 +415,7 @@ class AwarlConfig(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     demo: DemoConfig = Field(default_factory=DemoConfig)
+    research: ResearchConfig = Field(default_factory=ResearchConfig)
     simulate: SimulateConfig = Field(default_factory=SimulateConfig)
 
     @model_validator(mode="after")
@@ -471,6 +527,8 @@ def format_validation_error(e: ValidationError, source: str, model: type[BaseMod
         if err["type"] == "extra_forbidden":
             allowed = _allowed_keys(model, loc)
             lines.append(f"  {key}: unknown key; allowed keys here: {', '.join(allowed)}")
+        elif not loc:  # a rule over several keys: its message names them; the input is the whole config
+            lines.append(f"  {err['msg'].removeprefix('Value error, ')}")
         else:
             got = repr(err.get("input"))
             lines.append(f"  {key}: {err['msg']} (got {got if len(got) <= 120 else got[:117] + '...'})")

@@ -34,6 +34,7 @@ from awarl.io import append_jsonl, atomic_write_json, pending_batches
 from awarl.metrics import Outcome
 from awarl.models.loading import load_tokenizer
 from awarl.report import write_report
+from awarl.research.records import critic_loop_rows, research_summary
 from awarl.retrieval import load_retriever
 from awarl.rewards.citation import CitationItem, judge_citations
 from awarl.stages.eval_manifest import (
@@ -65,13 +66,31 @@ class LiveStats:
         return {"acc": f"{self.correct / n:.3f}", "abstain": f"{self.abstain / n:.3f}"}
 
 
+def single_pass_rows(engine: Any, judge: Any, grader: Any, batch: list[QAExample], cfg: AwarlConfig, *,
+                     temperature: float, top_p: float, seed: int) -> list[dict[str, Any]]:
+    """One trajectory per question; its line with the grader's verdict and the citation critic's summary."""
+    trajs = engine.run([ex.question for ex in batch], temperature=temperature, top_p=top_p, seed=seed)
+    grades = grade_trajectories(grader, [ex.question for ex in batch], trajs, [ex.answers for ex in batch],
+                                engine.abstention_phrases)
+    rows = [trajectory_record(ex, t, cfg, engine.abstention_phrases, g)
+            for ex, t, g in zip(batch, trajs, grades, strict=True)]
+    verdicts = judge_citations(judge, [CitationItem(ex.question, t.parsed.answer, t.parsed.citations,
+                                                    t.passages, r["outcome"], gold_evidence(ex))
+                                       for ex, t, r in zip(batch, trajs, rows, strict=True)],
+                               cfg.reward.inferred_weight)
+    for r, v in zip(rows, verdicts, strict=True):
+        r["critic"] = None if v is None else v.summary(critic_label(cfg))
+    return rows
+
+
 def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfig, out_path: Path, *,
                          batch_size: int, temperature: float, seed: int, top_p: float = 1.0,
                          judge: Any = None, grader: Any = None,
                          on_batch: Callable[[int], None] | None = None) -> int:
-    """Run the engine over the examples not yet in `out_path`, appending one line per question after
-    each batch (with the critic's verdict summary when `judge` is given, and the answer grader's verdict
-    under `metrics.correctness: judge`). Returns how many questions were generated now."""
+    """Run the agent (`eval.agent`: one trajectory per question, or the critic loop) over the examples not yet
+    in `out_path`, appending one line per question after each batch (with the critic's verdict summary when
+    `judge` is given, and the answer grader's verdict under `metrics.correctness: judge`). Returns how many
+    questions were generated now."""
     from tqdm.auto import tqdm
 
     done = read_done(out_path)
@@ -87,18 +106,12 @@ def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfi
     bar.set_postfix(stats.postfix())
     # Seeded by position in the whole list: a rerun after a kill draws what an uninterrupted run would.
     for start, batch in pending_batches(unique, batch_size, lambda ex: example_key(ex.dataset, ex.id) in done):
-        trajs = engine.run([ex.question for ex in batch], temperature=temperature, top_p=top_p,
-                           seed=seed + start)
-        grades = grade_trajectories(grader, [ex.question for ex in batch], trajs, [ex.answers for ex in batch],
-                                    engine.abstention_phrases)
-        rows = [trajectory_record(ex, t, cfg, engine.abstention_phrases, g)
-                for ex, t, g in zip(batch, trajs, grades, strict=True)]
-        verdicts = judge_citations(judge, [CitationItem(ex.question, t.parsed.answer, t.parsed.citations,
-                                                        t.passages, r["outcome"], gold_evidence(ex))
-                                           for ex, t, r in zip(batch, trajs, rows, strict=True)],
-                                   cfg.reward.inferred_weight)
-        for r, v in zip(rows, verdicts, strict=True):
-            r["critic"] = None if v is None else v.summary(critic_label(cfg))
+        if cfg.eval.agent == "critic_loop":
+            rows = critic_loop_rows(engine, judge, grader, batch, cfg, temperature=temperature, top_p=top_p,
+                                    seed=seed + start, label=critic_label(cfg))
+        else:
+            rows = single_pass_rows(engine, judge, grader, batch, cfg, temperature=temperature, top_p=top_p,
+                                    seed=seed + start)
         append_jsonl(out_path, rows)
         for r in rows:
             stats.add(r["outcome"])
@@ -155,6 +168,8 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
     wanted = {example_key(ex.dataset, ex.id) for ex in eval_set.examples}
     rows = [r for k, r in read_done(pred_path).items() if k in wanted]
     results = score_predictions(rows, cfg.metrics, engine.abstention_phrases, seed=cfg.run.seed)
+    if (research := research_summary(rows)) is not None:
+        results["research"] = research
     write_report(results, out)
     manifest.update(status="complete", generated_now=n_new, seconds=round(time.time() - t0, 1))
     atomic_write_json(out / MANIFEST, manifest)

@@ -33,13 +33,13 @@ from awarl.retrieval import load_retriever
 from awarl.rewards.trl_reward import AwaRLReward, load_reward_state
 from awarl.stages.evaluate import run_eval
 from awarl.stages.resources import ensure_default_retrieval
+from awarl.training.checkpoints import resolve_resume, reward_state_needed
 from awarl.training.rollout_adapter import RolloutAdapter
 from awarl.training.trainer import (
     build_trainer,
     check_report_to,
     effective_settings,
     grpo_config,
-    latest_checkpoint,
     on_cpu,
 )
 
@@ -208,20 +208,6 @@ def print_plan(plan: dict) -> None:
             print(f"  {k}: {v}")
 
 
-def _resolve_resume(cfg: AwarlConfig, resume: str | None) -> Path | None:
-    if resume is None:
-        return None
-    if resume in ("latest", "true", "True"):
-        ckpt = latest_checkpoint(cfg.run.out_dir)
-        if ckpt is None:
-            raise FileNotFoundError(f"--resume: no checkpoint-N folder in {cfg.run.out_dir}")
-        return ckpt
-    ckpt = Path(resume)
-    if not (ckpt / "trainer_state.json").is_file():
-        raise FileNotFoundError(f"--resume {resume}: not a checkpoint folder (no trainer_state.json)")
-    return ckpt
-
-
 def evaluate_policy(cfg: AwarlConfig, model: Any, tokenizer: Any, retriever: Any, out_dir: str | Path,
                     *, limit: int | None = None) -> dict:
     """Greedy (eval.temperature) run of the live policy on the held-out questions (data.eval files, else the
@@ -255,15 +241,15 @@ def _eval_metrics(results: dict, prefix: str = "eval") -> dict[str, float]:
 def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = False, model: Any = None,
               tokenizer: Any = None, retriever: Any = None, examples: list[QAExample] | None = None,
               final_eval: bool = True, backend_factory: Any = None, callbacks: list | None = None,
-              on_trainer: Any = None) -> dict:
+              on_trainer: Any = None, reset_reward_state: bool = False) -> dict:
     """Train (or, with dry_run, only plan). Returns the plan (dry run) or a summary of the run.
 
     `model` / `tokenizer` / `retriever` may be passed in (tests, notebooks); by default they come from
     train.model and the retrieval config. `backend_factory(trainer) -> Backend` replaces the live policy as
     the generator (see RolloutAdapter); `callbacks` are extra TrainerCallbacks; `on_trainer(trainer)` is
     called once the trainer is built (instrumentation). The summary holds the `trainer` and `reward`
-    objects too, for programmatic use."""
-
+    objects too, for programmatic use. `resume`: see awarl.training.checkpoints (only a complete checkpoint
+    is trusted; one without the reward state is refused unless `reset_reward_state`)."""
     t = cfg.train
     if t.lora.enabled and t.use_vllm and t.vllm_mode == "server":
         log.info("LoRA + vLLM server: TRL merges the adapters before each weight sync")
@@ -286,18 +272,19 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
         if rows:
             build_dataset(rows)  # the dataset must build (column types), even though nothing trains
         return plan
-    return _train(cfg, plan, rows, reward, resume=resume, model=model, tokenizer=tokenizer,
+    ckpt = resolve_resume(cfg.run.out_dir, resume, reward_state_needed=reward_state_needed(cfg.reward),
+                          reset_reward_state=reset_reward_state)
+    return _train(cfg, plan, rows, reward, ckpt=ckpt, model=model, tokenizer=tokenizer,
                   retriever=retriever, final_eval=final_eval, backend_factory=backend_factory,
                   extra_callbacks=callbacks or [], on_trainer=on_trainer)
 
 
-def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, *, resume: str | None, model: Any,
+def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, *, ckpt: Path | None, model: Any,
            tokenizer: Any, retriever: Any, final_eval: bool, backend_factory: Any,
            extra_callbacks: list, on_trainer: Any) -> dict:
     from awarl.training.callbacks import PeriodicEval, RewardStateCallback
 
     out = Path(cfg.run.out_dir)
-    ckpt = _resolve_resume(cfg, resume)
     for note in plan["device"]["forced"]:
         log.warning("CPU run: %s", note)
     if plan["device"]["cpu"]:
