@@ -9,7 +9,8 @@ and raise at once.
 
 `timeout_s` is one deadline for a whole request (connect, send, headers and body), not a limit per socket
 read: an endpoint that trickles a byte a second cannot hold a call past it. Answers are read as a stream
-and refused once larger than `max_response_bytes`, before they are held whole.
+and refused once larger than `max_response_bytes`, before they are held whole (helpers in `awarl.http`, shared
+with the LLM judge).
 """
 
 from __future__ import annotations
