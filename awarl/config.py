@@ -347,9 +347,16 @@ class ResearchConfig(Section):
                                      "in the retrieved passages (the critic-loop article's example threshold).")
     max_iterations: int = Field(3, ge=1, description="Hard limit of attempts per sub-question (1 initial + "
                                 "re-queries); what is still unsupported then becomes a coverage gap.")
-    planner: Literal["decomposition"] = Field("decomposition", description="decomposition: the dataset's own "
-                                              "question_decomposition (MuSiQue) where present, else the question "
-                                              "itself; the final answer of a chain is its last hop's answer.")
+    planner: Literal["decomposition", "openai"] = Field("decomposition", description="decomposition: the "
+                                                        "dataset's own question_decomposition (MuSiQue) where "
+                                                        "present, else the question itself, and a chain's last "
+                                                        "hop answers it (offline); openai: an LLM at "
+                                                        "research.planner_base_url decomposes, rewrites re-queries "
+                                                        "and synthesises (JSON-schema bound).")
+    planner_base_url: str | None = Field(None, description="planner=openai: OpenAI-compatible endpoint base URL "
+                                         "(default: critic.base_url, the judge's server).")
+    planner_model: str | None = Field(None, description="planner=openai: model name (default: critic.model). "
+                                      "Timeouts, retries, key and cache are the critic's.")
 
 
 # ------------------------------------------------------------------------------------------- train

@@ -140,8 +140,9 @@ SHIPPED_SCRIPT = "data/research/regression_script.jsonl"
 def scripted_args(tiny_dir, index):
     from awarl.io import repo_root
 
+    # the lexical judge checks the answer's own claims (the gold judge checks the evidence: test below)
     return ["--model", str(tiny_dir), "--index", str(index), "generation.backend=scripted",
-            f"generation.script={repo_root() / SHIPPED_SCRIPT}"]
+            f"generation.script={repo_root() / SHIPPED_SCRIPT}", "critic.judge=lexical"]
 
 
 def test_cli_research_prints_the_markdown_report_and_writes_its_json(tmp_path, tiny_dir, shipped_bm25_dir, capsys):
@@ -207,3 +208,97 @@ def test_eval_critic_loop_is_scored_like_single_pass_and_compared_with_it(tmp_pa
     # resuming the folder with the other agent would mix two runs: refused
     assert main(["eval", "--out", str(tmp_path / "loop"), *common]) == 2
     assert "eval_agent" in capsys.readouterr().err
+
+
+def test_under_the_gold_judge_a_step_is_approved_when_its_hop_evidence_is_retrieved_and_cited(
+        tok, server_url, example):
+    """The gold judge grades evidence, not wording: hop 1's gold paragraph (Van Hook Township's) retrieved and
+    cited approves it at once, and the synthesis is checked against the question's whole gold evidence."""
+    from awarl.critic import make_judge
+    from awarl.research.critic import step_gold
+    from awarl.research.loop import ResearchRun, run_research
+    from awarl.research.planner import DecompositionPlanner
+
+    hop_gold = step_gold(example, 2)
+    assert [len(g.paragraphs) for g in hop_gold] == [1, 1] and hop_gold[0] != hop_gold[1]
+    script = {HOP1: ["<search> Van Hook Township </search>", "<cite> 1 </cite> <answer> Mountrail County </answer>"],
+              HOP2: ["<search> Mountrail County seat Stanley </search>", "<cite> 1 </cite> <answer> Stanley </answer>"]}
+    cfg, engine = engine_for(tok, server_url, script, **{"critic.judge": "gold"})
+    run = ResearchRun(example.question, DecompositionPlanner(), approve_threshold=0.8, max_iterations=3,
+                      abstention_phrase="not enough information", example=example)
+    (report,) = run_research([run], engine, make_judge(cfg.critic), temperature=0.0)
+    assert [s["attempts"] for s in report.sub_questions] == [1, 1]
+    assert report.sub_questions[0]["approved"] and report.sub_questions[1]["approved"]
+    assert run.final is not None and run.final[1].gold is not None  # the synthesis against all the evidence
+
+
+def planner_app(requests: list[dict]):
+    """A FAKE OpenAI-compatible planner endpoint on loopback (a real LLM cannot run here): it answers by the
+    JSON schema the request names, as a model constrained by vLLM's structured outputs would."""
+    import json
+
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    def models() -> dict:
+        return {"data": [{"id": "planner-llm"}]}
+
+    @app.post("/v1/chat/completions")
+    def chat(body: dict) -> dict:
+        requests.append(body)
+        name = body["response_format"]["json_schema"]["name"]
+        user = body["messages"][-1]["content"]
+        if name == "research_plan":
+            out = {"sub_questions": [{"question": HOP1, "depends_on": []},
+                                     {"question": "capital of #1?", "depends_on": [1]}]}
+        elif name == "research_requery":
+            out = {"question": HOP1 + " (Not supported, said the LLM planner)"}
+        else:
+            assert "Stanley" in user
+            out = {"answer": "Stanley"}
+        return {"choices": [{"message": {"content": json.dumps(out)}}], "usage": {"prompt_tokens": 10}}
+
+    return app
+
+
+def test_the_llm_planner_decomposes_rewrites_and_synthesises_through_a_schema_bound_endpoint(
+        tok, server_url, tmp_path):
+    from awarl.critic.lexical_judge import LexicalJudge
+    from awarl.research.loop import ResearchRun, run_research
+    from awarl.research.records import make_planner
+
+    script = {
+        HOP1: ["<search> Van Hook Township </search>", "<cite> 1 </cite> <answer> Zebra Crossing Borough </answer>"],
+        HOP1 + " (Not supported": ["<search> Van Hook Township Mountrail County North Dakota </search>",
+                                   "<cite> 1 </cite> <answer> Mountrail County </answer>"],
+        HOP2: ["<search> Mountrail County seat Stanley </search>", "<cite> 1 </cite> <answer> Stanley </answer>"],
+    }
+    requests: list[dict] = []
+    with serve_app(planner_app(requests)) as url:
+        cfg, engine = engine_for(tok, server_url, script, **{"research.planner": "openai",
+                                                             "research.planner_base_url": f"{url}/v1",
+                                                             "research.planner_model": "planner-llm"})
+        planner = make_planner(cfg, tmp_path / "cache", check=True)
+        run = ResearchRun("What is the seat of the county where Van Hook Township is located?", planner,
+                          approve_threshold=0.8, max_iterations=3, abstention_phrase="not enough information")
+        (report,) = run_research([run], engine, LexicalJudge(cfg.critic), temperature=0.0)
+    assert report.approved and report.answer == "Stanley" and report.requeries == 1
+    names = [r["response_format"]["json_schema"]["name"] for r in requests]
+    assert names == ["research_plan", "research_requery", "research_synthesis"]
+    assert all(r["response_format"]["json_schema"]["strict"] and r["model"] == "planner-llm" for r in requests)
+    plan_schema = requests[0]["response_format"]["json_schema"]["schema"]
+    assert plan_schema["additionalProperties"] is False and "sub_questions" in plan_schema["required"]
+
+
+def test_a_dead_planner_endpoint_fails_before_any_model_loads(tok, tmp_path):
+    from conftest import free_port
+
+    from awarl.config import load_config
+    from awarl.research.records import make_planner
+
+    cfg = load_config(None, ["research.planner=openai", f"research.planner_base_url=http://127.0.0.1:{free_port()}/v1",
+                             "critic.timeout_s=2"])
+    with pytest.raises(ValueError, match="research planner"):
+        make_planner(cfg, tmp_path, check=True)

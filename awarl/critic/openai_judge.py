@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from awarl.config import CriticConfig
 from awarl.critic.schema import (
@@ -322,6 +322,12 @@ class OpenAIJudge:
             return None
         self._cache_put(key, out)
         return out
+
+    def ask(self, messages: list[dict], kind: type[BaseModel], schema_name: str, schema: dict,
+            version: str) -> BaseModel | None:
+        """One cached, schema-bound request of any kind (the critic-loop planner's too); None when it failed
+        (counted in `failures`, never raised). `version` is part of the cache key: bump it with the prompt."""
+        return self._call(messages, kind, schema_name, schema, version)
 
     def _map(self, fn: Callable[[list[dict]], Any], messages: list[list[dict]]) -> list:
         """fn over the distinct requests (identical items asked once), concurrently; results in item order."""

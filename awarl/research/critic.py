@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from awarl.critic.schema import CriticInput, CriticOutput, PassageRef
+from awarl.data.evidence import GoldEvidence, gold_evidence
+from awarl.data.types import QAExample
 from awarl.metrics import normalize_answer
 
 log = logging.getLogger(__name__)
@@ -36,7 +38,26 @@ def unsupported_claims(verdict: CriticOutput | None) -> list[str]:
     return [c.claim for c in verdict.verified_claims if c.status == "unsupported"] if verdict else []
 
 
-def synthesis_input(question: str, answer: str, passages: Sequence[dict], cited_ids: set[str]) -> CriticInput:
+def step_gold(example: Any, n_steps: int) -> list[GoldEvidence | None]:
+    """The gold evidence each step of a plan is checked against by the gold judge: a decomposed question's hop k
+    against hop k's supporting paragraph, a single-step plan against the whole question's evidence; None where
+    the record has none (then the judge's fallback, if any, decides)."""
+    if not isinstance(example, QAExample):
+        return [None] * n_steps
+    ev = gold_evidence(example)
+    if not ev.paragraphs:
+        return [None] * n_steps
+    if n_steps == 1 or len(ev.hops) != n_steps:
+        return [ev] * n_steps
+    out: list[GoldEvidence | None] = []
+    for hop in ev.hops:
+        paras = tuple(p for p in ev.paragraphs if hop.passage_id and p.passage_id == hop.passage_id)
+        out.append(GoldEvidence(paragraphs=paras) if paras else ev)
+    return out
+
+
+def synthesis_input(question: str, answer: str, passages: Sequence[dict], cited_ids: set[str],
+                    gold: GoldEvidence | None = None) -> CriticInput:
     """The final pass: the synthesised answer against every passage of the approved steps, renumbered 1..n in
     order of first retrieval (ids kept, so a claim still maps to its original passage)."""
     seen: dict[str, PassageRef] = {}
@@ -46,7 +67,7 @@ def synthesis_input(question: str, answer: str, passages: Sequence[dict], cited_
             seen[pid] = PassageRef(number=len(seen) + 1, id=pid, title=str(d.get("title") or ""), text=str(d["text"]))
     refs = list(seen.values())
     return CriticInput(question=question, answer=answer, cited=[p for p in refs if p.id in cited_ids],
-                       passages=refs)
+                       passages=refs, gold=gold)
 
 
 def conflicts(findings: Sequence[tuple[str, str, bool]]) -> list[str]:

@@ -23,11 +23,12 @@ def to_result(sub_question: str, traj: Any, attempt: int) -> ExecutorResult:
         searches=list(p.searches), abstained=bool(p.abstained), valid=bool(p.valid), attempt=attempt)
 
 
-def critic_input(sub_question: str, traj: Any) -> CriticInput:
-    """The critic's view of one attempt: the summary AND the original passages, never the summary alone."""
+def critic_input(sub_question: str, traj: Any, gold: Any = None) -> CriticInput:
+    """The critic's view of one attempt: the summary AND the original passages, never the summary alone (and
+    the step's gold evidence, which only the gold judge reads)."""
     p = traj.parsed
     return build_critic_input(sub_question, (p.answer or "") if p.valid else "", p.citations,
-                              passages_from_rollout(traj.passages, where="executor passages"))
+                              passages_from_rollout(traj.passages, where="executor passages"), gold)
 
 
 def execute(engine: Any, queries: Sequence[str], *, temperature: float, top_p: float = 1.0,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from awarl.critic.schema import ClaimVerification, CriticOutput
-from awarl.research.critic import conflicts, synthesis_input, unsupported_claims, verify
+from awarl.research.critic import conflicts, step_gold, synthesis_input, unsupported_claims, verify
 from awarl.research.executor import critic_input, execute, to_result
 from awarl.research.planner import Planner, fill
 from awarl.research.schema import ExecutorResult, ResearchReport, SubQuestion
@@ -34,6 +34,7 @@ class Step:
     approved: bool = False
     exhausted: bool = False
     blocked_by: int | None = None       # the dependency that was never approved
+    gold: Any = None                    # the step's gold evidence (for the gold judge only)
 
     @property
     def done(self) -> bool:
@@ -51,7 +52,9 @@ class ResearchRun:
                  abstention_phrase: str, example: Any = None) -> None:
         self.question, self.planner = question, planner
         self.threshold, self.max_iterations, self.abstention = approve_threshold, max_iterations, abstention_phrase
-        self.steps = [Step(s) for s in planner.decompose(question, example)]
+        plan = planner.decompose(question, example)
+        self.steps = [Step(s, gold=g) for s, g in zip(plan, step_gold(example, len(plan)), strict=True)]
+        self.gold = step_gold(example, 1)[0]
         self.final: tuple[str, Any] | None = None  # (synthesised answer, critic input of the final pass)
         self.final_verdict: CriticOutput | None = None
 
@@ -100,7 +103,7 @@ class ResearchRun:
         answer = self.planner.synthesize(self.question, [s.sub for s in self.steps], self.answers())
         passages = [d for s in self.steps for d in s.passages[-1]]
         cited = {pid for s in self.steps for pid in s.results[-1].cited_ids}
-        self.final = (answer, synthesis_input(self.question, answer, passages, cited))
+        self.final = (answer, synthesis_input(self.question, answer, passages, cited, self.gold))
         return self.final[1]
 
     def report(self, final_verdict: CriticOutput | None) -> ResearchReport:
@@ -121,7 +124,7 @@ class ResearchRun:
                             f"below the approval threshold {self.threshold:.2f}")
             else:
                 gaps.append(f"final answer {self.final[0]!r}: the sources give conflicting values (see flags)")
-        unique = list({(c.claim, c.status, c.source_id): c for c in findings}.values())
+        unique = list({(c.claim, c.status, tuple(c.source_ids)): c for c in findings}.values())
         return ResearchReport(
             question=self.question, answer=answer, approved=approved, findings=unique, coverage_gaps=gaps,
             flags=list(dict.fromkeys(flags)), confidence=_confidence(unique),
@@ -168,7 +171,8 @@ def run_research(runs: Sequence[ResearchRun], engine: Any, judge: Any, *, temper
             break
         trajs = execute(engine, [text for *_, text in jobs], temperature=temperature, top_p=top_p,
                         seed=None if seed is None else seed + 7919 * rnd)
-        verdicts = verify(judge, [critic_input(step.asked, t) for (_, step, _), t in zip(jobs, trajs, strict=True)])
+        verdicts = verify(judge, [critic_input(step.asked, t, step.gold)
+                                  for (_, step, _), t in zip(jobs, trajs, strict=True)])
         for (run, step, _), traj, verdict in zip(jobs, trajs, verdicts, strict=True):
             run.absorb(step, traj, verdict)
         rnd += 1

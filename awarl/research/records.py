@@ -16,11 +16,21 @@ from awarl.research.schema import ResearchReport
 from awarl.rewards.citation import CitationJudgement, citation_reward
 
 
-def make_planner(cfg: Any) -> Planner:
-    """The planner of `research.planner` (offline: the dataset's own decomposition, else the question)."""
-    if cfg.research.planner == "decomposition":
+def make_planner(cfg: Any, cache_dir: Any = None, *, check: bool = False) -> Planner:
+    """The planner of `research.planner` (offline: the dataset's own decomposition, else the question; openai:
+    the LLM planner at research.planner_base_url, checked reachable first when `check`)."""
+    r = cfg.research
+    if r.planner == "decomposition":
         return DecompositionPlanner()
-    raise ValueError(f"research.planner: unknown planner {cfg.research.planner!r}")
+    from awarl.critic.openai_judge import OpenAIJudge
+    from awarl.research.llm_planner import LLMPlanner
+
+    ccfg = cfg.critic.model_copy(update={"base_url": r.planner_base_url or cfg.critic.base_url,
+                                         "model": r.planner_model or cfg.critic.model})
+    client = OpenAIJudge(ccfg, cache_dir=cache_dir)
+    if check and cfg.critic.check_endpoint:
+        client.check_reachable("research planner (research.planner_base_url)")
+    return LLMPlanner(client, cfg.agent.abstention_phrases[0])
 
 
 def make_runs(cfg: Any, examples: Sequence[Any], planner: Planner, phrases: Sequence[str],
@@ -32,12 +42,15 @@ def make_runs(cfg: Any, examples: Sequence[Any], planner: Planner, phrases: Sequ
                         abstention_phrase=phrases[0], example=ex) for q, ex in zip(questions, examples, strict=True)]
 
 
-def critic_summary(run: ResearchRun, label: str, inferred_weight: float) -> dict | None:
+def critic_summary(run: ResearchRun, judge: Any, label: str, inferred_weight: float) -> dict | None:
     """The citation critic's summary of the final answer, in the single-pass line's shape, so the report's
-    critic means compare across agents. None when nothing was synthesised (the loop abstained before)."""
+    critic means compare across agents (labelled with the judge that gave it: the gold judge's fallback for a
+    question without gold evidence). None when nothing was synthesised (the loop abstained before)."""
     if run.final is None:
         return None
     _, final_input = run.final
+    route = getattr(judge, "route", None)
+    label = (route(final_input) if route else None) or label
     if run.final_verdict is None:
         return CitationJudgement(error="no valid verdict").summary(label)
     score = citation_reward(run.final_verdict, [p.number for p in final_input.cited], list(final_input.passages),
@@ -64,17 +77,18 @@ def research_record(ex: QAExample, run: ResearchRun, report: ResearchReport, cfg
 
 
 def critic_loop_rows(engine: Any, judge: Any, grader: Any, batch: Sequence[QAExample], cfg: Any, *,
-                     temperature: float, top_p: float, seed: int, label: str) -> list[dict[str, Any]]:
+                     temperature: float, top_p: float, seed: int, label: str,
+                     planner: Planner) -> list[dict[str, Any]]:
     """Research every question of the batch together (one engine batch per round) and make their lines."""
     phrases = list(engine.abstention_phrases)
-    runs = make_runs(cfg, batch, make_planner(cfg), phrases)
+    runs = make_runs(cfg, batch, planner, phrases)
     reports = run_research(runs, engine, judge, temperature=temperature, top_p=top_p, seed=seed)
     grades = grade_answers(grader, [(ex.question, rep.answer, True, ex.answers) for ex, rep in zip(batch, reports,
                                                                                                strict=True)], phrases)
     rows = []
     for ex, run, rep, g in zip(batch, runs, reports, grades, strict=True):
         row = research_record(ex, run, rep, cfg, phrases, g)
-        row["critic"] = critic_summary(run, label, cfg.reward.inferred_weight)
+        row["critic"] = critic_summary(run, judge, label, cfg.reward.inferred_weight)
         rows.append(row)
     return rows
 

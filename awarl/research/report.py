@@ -19,8 +19,7 @@ def report_markdown(r: ResearchReport) -> str:
                      f"| {_cell(s['answer'] or '—')} | {_cell('; '.join(s['searches']) or '—')} |")
     lines += ["", "## Findings\n", "| claim | status | sources | confidence |", "|---|---|---|---|"]
     for c in r.findings:
-        src = getattr(c, "source_ids", None) or ([c.source_id] if getattr(c, "source_id", None) else [])
-        lines.append(f"| {_cell(c.claim)} | {c.status} | {_cell(', '.join(map(str, src)) or '—')} | {c.confidence:.2f} |")
+        lines.append(f"| {_cell(c.claim)} | {c.status} | {_cell(', '.join(c.source_ids) or '—')} | {c.confidence:.2f} |")
     if r.flags:
         lines += ["", "## Flags\n"] + [f"- {f}" for f in r.flags]
     return "\n".join(lines) + "\n"

@@ -9,7 +9,7 @@ from typing import Any
 
 from awarl.agent.rollout import RolloutEngine
 from awarl.config import AwarlConfig, save_resolved
-from awarl.critic import make_judge
+from awarl.critic import check_endpoints, make_judge
 from awarl.data.loaders import SHIPPED_DEV, load_shipped
 from awarl.io import atomic_write_json
 from awarl.models.loading import load_tokenizer
@@ -24,19 +24,24 @@ from awarl.stages.resources import ensure_default_retrieval
 log = logging.getLogger(__name__)
 
 
-def _engine(cfg: AwarlConfig, model: str | None) -> tuple[AwarlConfig, RolloutEngine, Any, Any]:
-    model = model or cfg.train.model
-    cfg = ensure_default_retrieval(cfg)
-    retriever = load_retriever(cfg.retrieval)
-    tokenizer = load_tokenizer(model, "--model / train.model")
-    engine = RolloutEngine.from_config(cfg, tokenizer, retriever, model=model)
-    return cfg, engine, make_judge(cfg.critic, cfg.critic.cache_dir or Path(cfg.run.out_dir) / "critic_cache"), retriever
+class _Parts:
+    """What research runs with: the engine (executor), the judge (critic), the planner, the retriever."""
+
+    def __init__(self, cfg: AwarlConfig, model: str | None) -> None:
+        cache = Path(cfg.critic.cache_dir or Path(cfg.run.out_dir) / "critic_cache")
+        self.judge = make_judge(cfg.critic, cache)
+        check_endpoints(cfg.critic, self.judge, None)  # dead endpoints fail before any model loads
+        self.planner = make_planner(cfg, cache, check=True)
+        model = model or cfg.train.model
+        self.cfg = ensure_default_retrieval(cfg)
+        self.retriever = load_retriever(self.cfg.retrieval)
+        tokenizer = load_tokenizer(model, "--model / train.model")
+        self.engine = RolloutEngine.from_config(self.cfg, tokenizer, self.retriever, model=model)
 
 
-def _research(cfg: AwarlConfig, engine: RolloutEngine, judge: Any, questions: list[str],
-              examples: list[Any]) -> list[ResearchReport]:
-    planner = make_planner(cfg)
-    runs = make_runs(cfg, examples, planner, engine.abstention_phrases, questions)
+def _research(parts: _Parts, questions: list[str], examples: list[Any]) -> list[ResearchReport]:
+    cfg, engine, judge = parts.cfg, parts.engine, parts.judge
+    runs = make_runs(cfg, examples, parts.planner, engine.abstention_phrases, questions)
     return run_research(runs, engine, judge, temperature=cfg.eval.temperature, top_p=cfg.generation.top_p,
                         seed=cfg.run.seed)
 
@@ -51,8 +56,7 @@ class _Question:
 def research_question(cfg: AwarlConfig, question: str, *, model: str | None = None,
                       out: str | Path | None = None) -> ResearchReport:
     """Research one question; the report is written as JSON to `out` (atomically) and returned."""
-    cfg, engine, judge, _ = _engine(cfg, model)
-    (report,) = _research(cfg, engine, judge, [question], [_example_for(question)])
+    (report,) = _research(_Parts(cfg, model), [question], [_example_for(question)])
     if out:
         atomic_write_json(Path(out), report.model_dump(mode="json"))
     return report
@@ -84,13 +88,13 @@ def run_regression(cfg: AwarlConfig, tasks_path: str | Path, out_dir: str | Path
     recorded, tasks = read_tasks(tasks_path)
     if not tasks:
         raise ValueError(f"{tasks_path}: no tasks")
-    cfg, engine, judge, retriever = _engine(cfg, model)
-    snapshot = snapshot_of(retriever_identity(retriever))
+    parts = _Parts(cfg, model)
+    snapshot = snapshot_of(retriever_identity(parts.retriever))
     if not record_mode:
         check_snapshot(recorded, snapshot, tasks_path)
     out = Path(out_dir)
-    save_resolved(cfg, out)
-    reports = _research(cfg, engine, judge, [t["question"] for t in tasks], [_task_example(t) for t in tasks])
+    save_resolved(parts.cfg, out)
+    reports = _research(parts, [t["question"] for t in tasks], [_task_example(t) for t in tasks])
     if record_mode:
         record(tasks_path, snapshot, tasks, reports)
     failures = {} if record_mode else {t["id"]: d for t, r in zip(tasks, reports, strict=True) if (d := check(t, r))}
