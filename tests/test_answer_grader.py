@@ -219,3 +219,20 @@ def test_grader_failures_are_counted_and_a_rerun_regrades_them(tmp_path, tiny_di
                for r in rows.values())
     assert res["per_dataset"]["musique"]["grader_failures"] == 0 and res["per_dataset"]["musique"]["correct"] == 2
     assert "0 failed grade(s)" in (out / "results.md").read_text()
+
+
+def test_estimate_with_a_dead_grader_endpoint_stops_before_any_model_loads(tmp_path):
+    """`awarl estimate` under metrics.correctness=judge used to find a dead grader only batch by batch."""
+    from conftest import free_port
+
+    from awarl.critic import JudgeUnavailable
+    from awarl.data.loaders import SHIPPED_DEV
+    from awarl.io import shipped_data_dir
+    from awarl.stages.estimate import run_estimate
+
+    shipped = shipped_data_dir() / SHIPPED_DEV["hotpotqa"]
+    cfg = load_config(None, ["metrics.correctness=judge", f"critic.base_url=http://127.0.0.1:{free_port()}/v1",
+                             f"run.out_dir={tmp_path}", f"data.train=[{{path: {shipped}, limit: 2}}]",
+                             "train.model=/nonexistent/model"])  # never loaded: the check comes first
+    with pytest.raises(JudgeUnavailable, match="answer grader"):
+        run_estimate(cfg)
