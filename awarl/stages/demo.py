@@ -7,7 +7,8 @@ It runs the same stage functions as a GPU run, on small real parts:
    BM25 index (`awarl data corpus`, `awarl index build`),
 3. a supervised protocol warm-up (awarl/training/warmup.py), so the policy emits searches and answers,
 4. p_i estimation with K samples per training question (`awarl estimate`),
-5. a few AWA-RL GRPO steps through TRL with the multi-turn rollout engine (`awarl train`),
+5. AWA-RL GRPO through TRL with the multi-turn rollout engine (`awarl train`), 40 steps: enough for the
+   report to plot the reward's ρ, ρ̂, Ē and P per step from the trainer's own log (demo_dynamics.py),
 6. evaluation of the policy before and after RL on held-out questions of the three datasets, scored
    with RA-F1 (`awarl eval`), and a report.
 
