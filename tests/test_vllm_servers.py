@@ -30,9 +30,21 @@ from conftest import free_port, serve_app
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 300   # a vLLM server on 2 busy cores: imports, an engine-core process, the engine
-# A verdict the schema rejects only in `status` (not one of grounded / inferred / unsupported).
-OFF_SCHEMA = ('{"verified_claims":[{"claim":"Paris","status":"maybe","source_id":"p1","confidence":0.5}],'
-              '"overall_groundedness":0.5,"flags":[]}')
+OFF_ENUM = "maybe"  # in no enum of the verdict schema
+
+
+def off_schema_instance(schema: dict) -> object:
+    """An instance of `schema` (the judge's own response_format) that breaks it only where it has an enum
+    (the claim status): every enum gets OFF_ENUM, every other field a plain value, arrays one item."""
+    if "enum" in schema:
+        return OFF_ENUM
+    kind = schema.get("type")
+    kind = next((k for k in kind if k != "null"), "null") if isinstance(kind, list) else kind
+    if kind == "object":
+        return {k: off_schema_instance(v) for k, v in schema.get("properties", {}).items()}
+    if kind == "array":
+        return [off_schema_instance(schema.get("items", {}))]
+    return {"string": "Paris", "number": 0.5, "integer": 1, "boolean": True}.get(kind)
 
 
 @contextlib.contextmanager
@@ -74,9 +86,9 @@ def served(script: str, args: list[str], log: Path) -> Iterator[str]:
     ("serve_vllm.sh", ["--model", "m", "--prefix-caching", "yes"], "--prefix-caching must be true or false"),
     ("serve_judge.sh", [], "--model is required"),
     ("serve_judge.sh", ["--model", "$(reboot)"], "unexpected characters"),
-    ("serve_judge.sh", ["--model", "m", "--name", "a b"], "--name: unexpected characters"),
+    ("serve_judge.sh", ["--model", "m", "--dtype", "int3"], "--dtype must be"),
     ("serve_judge.sh", ["--model", "m", "--port", "0"], "--port must be"),
-    ("serve_judge.sh", ["--model", "m", "--gpus", "0", "--tp", "2"], "exceeds the number of --gpus"),
+    ("serve_judge.sh", ["--model", "m", "--gpus", "0", "--tp", "2"], "must equal the number of --gpus"),
     ("serve_judge.sh", ["--bogus"], "unknown argument"),
 ])
 def test_the_vllm_serving_scripts_reject_bad_arguments(script, args, msg):
@@ -157,8 +169,8 @@ def judge_request(item) -> dict:
     return body
 
 
-def tune_judge(tiny_dir: Path, out: Path, messages: list[dict]) -> Path:
-    """The tiny model taught to reply OFF_SCHEMA to the judge's prompt (its chat template rendered), with
+def tune_judge(tiny_dir: Path, out: Path, messages: list[dict], reply: str) -> Path:
+    """The tiny model taught to reply `reply` to the judge's prompt (its chat template rendered), with
     awarl's supervised warm-up loop on that one sequence (loss on the reply only)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -168,7 +180,7 @@ def tune_judge(tiny_dir: Path, out: Path, messages: list[dict]) -> Path:
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
     prompt = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     p_ids = tok.encode(prompt, add_special_tokens=False)
-    r_ids = tok.encode(OFF_SCHEMA, add_special_tokens=False) + [tok.eos_token_id]
+    r_ids = tok.encode(reply, add_special_tokens=False) + [tok.eos_token_id]
     seq = WarmupSequence(p_ids + r_ids, [0] * len(p_ids) + [1] * len(r_ids), answered=True)
     supervised_warmup(model, tok, [seq], steps=100, batch_size=1, lr=1e-2, progress=False)
     model.save_pretrained(out)
@@ -189,17 +201,19 @@ def test_serve_judge_sh_gives_the_openai_judge_a_schema_valid_verdict(tmp_path, 
                        passages=[passage])
     body = judge_request(item)
     assert body["response_format"]["type"] == "json_schema"
-    model = tune_judge(tiny_dir, tmp_path / "judge", body["messages"])
-    args = ["--cpu", "--model", str(model), "--name", "tiny-judge", "--dtype", "float32", "--enforce-eager",
-            "--max-model-len", "4096"]
+    off = json.dumps(off_schema_instance(body["response_format"]["json_schema"]["schema"]), separators=(",", ":"))
+    assert f'"{OFF_ENUM}"' in off
+    model = tune_judge(tiny_dir, tmp_path / "judge", body["messages"], off)
+    args = ["--cpu", "--model", str(model), "--dtype", "float32", "--enforce-eager", "--max-model-len", "4096"]
     with served("serve_judge.sh", args, tmp_path / "serve_judge.log") as url:
         # Without response_format the tuned model's own reply is a verdict the schema rejects ...
         free = httpx.post(f"{url}/v1/chat/completions", timeout=120, json={
-            k: v for k, v in body.items() if k != "response_format"}).json()["choices"][0]["message"]["content"]
+            **{k: v for k, v in body.items() if k != "response_format"}, "model": str(model)}
+        ).json()["choices"][0]["message"]["content"]
         with pytest.raises(ValidationError, match="status"):
-            CriticOutput.model_validate(json.loads(free))
+            CriticOutput.model_validate(json.loads(free))  # JSON, off the schema in its status
         # ... with it (the judge's own request), vLLM's structured outputs make it one the schema accepts.
-        judge = OpenAIJudge(CriticConfig(judge="openai", base_url=f"{url}/v1", model="tiny-judge", retries=0,
+        judge = OpenAIJudge(CriticConfig(judge="openai", base_url=f"{url}/v1", model=str(model), retries=0,
                                          max_tokens=256), cache_dir=tmp_path / "cache")
         (verdict,) = judge.verify([item])
         judge.close()

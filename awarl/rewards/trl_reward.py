@@ -9,6 +9,8 @@ completion, aligned with `completions`):
     p_i        float, or None when unknown (then p_table, then reward.default_p, counted)
     question, answer (str | None), citations (list[int] cited passage numbers),
     passages   list of {"number", "id", "title", "text"}: everything retrieved, original text
+    gold_evidence  optional: the question's gold evidence (compact JSON or dict; None without), read by the
+               gold citation judge (`critic.judge: gold`)
     training   optional bool: False marks an evaluation batch (statistics are computed, state is not updated)
 
 TRL itself adds `trainer_state`, `log_metric(name, value)` and `log_extra(column, values)`.
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from awarl.config import RewardConfig
+from awarl.critic.gold_judge import evidence_from
 from awarl.io import atomic_write_json
 from awarl.metrics import Outcome
 from awarl.rewards import abstention as A
@@ -102,7 +105,8 @@ class AwaRLReward:
         self.judge = judge
         self.p_table = {str(k): A.check_prob(f"p_table[{k!r}]", v) for k, v in (p_table or {}).items()}
         self.__name__ = "awarl_reward"  # TRL names the logged reward column after this
-        self.e_bar = 0.0  # Ē_0 = 0: the penalty starts inactive and ramps in as evidence accumulates
+        self.e_ema = 0.0  # the running EMA m_t of the excess, m_0 = 0; Ē_t derives from it (reward.ema_start)
+        self.e_bar = 0.0
         self.updates = 0
         self.p_online: dict[str, float] = {}
         self.judge_failures_total = 0
@@ -153,27 +157,28 @@ class AwaRLReward:
         update = self._should_update(kwargs)
         groups = self._group_counts(qids, outcomes, ps)
         rates = self._batch_rates(outcomes, ps, unknown)
-        # Steps 6-8: smoothed excess -> stepwise penalty -> clipped refusal reward. An evaluation batch is
-        # scored with the training state as it stands; it does not feed Ē.
-        e_bar = A.ema(self.e_bar, rates["E"], cfg.beta) if (rates["n"] and update) else self.e_bar
-        penalty = A.stepwise_penalty(e_bar, cfg.penalty_steps, cfg.penalty_max)
+        smoothing = self._smoothing(rates, update and bool(rates["n"]))
+        penalty = smoothing["penalty"] if smoothing else 0.0
         abstain_r = self._abstain_rewards(qids, ps, penalty, groups)
-        r_cite, failures = self._citations(kwargs, outcomes, n)
+        r_cite, failures, cite_counts = self._citations(kwargs, outcomes, n)
         rewards = [A.total_reward(o, A.outcome_reward(o, r_ab, cfg.r_correct, cfg.r_wrong, cfg.r_invalid),
                                   rc, cfg.lambda_cite)
                    for o, r_ab, rc in zip(outcomes, abstain_r, r_cite, strict=True)]
         cite_vals = [rc for rc in r_cite if rc is not None]
         n_judged = sum(1 for o in outcomes if judged(o)) if self.judge else 0
-        r_ref_sum, cite_sum, cite_n, fail_sum, judged_sum = all_reduce_sum(
-            [sum(abstain_r), sum(cite_vals), len(cite_vals), failures, n_judged])
+        r_ref_sum, cite_sum, cite_n, fail_sum, judged_sum, *cite_extra = all_reduce_sum(
+            [sum(abstain_r), sum(cite_vals), len(cite_vals), failures, n_judged, *cite_counts.values()])
         if update and rates["n"]:
-            self._update_state(e_bar, groups, fail_sum, rates["unknown_p"])
+            self._update_state(smoothing, groups, fail_sum, rates["unknown_p"])
         tot = rates["n"]
-        stats = {**{k: rates[k] for k in ("rho", "rho_hat", "E")}, "E_bar": e_bar, "penalty": penalty,
+        # E, Ē and P exist for AWA-RL only; ρ̂ is logged for every strategy as the reference refusal rate.
+        stats = {"rho": rates["rho"], "rho_hat": rates["rho_hat"],
+                 **({"E": rates["E"], "E_bar": smoothing["e_bar"], "penalty": penalty} if smoothing else {}),
                  "r_ref_mean": r_ref_sum / tot if tot else 0.0,
                  **{k: rates[k] for k in ("share_correct", "share_wrong", "share_abstain", "share_invalid")},
                  "r_cite_mean": cite_sum / cite_n if cite_n else 0.0, "judged": judged_sum,
-                 "judge_failures": fail_sum, "unknown_p": rates["unknown_p"], "n": tot, "updated": float(update)}
+                 "judge_failures": fail_sum, **dict(zip(cite_counts, cite_extra, strict=True)),
+                 "unknown_p": rates["unknown_p"], "n": tot, "updated": float(update)}
         self.last_stats = stats
         self._log(kwargs, stats, ps, r_cite)
         return rewards
@@ -202,23 +207,26 @@ class AwaRLReward:
         return outcomes, qids, ps, unknown
 
     def _group_counts(self, qids: list[str], outcomes: list[Outcome], ps: list[float]) -> dict[str, tuple]:
-        """Per-query (correct, completions, sum of the p used) over the whole generation batch (groups may
-        straddle processes), so every rank derives the same BAPO rule and online p. Empty when unused."""
+        """Per-query (correct, answered, completions, sum of the p used) over the whole generation batch
+        (groups may straddle processes), so every rank derives the same BAPO rule and online p. Empty when
+        unused."""
         if self.cfg.strategy != "bapo" and self.cfg.p_online != "ema":
             return {}
         local: dict[str, list[float]] = {}
         for q, o, p in zip(qids, outcomes, ps, strict=True):
-            acc = local.setdefault(q, [0.0, 0.0, 0.0])
+            acc = local.setdefault(q, [0.0, 0.0, 0.0, 0.0])
             acc[0] += o is Outcome.CORRECT
-            acc[1] += 1
-            acc[2] += p
+            acc[1] += o is not Outcome.ABSTAIN
+            acc[2] += 1
+            acc[3] += p
         return gather_group_counts({q: tuple(v) for q, v in local.items()})
 
     def _batch_rates(self, outcomes: list[Outcome], ps: list[float], unknown: int) -> dict[str, float]:
         """Steps 4-5 over the whole generation batch (counts summed across processes): ρ_t, ρ̂_t, E_t, and
         the outcome shares."""
         cfg = self.cfg
-        exp_sum = sum(A.expected_abstain(p, cfg.gamma, cfg.p_min, cfg.expected_rate, cfg.soft_tau) for p in ps)
+        exp_sum = sum(A.expected_abstain(p, cfg.gamma, cfg.p_min, cfg.expected_rate, cfg.soft_tau, cfg.r_correct,
+                                         cfg.r_wrong) for p in ps)
         counts = [float(len(outcomes)), exp_sum, float(unknown)] + [
             float(sum(o is kind for o in outcomes))
             for kind in (Outcome.ABSTAIN, Outcome.CORRECT, Outcome.WRONG, Outcome.INVALID)]
@@ -232,27 +240,42 @@ class AwaRLReward:
                 "share_correct": share(n_c), "share_wrong": share(n_w), "share_abstain": rho,
                 "share_invalid": share(n_inv)}
 
+    def _smoothing(self, rates: dict[str, float], update: bool) -> dict[str, float] | None:
+        """Steps 6-7 for AWA-RL (None for the baselines, which have no penalty): the EMA m_t, Ē_t and P(Ē_t).
+        An evaluation batch is scored with the training state as it stands; it does not feed Ē."""
+        cfg = self.cfg
+        if cfg.strategy != "awarl":
+            return None
+        e_ema, updates = (A.ema(self.e_ema, rates["E"], cfg.beta), self.updates + 1) if update else \
+            (self.e_ema, self.updates)
+        e_bar = A.smoothed_excess(e_ema, updates, cfg.beta, cfg.ema_start)
+        return {"e_ema": e_ema, "e_bar": e_bar,
+                "penalty": A.stepwise_penalty(e_bar, cfg.penalty_steps, cfg.penalty_max)}
+
     def _abstain_rewards(self, qids: list[str], ps: list[float], penalty: float,
                          groups: dict[str, tuple]) -> list[float]:
         """What an abstention earns per completion under the strategy (step 8 for `awarl`)."""
         cfg = self.cfg
+        r_max = A.refusal_cap(cfg.r_correct, cfg.r_ref_margin)
         out = []
         for q, p in zip(qids, ps, strict=True):
-            r_ref = A.refusal_reward(A.base_refusal_reward(p, cfg.gamma, cfg.p_min), penalty, cfg.r_clip)
+            r_ref = A.refusal_reward(A.base_refusal_reward(p, cfg.gamma, cfg.p_min), penalty, cfg.r_clip, r_max)
             out.append(abstain_reward(cfg.strategy, cfg, r_ref, groups.get(q, (0.0,))[0] > 0))
         return out
 
-    def _update_state(self, e_bar: float, groups: dict[str, tuple], failures: float, unknown: float) -> None:
+    def _update_state(self, smoothing: dict[str, float] | None, groups: dict[str, tuple], failures: float,
+                      unknown: float) -> None:
         """Advance Ē, the online p estimates and the counters by one training step."""
-        self.e_bar = e_bar
+        if smoothing is not None:
+            self.e_ema, self.e_bar = smoothing["e_ema"], smoothing["e_bar"]
         self.updates += 1
         if self.cfg.p_online == "ema":
             # The group's own outcomes do not change its own reward this step (p was read above): the
             # estimate only moves for the next time the query is drawn.
-            for q, (c, t, p_sum) in groups.items():
+            for q, (c, answered, t, p_sum) in groups.items():
                 if t:
                     prev = self.p_online.get(q, p_sum / t)
-                    self.p_online[q] = min(1.0, max(0.0, A.ema(prev, c / t, self.cfg.p_online_beta)))
+                    self.p_online[q] = A.online_p(prev, c, answered, self.cfg.p_online_beta)
         self.judge_failures_total += int(failures)
         self.unknown_p_total += int(unknown)
 
@@ -269,21 +292,35 @@ class AwaRLReward:
             log_extra("p_i", ps)
             log_extra("r_cite", [float("nan") if rc is None else rc for rc in r_cite])
 
-    def _citations(self, kwargs: dict, outcomes: list[Outcome], n: int) -> tuple[list[float | None], int]:
-        """Step 10: r_cite per completion (None when not applicable or the judge failed) and the failure count,
-        through the same `judge_citations` as evaluation."""
+    def _citations(self, kwargs: dict, outcomes: list[Outcome], n: int
+                   ) -> tuple[list[float | None], int, dict[str, float]]:
+        """Step 10: r_cite per completion (None when not applicable, not judged or the judge failed), the
+        failure count, and the per-step counts logged with it: answers a gold judge left to its fallback or
+        did not judge (no gold evidence), and the judge's HTTP requests and tokens this step (an
+        OpenAI-compatible judge; 0 otherwise). Through the same `judge_citations` as evaluation."""
+        counts = dict.fromkeys(("judge_fallbacks", "judge_skipped", "judge_requests", "judge_prompt_tokens",
+                                "judge_completion_tokens"), 0.0)
         if self.judge is None or self.cfg.lambda_cite == 0:
-            return [None] * n, 0
-        cols = {k: self._column(kwargs, k, n) for k in ("question", "answer", "citations", "passages")}
-        items = [CitationItem(str(q or ""), a, list(c or []), ps, o) for q, a, c, ps, o in
-                 zip(cols["question"], cols["answer"], cols["citations"], cols["passages"], outcomes, strict=True)]
+            return [None] * n, 0, counts
+        cols = {k: self._column(kwargs, k, n) for k in ("question", "answer", "citations", "passages",
+                                                        "gold_evidence")}
+        golds = [evidence_from(g, where=f"AwaRLReward: gold_evidence[{j}]") for j, g in enumerate(cols["gold_evidence"])]
+        items = [CitationItem(str(q or ""), a, list(c or []), ps, o, g) for q, a, c, ps, o, g in
+                 zip(cols["question"], cols["answer"], cols["citations"], cols["passages"], outcomes, golds,
+                     strict=True)]
+        before = self.judge.usage() if hasattr(self.judge, "usage") else {}
         results = judge_citations(self.judge, items, self.cfg.inferred_weight)
+        after = self.judge.usage() if hasattr(self.judge, "usage") else {}
+        for key in ("requests", "prompt_tokens", "completion_tokens"):
+            counts[f"judge_{key}"] = float(after.get(key, 0) - before.get(key, 0))
+        counts["judge_fallbacks"] = float(sum(1 for r in results if r is not None and r.fallback))
+        counts["judge_skipped"] = float(sum(1 for r in results if r is not None and r.skipped is not None))
         return ([r.score.reward if r is not None and r.score is not None else None for r in results],
-                sum(1 for r in results if r is not None and r.failed))
+                sum(1 for r in results if r is not None and r.failed), counts)
 
     # ------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        return {"format": STATE_FORMAT, "e_bar": self.e_bar, "updates": self.updates,
+        return {"format": STATE_FORMAT, "e_bar": self.e_bar, "e_ema": self.e_ema, "updates": self.updates,
                 "p_online": dict(self.p_online), "judge_failures_total": self.judge_failures_total,
                 "unknown_p_total": self.unknown_p_total, "last_stats": dict(self.last_stats)}
 
@@ -293,11 +330,16 @@ class AwaRLReward:
         e_bar = state.get("e_bar")
         if not isinstance(e_bar, (int, float)) or not math.isfinite(e_bar):
             raise ValueError(f"{source}: key 'e_bar' must be a finite number, got {e_bar!r}")
+        # States written before reward.ema_start existed hold only Ē, which then equalled the EMA itself.
+        e_ema = state.get("e_ema", e_bar)
+        if not isinstance(e_ema, (int, float)) or not math.isfinite(e_ema):
+            raise ValueError(f"{source}: key 'e_ema' must be a finite number, got {e_ema!r}")
         p_online = state.get("p_online") or {}
         if not isinstance(p_online, Mapping):
             raise ValueError(f"{source}: key 'p_online' must be a mapping qid -> p")
         self.p_online = {str(k): A.check_prob(f"{source}: p_online[{k!r}]", v) for k, v in p_online.items()}
         self.e_bar = float(e_bar)
+        self.e_ema = float(e_ema)
         self.updates = int(state.get("updates", 0))
         self.judge_failures_total = int(state.get("judge_failures_total", 0))
         self.unknown_p_total = int(state.get("unknown_p_total", 0))
