@@ -2,7 +2,9 @@
 
 Nothing here is home-made distribution: the trainer runs under `accelerate launch` (DeepSpeed ZeRO / FSDP
 come from the accelerate config), and generation goes through the rollout function of
-`awarl.training.rollout_adapter` (transformers on the live policy, or TRL's own vLLM engine).
+`awarl.training.rollout_adapter` (transformers on the live policy, or TRL's own vLLM engine). For TRL's
+colocated engine awarl adds the generation.* options GRPOConfig has no field for, and its own weight sync
+where vLLM needs it (awarl.training.weight_sync).
 """
 
 from __future__ import annotations

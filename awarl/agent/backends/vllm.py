@@ -18,6 +18,10 @@ The semantics, shared by both and by the transformers backend where they apply:
 - ids are cut right after the first stop string or at the first eos by the shared `finish`, exactly as
   the transformers backend does; the eos ids are the tokenizer's plus the model's generation_config's
   (Qwen instruct models also end on `<|endoftext|>`), and a vLLM "stop" with no stop string is an eos.
+
+The engine side: :func:`engine_kwargs` is the one mapping of `generation:` to `vllm.LLM` arguments (awarl's
+engine, TRL's colocated one, the dry run's :func:`check_engine_options`). tests/test_vllm_differential.py
+holds all of the above against the transformers backend on vLLM's CPU build.
 """
 
 from __future__ import annotations
