@@ -7,8 +7,9 @@ raw logits (T = temperature; T = 0 uses T = 1), which is what TRL recomputes for
 importance ratio starts at 1 (top-p truncation is not part of it, as in TRL).
 
 The slot cache serves every decoder-only model whose layers all use full attention and whose forward takes
-`position_ids` and `logits_to_keep` (Qwen2/2.5/3, Llama, Mistral without a sliding window, ...), under
-sdpa or eager attention (a flash-attention model is switched to sdpa for the rollout and back). Others
+`position_ids` and `logits_to_keep` (Qwen2/2.5/3, Llama, Mistral without a sliding window, ...): for the
+session the model runs awarl's own attention function (SDPA over the slot cache, registered with
+transformers' AttentionInterface), its own one (sdpa, eager, flash-attention) restored after. Others
 (sliding-window or linear-attention layers, encoder-decoders) use transformers' `generate`, one call per
 turn. What is built per stop-string set (the stop test, transformers' StopStringCriteria) is built once.
 """
@@ -81,17 +82,17 @@ class HFBackend:
             return SlotCache(slots, length)
         cache = self._static
         if cache is None or cache.slots != slots or cache.length < length:
-            cache = self._static = SlotCache(slots, static_length(length))
+            cache = self._static = SlotCache(slots, static_length(length), fixed=True)
         return cache
 
-    def compiled_step(self, cache: Any, float_mask: bool) -> Any:
+    def compiled_step(self, cache: Any, dtype: Any) -> Any:
         """The compiled static decode step of `cache` (CUDA with `compile` only; None: run it eagerly)."""
         if not (self.compile and cache.keys and cache.keys[0].device.type == "cuda"):
             return None
         if self._compiled is None or self._compiled[0] is not cache:
             from awarl.agent.backends.hf_slots import compiled_static_step
 
-            self._compiled = (cache, compiled_static_step(self.model, cache, float_mask))
+            self._compiled = (cache, compiled_static_step(self.model, cache, dtype))
         return self._compiled[1]
 
     # ------------------------------------------------------------------------------ sessions
@@ -103,7 +104,8 @@ class HFBackend:
         kinds = set(getattr(cfg, "layer_types", None) or ["full_attention"])
         if kinds != {"full_attention"} or getattr(cfg, "use_sliding_window", False):
             return f"layer types {sorted(kinds)} (the slot cache is for full attention)"
-        params = inspect.signature(self.model.forward).parameters
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model   # PEFT
+        params = inspect.signature(base.forward).parameters
         if not {"position_ids", "logits_to_keep"} <= set(params):
             return "its forward takes no position_ids / logits_to_keep"
         return None

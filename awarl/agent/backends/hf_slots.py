@@ -32,9 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers import AttentionInterface
 from transformers.cache_utils import Cache
 
 from awarl.agent.backends.base import TurnEnd, stream_seed
+
+ATTENTION = "awarl_slots"
 
 # Static-mode cache lengths are rounded up to this, so calls with slightly longer prompts reuse one cache
 # (and one compiled decode step).
@@ -42,14 +45,16 @@ _LENGTH_QUANTUM = 256
 
 
 class SlotCache(Cache):
-    """The KV cache of `slots` sequences: per layer [slots, kv_heads, length + 1, head_dim] keys and values,
-    allocated at the first forward (when the model's shapes are known). Index `length` is the scratch
-    column pads write to. Before each forward the session sets which rows it covers and where each new
-    key goes."""
+    """The KV cache of `slots` sequences of up to `length` positions: per layer [slots, kv_heads, capacity + 1,
+    head_dim] keys and values, allocated at the first forward (when the model's shapes are known) and grown
+    (doubling) as sequences get longer; `fixed` allocates the whole length at once (static shapes). Index
+    `capacity` is the scratch column pads write to. Before each forward the session sets which rows it
+    covers and where each new key goes."""
 
-    def __init__(self, slots: int, length: int) -> None:
+    def __init__(self, slots: int, length: int, *, fixed: bool = False) -> None:
         super().__init__(layers=[])
-        self.slots, self.length = slots, length
+        self.slots, self.length, self.fixed = slots, length, fixed
+        self.capacity = length if fixed else 0
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self.rows: torch.Tensor | None = None   # the forward's rows; None: the first `n` slots (a view)
@@ -58,13 +63,28 @@ class SlotCache(Cache):
         self.view = 0                           # keys read: indices [0, view)
         self._front: torch.Tensor | None = None
 
+    def reserve(self, needed: int) -> int:
+        """Make room for `needed` positions; returns the scratch index (the capacity)."""
+        if needed > self.capacity:
+            new = min(self.length, max(needed, 2 * self.capacity, 64))
+            for layer, t in enumerate(self.keys):
+                self.keys[layer] = self._grown(t, new)
+                self.values[layer] = self._grown(self.values[layer], new)
+            self.capacity = new
+        return self.capacity
+
+    def _grown(self, t: torch.Tensor, capacity: int) -> torch.Tensor:
+        out = t.new_zeros((t.shape[0], t.shape[1], capacity + 1, t.shape[3]))
+        out[:, :, : self.capacity] = t[:, :, : self.capacity]
+        return out
+
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any,
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         if layer_idx == len(self.keys):
-            k_shape = (self.slots, key_states.shape[1], self.length + 1, key_states.shape[3])
-            v_shape = (self.slots, value_states.shape[1], self.length + 1, value_states.shape[3])
-            self.keys.append(key_states.new_zeros(k_shape))
-            self.values.append(value_states.new_zeros(v_shape))
+            width = self.capacity + 1
+            self.keys.append(key_states.new_zeros((self.slots, key_states.shape[1], width, key_states.shape[3])))
+            self.values.append(value_states.new_zeros((self.slots, value_states.shape[1], width,
+                                                       value_states.shape[3])))
             if self._front is None:
                 self._front = torch.arange(self.slots, device=key_states.device)
         keys, values = self.keys[layer_idx], self.values[layer_idx]
@@ -78,27 +98,39 @@ class SlotCache(Cache):
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.view
 
-    def swap(self, a: int, b: int) -> None:
-        """Exchange the contents of slots a and b (every layer)."""
-        if a == b:
+    def swap(self, a: int, b: int, used: int) -> None:
+        """Exchange the first `used` positions of slots a and b (every layer)."""
+        if a == b or used <= 0:
             return
         for t in (*self.keys, *self.values):
-            t[[a, b]] = t[[b, a]]
+            t[[a, b], :, :used] = t[[b, a], :, :used]
 
 
 def static_length(length: int) -> int:
     return -(-length // _LENGTH_QUANTUM) * _LENGTH_QUANTUM
 
 
+def slot_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                   attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                   **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """SDPA over the slot cache: the session's additive mask, grouped-query heads read in place (transformers'
+    sdpa path copies the keys once per query group whenever a mask is given: most of a decode step)."""
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, dropout_p=0.0, scale=scaling,
+        enable_gqa=key.shape[1] != query.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(ATTENTION, slot_attention)
+
+
 def run_forward(model: Any, cache: SlotCache, ids: torch.Tensor, pos: torch.Tensor, write: torch.Tensor,
-                rows: torch.Tensor | None, n: int, view: int, float_mask: bool) -> torch.Tensor:
+                rows: torch.Tensor | None, n: int, view: int, dtype: torch.dtype) -> torch.Tensor:
     """Logits at the last position of each row: the new tokens `ids` at positions `pos`, their keys
     written at cache index `write`, reading keys [0, view) of the cache rows `rows` (None: the first n)."""
     keys = torch.arange(view, device=ids.device)
-    mask = (keys[None, None, :] <= pos[:, :, None])[:, None]   # [n, 1, q, view]: keys up to its position
-    if float_mask:   # eager attention adds its mask
-        dtype = cache.keys[0].dtype if cache.keys else model.dtype
-        mask = torch.zeros(mask.shape, dtype=dtype, device=ids.device).masked_fill_(~mask, torch.finfo(dtype).min)
+    hidden = keys[None, None, :] > pos[:, :, None]   # [n, q, view]: a query sees the keys up to its position
+    mask = torch.zeros(hidden.shape, dtype=dtype, device=ids.device).masked_fill_(hidden, float("-inf"))[:, None]
     cache.rows, cache.n, cache.write, cache.view = rows, n, write, view
     with torch.no_grad():
         out = model(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True,
@@ -106,14 +138,14 @@ def run_forward(model: Any, cache: SlotCache, ids: torch.Tensor, pos: torch.Tens
     return out.logits[:, -1]
 
 
-def compiled_static_step(model: Any, cache: SlotCache, float_mask: bool) -> Any:
+def compiled_static_step(model: Any, cache: SlotCache, dtype: torch.dtype) -> Any:
     """The static-mode decode step (all slots, the whole length) compiled once per cache: fixed shapes, the
     cache tensors marked static so CUDA graphs can replay over them."""
     for t in (*cache.keys, *cache.values):
         torch._dynamo.mark_static_address(t)
 
     def step(ids: torch.Tensor, pos: torch.Tensor, write: torch.Tensor) -> torch.Tensor:
-        return run_forward(model, cache, ids, pos, write, None, cache.slots, cache.length, float_mask)
+        return run_forward(model, cache, ids, pos, write, None, cache.slots, cache.capacity, dtype)
 
     return torch.compile(step, mode="reduce-overhead", dynamic=False)
 
@@ -179,11 +211,10 @@ class SlotSession:
         self.seed = seed if seed is not None else int(torch.randint(0, 2**62, (1,)).item())
         self.uniforms = (torch.zeros((n_sequences, max_new_total), device=self.device)
                          if self.temperature > 0 else None)
-        # The 4-D masks need sdpa or eager attention: another one (flash-attention) is swapped for the session.
+        # The session's attention reads its masks and the slot cache; the model's own one comes back at close.
         self._attention = self.model.config._attn_implementation
-        if self._attention not in ("sdpa", "eager"):
-            self.model.set_attn_implementation("sdpa")
-        self._float_mask = self.model.config._attn_implementation == "eager"
+        self.model.set_attn_implementation(ATTENTION)
+        self._dtype = next(self.model.parameters()).dtype
         self._was_training = self.model.training
         self.model.eval()
 
@@ -231,10 +262,9 @@ class SlotSession:
 
     def close(self) -> dict[str, Any]:
         self.model.train(self._was_training)
-        if self.model.config._attn_implementation != self._attention:
-            self.model.set_attn_implementation(self._attention)
+        self.model.set_attn_implementation(self._attention)
         st = self.stats
-        return {"slots": self.slots, "cache_length": self.length, "static": self.static,
+        return {"slots": self.slots, "cache_length": self.cache.capacity, "static": self.static,
                 "decode_steps": st.decode_steps, "prefill_forwards": st.prefill_forwards,
                 "prefill_tokens": st.prefill_tokens, "prefill_padded_tokens": st.prefill_padded,
                 "model_tokens": st.model_tokens,
@@ -247,7 +277,7 @@ class SlotSession:
             self.uniforms[key] = torch.rand(self.uniforms.shape[1], generator=gen).to(self.device)
 
     def _swap(self, a: int, b: int) -> None:
-        self.cache.swap(a, b)
+        self.cache.swap(a, b, max(s.cached if s is not None else 0 for s in (self.seqs[a], self.seqs[b])))
         self.seqs[a], self.seqs[b] = self.seqs[b], self.seqs[a]
         for slot in (a, b):
             if self.seqs[slot] is not None:
@@ -277,15 +307,16 @@ class SlotSession:
 
     def _prefill_chunk(self, chunk: list[_Seq]) -> list[TurnEnd]:
         width = max(len(s.pending) for s in chunk)
+        view = max(s.cached + len(s.pending) for s in chunk)
+        scratch = self.cache.reserve(view)
         ids, pos, write = [], [], []
         for s in chunk:
             pad = width - len(s.pending)
             real = list(range(s.cached, s.cached + len(s.pending)))
             ids.append([self.pad_id] * pad + s.pending)
             pos.append([0] * pad + real)
-            write.append([self.length] * pad + real)   # pads write to the scratch column
+            write.append([scratch] * pad + real)   # pads write to the scratch column, never read
         rows = torch.tensor([self.where[s.key] for s in chunk], device=self.device)
-        view = max(s.cached + len(s.pending) for s in chunk)
         logits = self._forward(self._tensor(ids), self._tensor(pos), self._tensor(write), rows, view)
         st = self.stats
         st.prefill_forwards += 1
@@ -302,12 +333,13 @@ class SlotSession:
     def _decode(self) -> list[TurnEnd]:
         active = self.seqs[: self.n_dec]
         n = self.slots if self.static else self.n_dec
+        view = self.length if self.static else max(s.cached for s in active) + 1
+        scratch = self.cache.reserve(view)
         ids = [[s.pending[0]] for s in active] + [[self.pad_id]] * (n - self.n_dec)
         pos = [[s.cached] for s in active] + [[0]] * (n - self.n_dec)
-        write = [[s.cached] for s in active] + [[self.length]] * (n - self.n_dec)
-        view = self.length if self.static else max(s.cached for s in active) + 1
+        write = [[s.cached] for s in active] + [[scratch]] * (n - self.n_dec)
         ids_t, pos_t, write_t = self._tensor(ids), self._tensor(pos), self._tensor(write)
-        compiled = self.backend.compiled_step(self.cache, self._float_mask) if self.static else None
+        compiled = self.backend.compiled_step(self.cache, self._dtype) if self.static else None
         if compiled is not None:
             logits = compiled(ids_t, pos_t, write_t)
         else:
@@ -327,7 +359,7 @@ class SlotSession:
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, write: torch.Tensor, rows: torch.Tensor | None,
                  view: int, n: int | None = None) -> torch.Tensor:
         return run_forward(self.model, self.cache, ids, pos, write, rows, ids.shape[0] if n is None else n, view,
-                           self._float_mask)
+                           self._dtype)
 
     def _advance(self, seqs: list[_Seq], logits: torch.Tensor) -> list[TurnEnd]:
         """Sample each row's next token, record it and end the turns that are over."""
