@@ -56,6 +56,19 @@ class HFBackend:
         self._compiled: Any = None    # (cache, compiled decode step)
 
     @classmethod
+    def for_model(cls, model: Any, tokenizer: Any, **kwargs: Any) -> HFBackend:
+        """The backend of a live model object, one per (model, tokenizer, options): training builds its
+        generator every step, and a static cache with its compiled decode step (and the stop test) must
+        outlive the step to pay off."""
+        key = (id(tokenizer), tuple(sorted(kwargs.items())))
+        # Kept on the model itself, so they go with it (a weak mapping would be kept alive by its values).
+        per_model = model.__dict__.setdefault("_awarl_hf_backends", {})
+        backend = per_model.get(key)
+        if backend is None or backend.tokenizer is not tokenizer:
+            backend = per_model[key] = cls(model, tokenizer, **kwargs)
+        return backend
+
+    @classmethod
     def from_pretrained(cls, path_or_hub_id: str, dtype: str = "auto", device: str | None = None,
                         **kwargs: Any) -> HFBackend:
         import torch
