@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -84,8 +85,8 @@ class _Searches:
     """The searches of paused trajectories: those that became ready since the last call go out together, one
     `retriever.search` call at a time, on a worker thread (generation goes on meanwhile)."""
 
-    def __init__(self, engine: RolloutEngine) -> None:
-        self.engine = engine
+    def __init__(self, search: Callable[[list[str]], list[list[Passage]]]) -> None:
+        self.search = search
         self.ready: list[tuple[int, str]] = []
         self.flight: tuple[list[tuple[int, str]], Future] | None = None
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="awarl-search")
@@ -105,7 +106,7 @@ class _Searches:
     def dispatch(self) -> None:
         if self.ready and self.flight is None:
             batch, self.ready = self.ready, []
-            self.flight = (batch, self.pool.submit(self.engine._search, [q for _, q in batch]))
+            self.flight = (batch, self.pool.submit(self.search, [q for _, q in batch]))
 
     def collect(self, *, wait: bool) -> list[tuple[int, str, list[Passage]]]:
         """The results of the call in flight once it is back (waiting for it when `wait`), else nothing."""
@@ -219,7 +220,7 @@ class RolloutEngine:
         The searches that became ready in one tick go out together, on a worker thread."""
         waiting = deque(range(len(states)))
         live = 0
-        with _Searches(self) as searches:
+        with _Searches(self._search) as searches:
             while waiting or live:
                 live += self._admit(states, waiting, session)
                 for end in session.step():

@@ -84,7 +84,8 @@ class HFBackend:
     def stop_matcher(self, stop_strings: Sequence[str]) -> StopMatcher:
         key = tuple(stop_strings)
         if key not in self._matchers:
-            vocab = self.model.get_output_embeddings().weight.shape[0]
+            head = self.model.get_output_embeddings()
+            vocab = head.weight.shape[0] if head is not None else self.model.config.vocab_size
             self._matchers[key] = StopMatcher(self.tokenizer, key, vocab)
         return self._matchers[key]
 
