@@ -96,7 +96,8 @@ def test_sampled_trajectories_depend_on_seed_and_position_only(model, tok, retri
 
 
 class SlowRetriever:
-    """The real BM25 retriever behind a 50 ms latency, noting how many model forwards ran during each call."""
+    """The real BM25 retriever behind a latency: each call returns only once the model has run 3 more forwards
+    (or after 10 s), noting how many ran meanwhile."""
 
     def __init__(self, inner, model):
         self.inner, self.calls, self.forwards, self.thread = inner, [], 0, set()
@@ -107,14 +108,14 @@ class SlowRetriever:
 
     def search(self, queries, k):
         self.thread.add(threading.current_thread().name)
-        before = self.forwards
-        time.sleep(0.05)
-        out = self.inner.search(queries, k)
+        before, deadline = self.forwards, time.monotonic() + 10
+        while self.forwards < before + 3 and time.monotonic() < deadline:
+            time.sleep(0.005)
         self.calls.append((list(queries), self.forwards - before))
-        return out
+        return self.inner.search(queries, k)
 
 
-def test_searches_go_out_batched_per_tick_while_others_generate(tiny_dir, tok, retriever, questions):
+def test_searches_run_on_a_worker_while_the_others_generate(tiny_dir, tok, retriever, questions):
     from transformers import AutoModelForCausalLM
 
     m = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
@@ -122,10 +123,35 @@ def test_searches_go_out_batched_per_tick_while_others_generate(tiny_dir, tok, r
     slow = SlowRetriever(retriever, m)
     trajs = engine(m, tok, slow, max_new_tokens_per_turn=40).run(questions, temperature=1.0, seed=3)
     sent = [q for qs, _ in slow.calls for q in qs]
-    turns = sum(sum(1 for i, x in enumerate(t.env_mask) if x == 0 and (i == 0 or t.env_mask[i - 1])) for t in trajs)
-    assert len(sent) <= turns and len(sent) > len(slow.calls)   # every search once; some calls carry several
-    assert any(n > 0 for _, n in slow.calls)                   # the model ran while a search was out
+    blocks = sum(sum(1 for i, x in enumerate(t.env_mask) if x == 0 and (i == 0 or t.env_mask[i - 1])) for t in trajs)
+    assert 0 < len(sent) <= blocks                  # each search once (an empty query is not sent)
+    assert any(n >= 3 for _, n in slow.calls)       # the model ran while a search was out
     assert slow.thread == {"awarl-search_0"}
+
+
+def test_searches_ready_together_go_out_in_one_call_one_call_at_a_time():
+    from awarl.agent.rollout import _Searches
+
+    release, calls = threading.Event(), []
+
+    def search(queries):
+        calls.append(list(queries))
+        release.wait(10)
+        return [[q.upper()] for q in queries]
+
+    with _Searches(search) as s:
+        s.put(0, "a")
+        s.put(1, "b")
+        s.dispatch()
+        s.put(2, "c")     # ready while the first call is out: waits for it
+        s.dispatch()
+        s.put(3, "d")
+        assert s.collect(wait=False) == [] and s.in_flight()
+        release.set()
+        assert s.collect(wait=True) == [(0, "a", ["A"]), (1, "b", ["B"])]
+        assert s.collect(wait=True) == [(2, "c", ["C"]), (3, "d", ["D"])]
+        assert not s.in_flight() and s.collect(wait=True) == []
+    assert calls == [["a", "b"], ["c", "d"]]
 
 
 def test_stop_test_finds_what_first_stop_finds(tok, tiny_dir):
