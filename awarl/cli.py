@@ -29,6 +29,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("eval", "run the search agent on evaluation sets and score it"),
     ("score", "score a predictions file: precision, accuracy, RA-F1 with CIs"),
     ("compare", "compare evaluation runs on their shared questions, with paired-bootstrap differences"),
+    ("research", "research a question with the critic loop (planner, executor, critic, re-query, gaps)"),
     ("simulate", "simulate the reward dynamics on CPU to choose gamma and penalty steps"),
 ]
 

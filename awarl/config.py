@@ -15,6 +15,7 @@ import json
 import os
 from pathlib import Path
 from typing import Any, Literal, get_args
+from urllib.parse import urlparse
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -26,10 +27,47 @@ class ConfigError(ValueError):
     """A config file or override is wrong; the message names the file and key path."""
 
 
-class Section(BaseModel):
-    # Unknown keys are errors (a typo must never silently fall back to a default); assignments are
-    # re-validated so programmatic overrides get the same checks as YAML.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+def admits_bool(annotation: Any) -> bool:
+    """Whether a field's type lets a YAML boolean through (bool itself, Any, or a union/container of them)."""
+    if annotation is bool or annotation is Any:
+        return True
+    return any(admits_bool(a) for a in get_args(annotation) if a is not Ellipsis)
+
+
+def _holds_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_holds_bool(v) for v in value)
+    return False
+
+
+class ConfigModel(BaseModel):
+    """The base of every user-written config model (run configs, sweep files): unknown keys are errors (a typo
+    must never silently fall back to a default), numbers are finite (`.nan` for a reward would silently stop
+    all learning), and a boolean is never read as a number (YAML `true` for `train.max_steps` is not 1).
+    Assignments are re-validated so programmatic overrides get the same checks as YAML."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_as_number(cls, value: Any, info: Any) -> Any:
+        field = cls.model_fields.get(info.field_name) if info.field_name else None
+        if field is not None and section_model(field.annotation) is None and _holds_bool(value) \
+                and not admits_bool(field.annotation):
+            raise ValueError(f"expected {_type_words(field.annotation)}, got a boolean ({value!r})")
+        return value
+
+
+def _type_words(annotation: Any) -> str:
+    words = {"int": "an integer", "float": "a number", "str": "a string"}
+    args = [a for a in get_args(annotation) if a is not type(None)] or [annotation]
+    return " or ".join(words.get(getattr(a, "__name__", ""), "numbers") for a in args)
+
+
+class Section(ConfigModel):
+    """One section of the run config."""
 
 
 # --------------------------------------------------------------------------------------------- run
@@ -190,23 +228,62 @@ class RewardConfig(Section):
 
 
 class CriticConfig(Section):
-    judge: Literal["none", "lexical", "openai"] = Field("lexical", description="Citation judge: none (no "
-                                                        "citation reward), deterministic lexical, or an "
-                                                        "OpenAI-compatible endpoint.")
-    base_url: str = Field("http://127.0.0.1:8001/v1", description="openai: endpoint base URL.")
-    model: str = Field("Qwen/Qwen2.5-7B-Instruct", description="openai: judge model name.")
-    api_key_env: str = Field("OPENAI_API_KEY", description="openai: environment variable holding the key.")
+    """The citation judge (SPEC section 5, docs/agent.md) and the OpenAI-compatible endpoint it and the answer
+    grader (`metrics.correctness: judge`) call."""
+
+    judge: Literal["none", "lexical", "gold", "openai"] = Field(
+        "gold", description="Citation judge: gold (the dataset's supporting evidence; deterministic, offline; "
+        "questions without evidence go to gold_fallback), lexical (deterministic heuristic), openai (an "
+        "OpenAI-compatible endpoint, e.g. scripts/serve_judge.sh; the GPU recipes' judge), or none (no "
+        "citation reward).")
+    gold_fallback: Literal["lexical", "none"] = Field(
+        "lexical", description="gold: judge of the questions whose data marks no evidence (e.g. NQ): lexical "
+        "(counted as fallbacks), or none (not judged: no citation reward, counted as skipped).")
+    base_url: str = Field("http://127.0.0.1:8001/v1", description="openai: endpoint base URL (…/v1).")
+    model: str = Field("Qwen/Qwen2.5-7B-Instruct", description="openai: judge model name, as the endpoint "
+                       "serves it (`vllm serve MODEL`: the same string).")
+    api_key_env: str = Field("OPENAI_API_KEY", description="openai: environment variable holding the key "
+                             "(unset: no Authorization header, fine for a local vLLM server).")
+    response_format: Literal["json_schema", "json_object", "none"] = Field(
+        "json_schema", description="openai: how the reply is constrained: json_schema (structured outputs, "
+        "e.g. vLLM's guided decoding; the schema is sent), json_object (JSON mode), none (plain prompting "
+        "with the schema in the prompt only, for providers that have neither).")
     concurrency: int = Field(8, ge=1, description="openai: requests in flight.")
-    timeout_s: float = Field(60.0, gt=0, description="openai: timeout per request.")
+    timeout_s: float = Field(60.0, gt=0, description="openai: one deadline per request (connect, send and the "
+                             "whole answer), not a limit per socket read.")
     retries: int = Field(3, ge=0, description="openai: retries with exponential backoff.")
-    cache_dir: str | None = Field(None, description="On-disk verdict cache (default: <run>/critic_cache).")
-    support_threshold: float = Field(0.5, ge=0, le=1, description="lexical: token recall of a claim in a "
-                                     "passage to count as grounded.")
     backoff_s: float = Field(0.5, ge=0, description="openai: first retry delay; doubles on each retry.")
+    max_retry_after_s: float = Field(60.0, ge=0, description="openai: longest wait a `Retry-After` header "
+                                     "(429/503) is honoured for.")
+    breaker_failures: int = Field(5, ge=0, description="openai: failed attempts in a row (transport errors, "
+                                  "timeouts, 5xx) after which the endpoint is not called for breaker_cooldown_s "
+                                  "(those items fail at once, counted); 0 disables the circuit breaker.")
+    breaker_cooldown_s: float = Field(30.0, gt=0, description="openai: how long an open circuit breaker refuses "
+                                      "calls before one probe is let through.")
+    check_endpoint: bool = Field(True, description="openai (and the answer grader): check that the endpoint "
+                                 "answers and serves `model` before any model loads (eval, train); not in a "
+                                 "dry run.")
+    cache_dir: str | None = Field(None, description="On-disk verdict cache (default: <run>/critic_cache).")
     max_tokens: int = Field(1024, ge=16, description="openai: completion token budget of one verdict.")
-    max_response_bytes: int = Field(1_000_000, ge=1024, description="openai: larger responses are rejected.")
+    max_response_bytes: int = Field(1_000_000, ge=1024, description="openai: an answer larger than this is "
+                                    "refused while it is read (it is never held whole).")
+    support_threshold: float = Field(0.5, ge=0, le=1, description="lexical: token recall of a long-answer claim "
+                                     "in a passage to count as grounded.")
+    short_support_threshold: float = Field(1.0, ge=0, le=1, description="lexical: token recall of a short "
+                                           "answer in a passage to count as its answer passage (1: every "
+                                           "content word of the name or date).")
+    bridge_overlap: float = Field(0.3, ge=0, le=1, description="lexical: share of the question's content words "
+                                  "a cited passage that also contains the answer must hold to support it too.")
     short_answer_words: int = Field(5, ge=1, description="lexical: an answer of at most this many words is "
                                     "one claim (not split on `and`/commas, e.g. `Simon and Garfunkel`).")
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        u = urlparse(v)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8001/v1, got {v!r}")
+        return v
 
 
 # ---------------------------------------------------------------------------------------- simulate
@@ -257,6 +334,31 @@ class EvalConfig(Section):
     limit: int | None = Field(None, ge=1, description="Questions per dataset (seeded subsample).")
     temperature: float = Field(0.0, ge=0.0, description="Evaluation sampling temperature (0 = greedy).")
     every_steps: int = Field(0, ge=0, description="train: evaluate every N steps (0 = only at the end).")
+    agent: Literal["single_pass", "critic_loop"] = Field("single_pass", description="The agent evaluated: one "
+                                                         "search trajectory per question (single_pass), or the "
+                                                         "critic-loop research agent over it (critic_loop, "
+                                                         "`research:`; docs/research.md).")
+
+
+class ResearchConfig(Section):
+    """The critic-loop research agent (`awarl research`, `awarl eval --agent critic_loop`; docs/research.md):
+    planner, executor (the search agent), critic on the original sources, re-query, report with gaps."""
+
+    approve_threshold: float = Field(0.8, ge=0.0, le=1.0, description="A sub-question's answer (and the final "
+                                     "synthesis) is approved when at least this share of its claims is grounded "
+                                     "in the retrieved passages (the critic-loop article's example threshold).")
+    max_iterations: int = Field(3, ge=1, description="Hard limit of attempts per sub-question (1 initial + "
+                                "re-queries); what is still unsupported then becomes a coverage gap.")
+    planner: Literal["decomposition", "openai"] = Field("decomposition", description="decomposition: the "
+                                                        "dataset's own question_decomposition (MuSiQue) where "
+                                                        "present, else the question itself, and a chain's last "
+                                                        "hop answers it (offline); openai: an LLM at "
+                                                        "research.planner_base_url decomposes, rewrites re-queries "
+                                                        "and synthesises (JSON-schema bound).")
+    planner_base_url: str | None = Field(None, description="planner=openai: OpenAI-compatible endpoint base URL "
+                                         "(default: critic.base_url, the judge's server).")
+    planner_model: str | None = Field(None, description="planner=openai: model name (default: critic.model). "
+                                      "Timeouts, retries, key and cache are the critic's.")
 
 
 # ------------------------------------------------------------------------------------------- train
@@ -322,6 +424,7 @@ class AwarlConfig(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     demo: DemoConfig = Field(default_factory=DemoConfig)
+    research: ResearchConfig = Field(default_factory=ResearchConfig)
     simulate: SimulateConfig = Field(default_factory=SimulateConfig)
 
     @model_validator(mode="after")
@@ -433,6 +536,8 @@ def format_validation_error(e: ValidationError, source: str, model: type[BaseMod
         if err["type"] == "extra_forbidden":
             allowed = _allowed_keys(model, loc)
             lines.append(f"  {key}: unknown key; allowed keys here: {', '.join(allowed)}")
+        elif not loc:  # a rule over several keys: its message names them; the input is the whole config
+            lines.append(f"  {err['msg'].removeprefix('Value error, ')}")
         else:
             got = repr(err.get("input"))
             lines.append(f"  {key}: {err['msg']} (got {got if len(got) <= 120 else got[:117] + '...'})")

@@ -18,12 +18,24 @@ class DataError(ValueError):
     """Bad input data; the message names the file and the line or record index."""
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# The mode a plain open() gives a new file here. mkstemp creates 0600 files, so without this a run's atomic
+# outputs (manifest, results, resolved config) would be private while its appended ones (predictions) are not.
+FILE_MODE = 0o666 & ~_umask()
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write via a temp file in the same folder + rename, so a crash never leaves a half-written file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()

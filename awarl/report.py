@@ -2,7 +2,10 @@
 
 Coverage gaps (questions the agent abstained on, with the searches it tried) are a required section:
 it says "none" when there are none, it is never left out. When the predictions carry the citation
-critic's verdicts (`awarl eval` with `critic.judge` set), a "Citation critic" section reports their means.
+critic's verdicts (`awarl eval` with `critic.judge` set), a "Citation critic" section reports their means;
+when they carry gold evidence, a "Citations and evidence" section reports citation precision/recall against
+it, the evidence-retrieved share, and the judge's agreement with the gold judge; under
+`metrics.correctness: judge` the answer grader's failures are counted.
 """
 
 from __future__ import annotations
@@ -72,7 +75,9 @@ def results_markdown(results: dict[str, Any]) -> str:
     if ov:
         lines += ["", f"Overall (micro, all questions pooled): P {ov['precision']:.3f}, A {ov['accuracy']:.3f}, "
                   f"RA-F1 {ov['ra_f1']:.3f}, abstention rate {ov['abstention_rate']:.3f}."]
+    lines += _grader_markdown(results)
     lines += _critic_markdown(results)
+    lines += _evidence_markdown(results)
     gaps = results.get("coverage_gaps", [])
     lines += ["", "## Coverage gaps", ""]
     if not gaps:
@@ -82,8 +87,11 @@ def results_markdown(results: dict[str, Any]) -> str:
         lines.append("")
         for g in gaps:
             searches = "; ".join(f"`{_md_escape(s)}`" for s in g.get("searches", [])) or "(no search)"
+            known = g.get("evidence_retrieved")
             lines.append(f"- **{_md_escape(g['dataset'])}** `{_md_escape(str(g['id']))}`"
                          + (" *gated*" if g.get("gated") else "")
+                         + ("" if known is None else " (gold evidence retrieved)" if known
+                            else " (gold evidence not retrieved)")
                          + f": {_md_escape(g['question'])} — searches: {searches}")
     skipped = results.get("skipped_lines", [])
     if skipped:
@@ -94,8 +102,69 @@ def results_markdown(results: dict[str, Any]) -> str:
 CRITIC_COLUMNS: list[tuple[str, str]] = [
     ("judged", "judged"), ("failures", "judge failures"), ("coverage", "coverage"),
     ("redundancy", "redundancy"), ("reward", "r_cite"), ("groundedness", "groundedness"),
-    ("flagged", "flagged"),
+    ("flagged", "flagged"), ("fallbacks", "fallbacks"), ("skipped", "not judged"),
 ]
+_CRITIC_COUNTS = {"judged", "failures", "flagged", "fallbacks", "skipped"}
+EVIDENCE_COLUMNS: list[tuple[str, str]] = [
+    ("questions", "questions"), ("evidence_retrieved", "evidence retrieved"), ("evidence_recall", "evidence recall"),
+    ("answered", "answered"), ("citation_precision", "citation P"), ("citation_recall", "citation R"),
+    ("reading_failures", "reading failures"), ("retrieval_gaps", "retrieval gaps"),
+]
+AGREEMENT_COLUMNS: list[tuple[str, str]] = [
+    ("judge", "judge"), ("compared", "answers"), ("passage_agreement", "passage agreement"),
+    ("r_cite_abs_diff", "mean |Δ r_cite|"), ("r_cite_judge", "r_cite (judge)"), ("r_cite_gold", "r_cite (gold)"),
+]
+_EVIDENCE_COUNTS = {"questions", "answered", "reading_failures", "retrieval_gaps", "compared"}
+
+
+def _grader_markdown(results: dict[str, Any]) -> list[str]:
+    per = {name: m["grader_failures"] for name, m in _rows(results) if "grader_failures" in m and name != "macro"}
+    if not per:
+        return []
+    total = sum(per.values())
+    return ["", f"Answer grader (`metrics.correctness: judge`): {total} failed grade(s) ("
+            + ", ".join(f"{k} {v}" for k, v in per.items()) + "). Those answers kept exact match's verdict and "
+            "are flagged `judge_failed`; rerunning the same `awarl eval` into this folder grades them again."]
+
+
+def _evidence_markdown(results: dict[str, Any]) -> list[str]:
+    rows = [(name, m["evidence"]) for name, m in _rows(results) if isinstance(m.get("evidence"), dict)]
+    if not rows:
+        return []
+    lines = ["", "## Citations and evidence (against the gold evidence)", "",
+             "Over the questions whose data marks supporting evidence and whose line has a trajectory. Evidence "
+             "retrieved = share of questions whose every gold paragraph was retrieved somewhere in the trajectory "
+             "(evidence recall: share of gold paragraphs retrieved); citation P = share of the cited passages "
+             "that are gold (answers that cite), citation R = share of the gold paragraphs cited (answered "
+             "questions). Of the questions not answered correctly, reading failures had all their evidence "
+             "retrieved, retrieval gaps did not. 95% bootstrap CIs in brackets.", ""]
+    lines += _table(rows, EVIDENCE_COLUMNS)
+    agree = [(name, e["judge_agreement"]) for name, e in rows if isinstance(e.get("judge_agreement"), dict)]
+    if agree:
+        lines += ["", "Agreement of the run's citation judge with the gold judge, on the answers both judged: "
+                  "passage agreement = share of cited passages both call supporting or both call redundant; "
+                  "mean |Δ r_cite| = mean absolute difference of their citation rewards.", ""]
+        lines += _table(agree, AGREEMENT_COLUMNS)
+    return lines
+
+
+def _table(rows: list[tuple[str, dict[str, Any]]], columns: list[tuple[str, str]]) -> list[str]:
+    out = ["| dataset | " + " | ".join(label for _, label in columns) + " |", "|---|" + "---:|" * len(columns)]
+    for name, e in rows:
+        cells = []
+        for key, _ in columns:
+            v = e.get(key)
+            if v is None:
+                cells.append("–")
+            elif isinstance(v, str):
+                cells.append(_md_escape(v))
+            elif key in _EVIDENCE_COUNTS:
+                cells.append(str(int(v)))
+            else:
+                ci = (e.get("ci") or {}).get(key)
+                cells.append(f"{v:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""))
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    return out
 
 
 def _critic_markdown(results: dict[str, Any]) -> list[str]:
@@ -106,15 +175,17 @@ def _critic_markdown(results: dict[str, Any]) -> list[str]:
              "Means over the answered, valid trajectories the judge verified (abstained and invalid ones are "
              "not judged): coverage = share of claims grounded in a cited passage, redundancy = share of cited "
              "passages supporting no claim, r_cite = coverage − redundancy, groundedness = the judge's share of "
-             "grounded claims (cited or not); flagged = judged answers with at least one flag. Macro means are "
-             "over the datasets with at least one judged answer.", ""]
+             "grounded claims (cited or not); flagged = judged answers with at least one flag; fallbacks = "
+             "answers a gold judge left to its fallback (no gold evidence); not judged = answers without gold "
+             "evidence under `critic.gold_fallback: none`. Macro means are over the datasets with at least one "
+             "judged answer.", ""]
     lines.append("| dataset | " + " | ".join(label for _, label in CRITIC_COLUMNS) + " |")
     lines.append("|---|" + "---:|" * len(CRITIC_COLUMNS))
     for name, c in rows:
         cells = []
         for key, _ in CRITIC_COLUMNS:
             v = c.get(key)
-            cells.append("–" if v is None else str(int(v)) if key in ("judged", "failures", "flagged") else f"{v:.3f}")
+            cells.append("–" if v is None else str(int(v)) if key in _CRITIC_COUNTS else f"{v:.3f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
@@ -204,6 +275,12 @@ def print_results_table(results: dict[str, Any], console: Any = None) -> None:
         console.print(f"citation critic (macro): coverage {fmt('coverage')}, redundancy {fmt('redundancy')}, "
                       f"groundedness {fmt('groundedness')}; {critic['judged']} judged, "
                       f"{critic['failures']} judge failure(s)")
+    ev = (results.get("macro") or {}).get("evidence")
+    if ev:
+        def pct(key: str) -> str:
+            return "–" if ev.get(key) is None else f"{ev[key]:.3f}"
+        console.print(f"against gold evidence (macro): citation P {pct('citation_precision')}, citation R "
+                      f"{pct('citation_recall')}, evidence retrieved {pct('evidence_retrieved')}")
     gaps = results.get("coverage_gaps", [])
     console.print(f"coverage gaps: {len(gaps)} abstained question(s)" if gaps else "coverage gaps: none")
     skipped = results.get("skipped_lines", [])

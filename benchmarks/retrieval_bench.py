@@ -7,7 +7,13 @@ baseline with the same tokenization and k1/b.
 
     .venv/bin/python benchmarks/retrieval_bench.py --out docs/benchmarks.md
 
-prints a table and writes (or replaces) the "Retrieval" section of the --out file.
+prints a table and writes (or replaces) the "Retrieval" section of the --out file. With `--scale N[,N...]`
+it measures instead the costs of BM25 over N synthetic wiki-18-like passages (benchmarks/retrieval_scale.py:
+build time, peak RSS, disk, RAM after loading, latency, server throughput) and their extrapolation to
+wiki-18's 21M passages, into a JSON file (`--out FILE.json`) and optionally the "Retrieval at scale"
+section of a markdown file (`--md docs/benchmarks.md`):
+
+    .venv/bin/python benchmarks/retrieval_bench.py --scale 100000,1000000 --out /tmp/scale.json --md docs/benchmarks.md
 """
 
 from __future__ import annotations
@@ -67,25 +73,30 @@ def measure(name: str, build, queries: list[str], gold: list[set[str]], n_passag
     retriever = build()
     build_s = time.perf_counter() - t0
     retriever.search(queries[:2], 10)  # warm-up (lazy allocations, first encoder call)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for q in queries[:single_n]:
         retriever.search([q], 10)
-    single_qps = single_n / (time.perf_counter() - t0)
-    t0 = time.perf_counter()
+    single_qps, single_cpu = single_n / (time.perf_counter() - t0), single_n / (time.process_time() - c0)
+    t0, c0 = time.perf_counter(), time.process_time()
     results = retriever.search(queries, max(KS))
     batched_qps = len(queries) / (time.perf_counter() - t0)
+    batched_cpu = len(queries) / (time.process_time() - c0)
+    # queries per CPU-second: on a CPU shared with other work, wall-clock rates of two systems measured one
+    # after the other compare the machine's load as much as the systems (all systems here use one thread)
     row = {"system": name, "build_s": build_s, "build_rate": n_passages / build_s, "single_qps": single_qps,
-           "batched_qps": batched_qps, **{f"r@{k}": recall_at(results, gold, k) for k in KS}}
+           "batched_qps": batched_qps, "single_cpu_qps": single_cpu, "batched_cpu_qps": batched_cpu,
+           **{f"r@{k}": recall_at(results, gold, k) for k in KS}}
     print(f"  {name}: done in {build_s:.1f}s build", flush=True)
     return row
 
 
 def table(rows: list[dict]) -> str:
-    head = "| system | build (passages/s) | queries/s single | queries/s batched | " + \
-        " | ".join(f"recall@{k}" for k in KS) + " |"
-    lines = [head, "|" + "---|" * (4 + len(KS))]
+    head = "| system | build (passages/s) | queries/s single | queries/s batched | queries/CPU-s single | " \
+        "queries/CPU-s batched | " + " | ".join(f"recall@{k}" for k in KS) + " |"
+    lines = [head, "|" + "---|" * (6 + len(KS))]
     for r in rows:
         lines.append(f"| {r['system']} | {r['build_rate']:,.0f} | {r['single_qps']:,.1f} | {r['batched_qps']:,.1f} | "
+                     f"{r['single_cpu_qps']:,.1f} | {r['batched_cpu_qps']:,.1f} | "
                      + " | ".join(f"{r[f'r@{k}']:.3f}" for k in KS) + " |")
     return "\n".join(lines)
 
@@ -102,12 +113,40 @@ def write_section(out: Path, text: str) -> None:
     out.write_text(body)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=None, help="markdown file to write the section into")
+    ap.add_argument("--out", type=Path, default=None, help="markdown file to write the section into (with "
+                    "--scale: the JSON file of the figures)")
     ap.add_argument("--single", type=int, default=100, help="queries timed one by one (default 100)")
     ap.add_argument("--no-dense", action="store_true", help="skip the dense system (slow on CPU)")
-    args = ap.parse_args(argv)
+    ap.add_argument("--scale", default=None, help="comma-separated passage counts, e.g. 100000,1000000: "
+                    "measure BM25 at scale on synthetic corpora instead")
+    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "awarl-bench",
+                    help="--scale: folder for the synthetic corpora and indexes (large; default /tmp/awarl-bench)")
+    ap.add_argument("--md", type=Path, default=None, help="--scale: markdown file to write its section into")
+    ap.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE",
+                    help="--scale: extra build_index setting (e.g. memory_mb=512); repeatable")
+    ap.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                    help="--scale: extra `awarl serve retriever` argument (e.g. --workers=2); repeatable")
+    ap.add_argument("--no-serve", action="store_true", help="--scale: skip the server throughput")
+    ap.add_argument("--workers", type=int, default=None, help="--scale: in-process search threads (load_index "
+                    "workers=; default: the library's default)")
+    ap.add_argument("--dense", default=None, metavar="N[,N...]", help="measure IVF-PQ against flat instead: on "
+                    "the shipped closed corpus (0) and on N synthetic 768-d vectors, into --out (JSON)")
+    ap.add_argument("--label", default="", help="--scale: label of this run in the JSON (e.g. before/after)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.scale:
+        from retrieval_scale import run_scale
+
+        return run_scale(args)
+    if args.dense:
+        from retrieval_scale import run_dense
+
+        return run_dense(args)
 
     examples = load_examples(HOTPOT).examples
     rows = build_corpus(examples)
@@ -121,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "hotpot_closed.jsonl"
         write_corpus(rows, corpus)
-        results.append(measure("awarl BM25 (bm25s)", lambda: load_index(build_index(
+        results.append(measure("awarl BM25", lambda: load_index(build_index(
             corpus, "bm25", Path(tmp) / "bm25", k1=k1, b=b, show_progress=False)), queries, gold, len(rows),
             args.single))
         results.append(measure("rank-bm25 BM25Okapi", lambda: RankBM25Baseline(rows, k1, b), queries, gold,
@@ -135,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     ours, base = results[0], results[1]
     faster = ours["batched_qps"] > base["batched_qps"] and ours["single_qps"] > base["single_qps"]
     verdict = (f"awarl BM25 answers {ours['single_qps'] / base['single_qps']:.1f}x (single) and "
-               f"{ours['batched_qps'] / base['batched_qps']:.1f}x (batched) as many queries/s as rank-bm25"
+               f"{ours['batched_qps'] / base['batched_qps']:.1f}x (batched) as many queries/s as rank-bm25, and "
+               f"{ours['single_cpu_qps'] / base['single_cpu_qps']:.1f}x (single) and "
+               f"{ours['batched_cpu_qps'] / base['batched_cpu_qps']:.1f}x (batched) as many per CPU-second"
                + ("." if faster else " — NOT faster in this run; see the notes."))
     print(verdict)
     if args.out:

@@ -17,14 +17,18 @@ from awarl.critic.correctness import Grade, grade_answers, make_answer_grader
 from awarl.critic.openai_judge import OpenAIJudge
 
 
-def grader_app(log: list[dict]):
+def grader_app(log: list[dict], state: dict | None = None):
+    """`state["down"] = True` makes every request an HTTP 503 (an outage)."""
     from fastapi import FastAPI, HTTPException
 
     app = FastAPI()
+    state = state if state is not None else {}
 
     @app.post("/v1/chat/completions")
     def chat(body: dict) -> dict:
         log.append(body)
+        if state.get("down"):
+            raise HTTPException(503, "grader restarting")
         user = body["messages"][-1]["content"]
         golds = [g[2:] for g in user.split("GOLD ANSWERS:\n", 1)[1].split("\n\nPREDICTION:", 1)[0].splitlines()]
         prediction = user.split("PREDICTION:\n", 1)[1]
@@ -171,3 +175,64 @@ def test_estimate_and_training_rollouts_use_the_grader(grader_url, tmp_path, tin
                              grader=make_answer_grader(cfg, tmp_path / "cache"))
     out = adapter([a.question, b.question], trainer=None)
     assert out["outcome"] == ["correct", "wrong"]
+
+
+def test_grader_failures_are_counted_and_a_rerun_regrades_them(tmp_path, tiny_dir, shipped_bm25_dir):
+    """One outage used to poison the folder: its lines kept exact match's verdict forever. Now the report counts
+    them (results.json / results.md) and rerunning the same eval grades them again."""
+    from transformers import AutoTokenizer
+
+    from awarl.data.loaders import load_shipped
+    from awarl.retrieval import load_index
+    from awarl.stages.evaluate import run_eval
+    from awarl.stages.predictions import read_done
+
+    log: list[dict] = []
+    state = {"down": True}
+    a, b = load_shipped("musique", limit=2, seed=4)
+    script = tmp_path / "script.jsonl"
+    script.write_text("".join(json.dumps({"question": ex.question, "turns": [f"<answer> it is {ex.answers[0]} "
+                                                                              "</answer>"]}) + "\n"
+                              for ex in (a, b)))
+    overrides = ["generation.backend=scripted", f"generation.script={script}", "eval.datasets=[musique]",
+                 "eval.limit=2", "run.seed=4", "metrics.bootstrap_samples=0", "critic.judge=none",
+                 "metrics.correctness=judge", "critic.retries=1", "critic.backoff_s=0.01", "critic.check_endpoint=false"]
+    out = tmp_path / "ev"
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    retriever = load_index(shipped_bm25_dir)
+    with serve_app(grader_app(log, state)) as url:
+        cfg = load_config(None, [*overrides, f"critic.base_url={url}/v1"])
+        res = run_eval(cfg, out, model=str(tiny_dir), tokenizer=tok, retriever=retriever)
+        assert res["per_dataset"]["musique"]["grader_failures"] == 2 and res["macro"]["grader_failures"] == 2
+        assert res["per_dataset"]["musique"]["correct"] == 0
+        assert "Answer grader (`metrics.correctness: judge`): 2 failed grade(s) (musique 2)" in \
+            (out / "results.md").read_text()
+        assert json.loads((out / "results.json").read_text())["overall"]["grader_failures"] == 2
+        rows = read_done(out / "predictions.jsonl")
+        assert all(r["judge_failed"] and r["outcome"] == "wrong" for r in rows.values())
+        n_down = len(log)
+        state["down"] = False  # the endpoint is back: the same command re-grades the failed lines
+        res = run_eval(cfg, out, model=str(tiny_dir), tokenizer=tok, retriever=retriever)
+    assert len(log) == n_down + 2  # one request per failed line, nothing generated again
+    rows = read_done(out / "predictions.jsonl")
+    assert all(r["judge_correct"] is True and "judge_failed" not in r and r["outcome"] == "correct"
+               for r in rows.values())
+    assert res["per_dataset"]["musique"]["grader_failures"] == 0 and res["per_dataset"]["musique"]["correct"] == 2
+    assert "0 failed grade(s)" in (out / "results.md").read_text()
+
+
+def test_estimate_with_a_dead_grader_endpoint_stops_before_any_model_loads(tmp_path):
+    """`awarl estimate` under metrics.correctness=judge used to find a dead grader only batch by batch."""
+    from conftest import free_port
+
+    from awarl.critic import JudgeUnavailable
+    from awarl.data.loaders import SHIPPED_DEV
+    from awarl.io import shipped_data_dir
+    from awarl.stages.estimate import run_estimate
+
+    shipped = shipped_data_dir() / SHIPPED_DEV["hotpotqa"]
+    cfg = load_config(None, ["metrics.correctness=judge", f"critic.base_url=http://127.0.0.1:{free_port()}/v1",
+                             f"run.out_dir={tmp_path}", f"data.train=[{{path: {shipped}, limit: 2}}]",
+                             "train.model=/nonexistent/model"])  # never loaded: the check comes first
+    with pytest.raises(JudgeUnavailable, match="answer grader"):
+        run_estimate(cfg)

@@ -87,7 +87,7 @@ def test_resolved_config_round_trips(tmp_path):
     cfg = load_config(None, ["reward.gamma=0.25", "run.name=x"])
     path = save_resolved(cfg, tmp_path / "run")
     data = yaml.safe_load(path.read_text())
-    assert data["reward"]["gamma"] == 0.25 and data["critic"]["judge"] == "lexical"
+    assert data["reward"]["gamma"] == 0.25 and data["critic"]["judge"] == "gold"
     assert AwarlConfig.model_validate(data) == cfg
 
 

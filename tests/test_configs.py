@@ -35,6 +35,13 @@ def test_config_dry_run(path, tmp_path, capsys, monkeypatch):
     assert f"num_generations (group size): {cfg.train.num_generations}" in out
     assert f"strategy: {cfg.reward.strategy}" in out
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").glob("checkpoint-*"))
+    critic = out.split("[critic]\n", 1)[1].split("\n[", 1)[0]
+    if cfg.train.use_vllm:  # every GPU recipe trains (or evaluates) with the LLM judge, endpoint not needed
+        assert "judge: openai" in critic, critic
+        assert f"endpoint: {cfg.critic.base_url}" in critic and f"model: {cfg.critic.model}" in critic
+        assert "not contacted in a dry run" in critic
+    else:
+        assert f"judge: {cfg.critic.judge}" in critic
 
 
 def test_dry_run_reports_p_join_and_loads_no_weights(tmp_path, capsys, monkeypatch):
@@ -97,6 +104,36 @@ def test_serve_vllm_rejects_bad_arguments(args, msg):
     r = subprocess.run(["bash", str(SCRIPTS / "serve_vllm.sh"), *args], capture_output=True, text=True,
                        env={**os.environ, "PATH": os.environ.get("PATH", "")})
     assert r.returncode == 2 and msg in r.stderr
+
+
+@pytest.mark.parametrize("args,msg", [
+    ([], "--model is required"),
+    (["--model", "Qwen/Qwen2.5-7B-Instruct", "--gpus", "0;rm -rf /"], "--gpus must be"),
+    (["--model", "$(reboot)"], "unexpected characters"),
+    (["--model", "m", "--gpus", "0,1"], "must equal the number of --gpus"),
+    (["--model", "m", "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization must be"),
+])
+def test_serve_judge_rejects_bad_arguments(args, msg):
+    r = subprocess.run(["bash", str(SCRIPTS / "serve_judge.sh"), *args], capture_output=True, text=True)
+    assert r.returncode == 2 and msg in r.stderr
+
+
+def test_serve_judge_starts_vllm_openai_server_with_validated_words(tmp_path):
+    """With a stub `vllm` on PATH, the script execs `vllm serve` on the requested GPUs, port and memory share."""
+    stub = tmp_path / "vllm"
+    stub.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$CUDA_VISIBLE_DEVICES" "$@" > "$STUB_OUT"\n')
+    stub.chmod(0o755)
+    out = tmp_path / "argv.txt"
+    r = subprocess.run(["bash", str(SCRIPTS / "serve_judge.sh"), "--model", "Qwen/Qwen2.5-7B-Instruct", "--gpus",
+                        "2,3", "--tp", "2", "--port", "8011", "--gpu-memory-utilization", "0.45"],
+                       capture_output=True, text=True,
+                       env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "STUB_OUT": str(out)})
+    assert r.returncode == 0, r.stderr
+    argv = out.read_text().splitlines()
+    assert argv[:3] == ["2,3", "serve", "Qwen/Qwen2.5-7B-Instruct"]
+    for flag, value in (("--port", "8011"), ("--tensor-parallel-size", "2"), ("--gpu-memory-utilization", "0.45"),
+                        ("--host", "127.0.0.1"), ("--generation-config", "vllm")):
+        assert argv[argv.index(flag) + 1] == value
 
 
 @pytest.mark.parametrize("args,msg", [
@@ -242,7 +279,11 @@ def test_header_launch_commands_use_real_flags_and_start_every_service(path):
         started[script] = port
         if script == "serve_vllm.sh":  # the server must hold the policy being trained
             assert words[words.index("--model") + 1] == cfg.train.model, path.name
+        if script == "serve_judge.sh":  # and the judge server the judge model of critic:
+            assert words[words.index("--model") + 1] == cfg.critic.model, path.name
     if cfg.retrieval.kind == "server":
         assert started.get("serve_retriever.sh") == str(urlparse(cfg.retrieval.server_url).port), path.name
     if cfg.train.use_vllm and cfg.train.vllm_mode == "server":
         assert started.get("serve_vllm.sh") == str(cfg.train.vllm_server_port), path.name
+    if cfg.critic.judge == "openai":
+        assert started.get("serve_judge.sh") == str(urlparse(cfg.critic.base_url).port), path.name

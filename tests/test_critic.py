@@ -16,19 +16,31 @@ from awarl.critic import make_judge
 from awarl.critic.lexical_judge import LexicalJudge, split_claims
 from awarl.critic.openai_judge import OpenAIJudge
 from awarl.critic.schema import ClaimVerification, CriticInput, CriticOutput, PassageRef
+from awarl.data import load_shipped
 from awarl.io import shipped_data_dir
 from awarl.rewards.citation import build_critic_input, citation_reward
 
 
 def test_schema_rules():
-    with pytest.raises(ValidationError, match="source_id"):
+    with pytest.raises(ValidationError, match="source_ids"):
         ClaimVerification(claim="x", status="grounded", confidence=0.5)
+    with pytest.raises(ValidationError, match="source_ids"):
+        ClaimVerification(claim="x", status="grounded", source_ids=[" ", ""], confidence=0.5)
     with pytest.raises(ValidationError):
         ClaimVerification(claim="x", status="inferred", confidence=1.5)
     with pytest.raises(ValidationError):
         ClaimVerification(claim="x", status="maybe", confidence=0.5)
     ok = ClaimVerification(claim="x", status="unsupported", confidence=0.0)
-    assert ok.source_id is None
+    assert ok.source_id is None and ok.source_ids == []
+    # several passages jointly; the single-id form of older verdicts (and caches) is still read
+    joint = ClaimVerification.model_validate({"claim": "x", "status": "grounded", "source_ids": ["a", " b", "a"],
+                                              "confidence": 1})
+    assert joint.source_ids == ["a", "b"] and joint.source_id == "a"
+    assert ClaimVerification.model_validate({"claim": "x", "status": "grounded", "source_id": "w1",
+                                             "confidence": 1}).source_ids == ["w1"]
+    assert ClaimVerification.model_validate({"claim": "x", "status": "grounded", "source_id": ["w1", "w2"],
+                                             "confidence": 1}).source_ids == ["w1", "w2"]
+    assert "source_id\"" not in json.dumps(joint.model_dump())  # written in the list form only
 
 
 VALID = {"verified_claims": [{"claim": "Paris", "status": "grounded", "source_id": "w1", "confidence": 0.9}],
@@ -184,3 +196,209 @@ def test_lexical_judge_inferred_and_conflicts():
 def test_make_judge_none_and_lexical():
     assert make_judge(CriticConfig(judge="none")) is None
     assert isinstance(make_judge(CriticConfig(judge="lexical")), LexicalJudge)
+
+
+# ------------------------------------------------------------------------- lexical judge: issue 12 cases
+ARTHUR = [PassageRef(number=1, id="am", title="Arthur's Magazine", text="Arthur's Magazine (1844-1846) was an "
+                     "American literary periodical published in Philadelphia. In May 1846 it was merged into "
+                     "\"Godey's Lady's Book\"."),
+          PassageRef(number=2, id="ffw", title="First for Women", text="First for Women is a woman's magazine "
+                     "published by Bauer Media Group in the USA. The magazine was started in 1989."),
+          PassageRef(number=3, id="wd", title="Woman's Day", text="Woman's Day is an American women's magazine "
+                     "that covers homemaking, food and health.")]
+
+
+def _lex(question, answer, cites, ps):
+    v = LexicalJudge(CriticConfig()).verify_one(build_critic_input(question, answer, cites, ps))
+    return v, citation_reward(v, cites, ps)
+
+
+def test_lexical_possessive_is_not_a_content_token():
+    from awarl.critic.lexical_judge import content_tokens
+
+    assert content_tokens("Arthur's Magazine") == {"arthur", "magazine"}
+    q = "Which magazine was started first Arthur's Magazine or First for Women?"
+    # citing only a magazine that merely contains "'s" and "magazine": unsupported, not 1.0 as before
+    v, sc = _lex(q, "Arthur's Magazine", [3], ARTHUR)
+    assert sc.reward == -1.0 and "[3] wd" in " ".join(v.flags)
+    # the answer rests on both compared magazines' passages
+    v, sc = _lex(q, "Arthur's Magazine", [1, 2], ARTHUR)
+    assert v.verified_claims[0].source_ids == ["am", "ffw"] and sc.reward == 1.0
+    assert _lex(q, "Arthur's Magazine", [1], ARTHUR)[1].reward == 0.5
+
+
+def test_lexical_yes_no_is_grounded_through_the_compared_entities():
+    ex = next(e for e in load_shipped("hotpotqa") if e.question.startswith("Are Eve Beglarian"))
+    ctx = {p.title: p.text for p in ex.context}
+    ps = [PassageRef(number=i + 1, id=f"d{i}", title=t, text=ctx[t])
+          for i, t in enumerate(["Eve Beglarian", "Zach Bogosian", "Kitty Brazelton"])]
+    assert ex.answers == ["yes"]
+    v, both = _lex(ex.question, "yes", [1, 2], ps)
+    assert v.verified_claims[0].status == "grounded" and v.verified_claims[0].source_ids == ["d0", "d1"]
+    assert both.reward == 1.0  # it was -1.0: citing the right evidence scored below citing nothing
+    assert _lex(ex.question, "yes", [], ps)[1].reward == 0.0
+    assert _lex(ex.question, "Yes.", [1], ps)[1].reward == 0.5
+    assert _lex(ex.question, "no", [3], ps)[1].reward == -1.0  # an unrelated passage supports nothing
+    v, _ = _lex(ex.question, "yes", [3], ps[2:])
+    assert v.verified_claims[0].status == "unsupported"  # neither entity retrieved
+
+
+def test_lexical_two_hop_bridge_citation_is_not_redundant():
+    ex = load_shipped("hotpotqa")[0]  # Rush: Nobody's Hero (answer) and Neil Peart (bridge, repeats "Rush")
+    ctx = {p.title: p.text for p in ex.context}
+    ps = [PassageRef(number=i + 1, id=f"d{i}", title=t, text=ctx[t])
+          for i, t in enumerate(["Nobody's Hero", "Neil Peart", "Jeff Porcaro"])]
+    v, sc = _lex(ex.question, "Rush", [1, 2], ps)
+    assert sc.reward == 1.0 and sc.supporting == (1, 2)  # was 0.5: the bridge counted as redundant
+    assert _lex(ex.question, "Rush", [1, 3], ps)[1].redundancy == 0.5  # Porcaro's passage supports nothing
+
+
+# ------------------------------------------------------------- hardening against a fake endpoint (loopback)
+class _Slow(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        body = json.dumps({"data": [{"id": "m"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        srv, case = self.server, self.path.split("/")[1]
+        with srv.lock:
+            srv.seen.setdefault(case, []).append(time.monotonic())
+            n = len(srv.seen[case])
+        reply = json.dumps({"choices": [{"message": {"content": json.dumps(VALID)}}]}).encode()
+        try:
+            if case == "trickle":  # headers, then a byte a second
+                self.send_response(200)
+                self.send_header("Content-Length", "20")
+                self.end_headers()
+                for _ in range(20):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(1.0)
+            elif case == "huge":  # 64 MB, never needed whole
+                self.send_response(200)
+                self.send_header("Content-Length", str(64 << 20))
+                self.end_headers()
+                for _ in range(64):
+                    self.wfile.write(b"a" * (1 << 20))
+            elif case == "busy" and n == 1:
+                self.send_response(503)
+                self.send_header("Retry-After", "1")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            elif case == "hang" and srv.hang:
+                time.sleep(30)
+            else:
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+
+@pytest.fixture()
+def slow_server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
+    srv.daemon_threads = True
+    srv.seen, srv.lock, srv.hang = {}, threading.Lock(), True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def _judge(srv, case, **kw):
+    return OpenAIJudge(CriticConfig(judge="openai", base_url=f"http://127.0.0.1:{srv.server_port}/{case}/v1",
+                                    model="m", **{"retries": 0, "backoff_s": 0.01, **kw}))
+
+
+def test_one_deadline_per_request_and_streamed_size_cap(slow_server):
+    judge = _judge(slow_server, "trickle", timeout_s=1.0)
+    t0 = time.monotonic()
+    assert judge.verify([_item("q")]) == [None]
+    assert time.monotonic() - t0 < 3.0  # a per-read timeout would wait ~20 s for the trickle
+    assert judge.failure_reasons == {"TimeoutError": 1}
+    big = _judge(slow_server, "huge", timeout_s=30.0, max_response_bytes=1 << 20)
+    assert big.verify([_item("q")]) == [None] and big.failure_reasons == {"JudgeResponseError": 1}
+
+
+def test_retry_after_is_honoured(slow_server):
+    judge = _judge(slow_server, "busy", retries=2)
+    assert judge.verify([_item("q")])[0] == CriticOutput.model_validate(VALID)
+    first, second = slow_server.seen["busy"]
+    assert second - first >= 0.95  # Retry-After: 1, not the 0.01 s backoff
+
+
+def test_circuit_breaker_stops_calling_a_dead_endpoint_then_probes(slow_server):
+    judge = _judge(slow_server, "hang", timeout_s=0.3, retries=2, concurrency=4, breaker_failures=3,
+                   breaker_cooldown_s=0.5)
+    items = [_item(f"q{i}") for i in range(20)]
+    assert judge.verify(items) == [None] * 20 and judge.failures == 20
+    # the first attempts in flight fail, the breaker opens, the rest are refused without a request:
+    # 20 items x 3 attempts would have been 60 requests
+    assert len(slow_server.seen["hang"]) <= 4 + 2 and judge.breaker.trips >= 1
+    assert judge.failure_reasons["CircuitOpen"] >= 14
+    slow_server.hang = False  # the endpoint comes back: after the cool-down one probe closes the breaker
+    time.sleep(0.6)
+    assert judge.verify([_item("again")])[0] is not None and not judge.breaker.is_open
+
+
+def test_circuit_breaker_rule():
+    from awarl.http import CircuitBreaker
+
+    now = [0.0]
+    b = CircuitBreaker(failures=2, cooldown_s=10, clock=lambda: now[0])
+    assert b.allow()
+    b.record(False)
+    assert b.allow()
+    b.record(False)  # second failure in a row: open
+    assert not b.allow() and b.is_open and b.trips == 1 and b.refused == 1
+    now[0] = 10.0
+    assert b.allow() and not b.allow()  # half-open: one probe only
+    b.record(False)  # the probe failed: open again for the cool-down
+    assert not b.allow() and b.trips == 2
+    now[0] = 20.0
+    assert b.allow()
+    b.record(True)
+    assert b.allow() and b.allow() and not b.is_open
+    assert CircuitBreaker(failures=0, cooldown_s=1).allow()
+
+
+def test_endpoint_check_names_what_is_wrong(slow_server):
+    from awarl.critic import JudgeUnavailable, check_endpoints
+
+    dead = CriticConfig(judge="openai", base_url="http://127.0.0.1:9/v1", model="m")
+    with pytest.raises(JudgeUnavailable, match=r"cannot reach critic.base_url=http://127.0.0.1:9/v1.*serve_judge.sh"):
+        check_endpoints(dead, make_judge(dead))
+    check_endpoints(dead.model_copy(update={"check_endpoint": False}), make_judge(dead))  # turned off
+    check_endpoints(dead, make_judge(dead.model_copy(update={"judge": "gold"})))  # no endpoint needed
+    up = dead.model_copy(update={"base_url": f"http://127.0.0.1:{slow_server.server_port}/ok/v1"})
+    OpenAIJudge(up).check_reachable()  # serves "m"
+    with pytest.raises(JudgeUnavailable, match=r"serves \['m'\], not critic.model='other'"):
+        OpenAIJudge(up.model_copy(update={"model": "other"})).check_reachable()
+
+
+def test_response_format_modes():
+    from awarl.critic.openai_judge import build_messages
+    from awarl.critic.schema import critic_output_json_schema
+
+    msgs = build_messages(_item("q"))
+    cfg = CriticConfig(judge="openai")
+    body = OpenAIJudge(cfg).request_body(msgs, "critic_output", critic_output_json_schema())
+    assert body["response_format"]["json_schema"]["schema"]["properties"]["verified_claims"]["items"][
+        "required"] == ["claim", "status", "source_ids", "confidence"]
+    assert OpenAIJudge(cfg.model_copy(update={"response_format": "json_object"})).request_body(
+        msgs, "x", {})["response_format"] == {"type": "json_object"}
+    plain = OpenAIJudge(cfg.model_copy(update={"response_format": "none"}))
+    assert "response_format" not in plain.request_body(msgs, "x", {})
+    assert '"source_ids"' in msgs[0]["content"]  # the schema is in the prompt for every mode
+    assert plain.cache_key(msgs) != OpenAIJudge(cfg).cache_key(msgs)

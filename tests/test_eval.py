@@ -85,10 +85,13 @@ def test_eval_end_to_end_with_server_resume_and_manifest(tmp_path, tiny_dir, ser
     health_meta = manifest["retrieval"]["index"]["meta"]
     assert manifest["retrieval"]["index"]["meta_sha256"] == _canonical_sha256(health_meta)
     assert health_meta["corpus_sha256"]  # the corpus hash travels with the index identity
-    assert manifest["critic"]["judge"] == "lexical"
+    assert manifest["critic"]["judge"] == "gold"  # the default where the data has evidence
 
     results = json.loads((out / "results.json").read_text())
     assert set(results["per_dataset"]) == set(DATASETS) and results["n"] == 6
+    for ds in DATASETS:  # every shipped line carries its gold evidence: the evidence metrics are reported
+        assert results["per_dataset"][ds]["evidence"]["questions"] == 2
+        assert all(r["gold_evidence"]["paragraphs"] for r in rows if r["dataset"] == ds)
     assert isinstance(results["coverage_gaps"], list)
     assert (out / "results.md").exists() and (out / "results.png").stat().st_size > 1000
     assert (out / "resolved_config.yaml").exists()
@@ -234,12 +237,20 @@ def test_eval_reports_citation_critic_hand_checked(tmp_path, tiny_dir, shipped_b
     x, y = _unique_phrase(hits[a.id]), _unique_phrase(hits[c.id])
     for ex in (a, b, c):
         assert not {"xyzzy", "plugh"} & set().union(*(_passage_tokens(p) for p in hits[ex.id]))
+    # Premise: both are comparison questions naming the entities of passages [2] and [3] (a), [1] and [2] (c),
+    # which the lexical judge counts as evidence a short answer rests on jointly with its answer passage.
+    from awarl.critic.lexical_judge import mentions, tokens
+
+    assert [mentions(tokens(a.question), p.title) for p in hits[a.id]] == [False, True, True]
+    assert [mentions(tokens(c.question), p.title) for p in hits[c.id]] == [True, True, False]
     script = {
-        # grounded in [1], cites [1] and [2]: coverage 1, redundancy 1/2, groundedness 1, r_cite 1/2
+        # answer passage [1] + entity passages [2], [3]; cites [1] and [2]: coverage 2/3, redundancy 0,
+        # groundedness 1, r_cite 2/3, flagged ([3] uncited)
         a.question: [f"<search> {a.question} </search>", f"<cite> 1, 2 </cite> <answer> {x} </answer>"],
         # in no passage, cites [1]: coverage 0, redundancy 1, groundedness 0, r_cite -1
         b.question: [f"<search> {b.question} </search>", "<cite> 1 </cite> <answer> xyzzy plugh </answer>"],
-        # grounded in [1] but cites nothing: coverage 0, redundancy 0, groundedness 1, r_cite 0, flagged
+        # grounded in [1] (+ entity [2]) but cites nothing: coverage 0, redundancy 0, groundedness 1, r_cite 0,
+        # flagged
         c.question: [f"<search> {c.question} </search>", f"<answer> {y} </answer>"],
         # abstains: not judged
         d.question: [f"<search> {d.question} </search>", "<answer> not enough information </answer>"],
@@ -247,7 +258,8 @@ def test_eval_reports_citation_critic_hand_checked(tmp_path, tiny_dir, shipped_b
     path = tmp_path / "script.jsonl"
     path.write_text("".join(json.dumps({"question": q, "turns": t}) + "\n" for q, t in script.items()))
     cfg = load_config(None, ["generation.backend=scripted", f"generation.script={path}", "eval.limit=2",
-                             "run.seed=1", "metrics.bootstrap_samples=0", "agent.max_trajectory_tokens=4096"])
+                             "run.seed=1", "metrics.bootstrap_samples=0", "agent.max_trajectory_tokens=4096",
+                             "critic.judge=lexical"])
     tok = AutoTokenizer.from_pretrained(tiny_dir)
     out = tmp_path / "out"
     res = run_eval(cfg, out, model=str(tiny_dir), tokenizer=tok, retriever=retriever,
@@ -259,9 +271,10 @@ def test_eval_reports_citation_critic_hand_checked(tmp_path, tiny_dir, shipped_b
             [p.id for p in hits[ex.id]]
     ca, cb, cc = (rows[f"{ex.dataset}/{ex.id}"]["critic"] for ex in (a, b, c))
     assert rows[f"{d.dataset}/{d.id}"]["outcome"] == "abstain" and rows[f"{d.dataset}/{d.id}"]["critic"] is None
-    assert (ca["coverage"], ca["redundancy"], ca["groundedness"], ca["reward"]) == (1.0, 0.5, 1.0, 0.5)
+    assert (ca["coverage"], ca["redundancy"], ca["groundedness"]) == (pytest.approx(2 / 3), 0.0, 1.0)
+    assert ca["reward"] == pytest.approx(2 / 3) and ca["supporting"] == [1, 2]
     assert ca["claims"] == 1 and ca["judge"] == "lexical"
-    assert any("cited passage [2]" in f and "supports no claim" in f for f in ca["flags"])
+    assert any(f.startswith("uncited supporting passage [3]") for f in ca["flags"])
     assert (cb["coverage"], cb["redundancy"], cb["groundedness"], cb["reward"]) == (0.0, 1.0, 0.0, -1.0)
     assert (cc["coverage"], cc["redundancy"], cc["groundedness"], cc["reward"]) == (0.0, 0.0, 1.0, 0.0)
     assert any(f.startswith("uncited supporting passage [1]") for f in cc["flags"])
@@ -269,17 +282,17 @@ def test_eval_reports_citation_critic_hand_checked(tmp_path, tiny_dir, shipped_b
     hp, wk, macro = res["per_dataset"]["hotpotqa"]["critic"], res["per_dataset"]["2wikimultihopqa"]["critic"], \
         res["macro"]["critic"]
     assert (hp["judged"], hp["failures"], wk["judged"], wk["failures"]) == (2, 0, 1, 0)
-    assert hp["coverage"] == 0.5 and hp["redundancy"] == 0.75 and hp["groundedness"] == 0.5
-    assert hp["reward"] == -0.25
+    assert hp["coverage"] == pytest.approx(1 / 3) and hp["redundancy"] == 0.5 and hp["groundedness"] == 0.5
+    assert hp["reward"] == pytest.approx(-1 / 6)
     assert (wk["coverage"], wk["redundancy"], wk["groundedness"], wk["flagged"]) == (0.0, 0.0, 1.0, 1)
     assert macro["judged"] == 3 and macro["failures"] == 0
-    assert macro["coverage"] == pytest.approx(0.25) and macro["redundancy"] == pytest.approx(0.375)
-    assert macro["groundedness"] == pytest.approx(0.75) and macro["reward"] == pytest.approx(-0.125)
+    assert macro["coverage"] == pytest.approx(1 / 6) and macro["redundancy"] == pytest.approx(0.25)
+    assert macro["groundedness"] == pytest.approx(0.75) and macro["reward"] == pytest.approx(-1 / 12)
     saved = json.loads((out / "results.json").read_text())
     assert saved["macro"]["critic"] == macro
     md = (out / "results.md").read_text()
     assert "## Citation critic" in md
-    assert "| hotpotqa | 2 | 0 | 0.500 | 0.750 | -0.250 | 0.500 | 2 |" in md
+    assert "| hotpotqa | 2 | 0 | 0.333 | 0.500 | -0.167 | 0.500 | 2 | 0 | 0 |" in md
     assert json.loads((out / "manifest.json").read_text())["critic"]["judge"] == "lexical"
 
     # critic.judge=none: no verdicts, and the report is the one of a plain predictions file

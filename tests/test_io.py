@@ -45,3 +45,24 @@ def test_iter_jsonl_caps_line_length_and_names_file_and_line(tmp_path):
     with pytest.raises(ValueError, match="max_line_bytes"):
         list(iter_jsonl(p2, max_line_bytes=0))
 
+
+
+def test_atomic_and_appended_outputs_share_one_file_mode(tmp_path):
+    """manifest.json / results.* / resolved_config.yaml (atomic writes) used to be 0600 while predictions.jsonl
+    (appended) was 0644: the outputs of one run now all get the mode a plain open() gives."""
+    import os
+    import stat
+
+    from awarl.config import load_config, save_resolved
+    from awarl.io import append_jsonl, atomic_write_json
+
+    atomic_write_json(tmp_path / "manifest.json", {"a": 1})
+    append_jsonl(tmp_path / "predictions.jsonl", [{"id": 1}])
+    save_resolved(load_config(None, []), tmp_path)
+    with open(tmp_path / "plain.txt", "w") as f:
+        f.write("x")
+    modes = {p.name: stat.S_IMODE(os.stat(p).st_mode) for p in tmp_path.iterdir()}
+    assert len(set(modes.values())) == 1, modes
+    umask = os.umask(0)
+    os.umask(umask)
+    assert modes["manifest.json"] == 0o666 & ~umask

@@ -12,9 +12,12 @@ EPILOG = """examples:
       --retriever-url http://127.0.0.1:8000 --limit 500 --out runs/eval/searchr1-7b generation.backend=vllm
   # one of ours, on the shipped dev samples with the closed-corpus BM25 index (built on first use)
   awarl eval --model runs/demo/policy --limit 20 --out runs/eval/demo
+  # the same checkpoint inside the critic-loop research agent (docs/research.md), then side by side
+  awarl eval --model runs/demo/policy --limit 20 --out runs/eval/demo-loop --agent critic_loop
+  awarl compare runs/eval/demo runs/eval/demo-loop --out runs/eval/loop-vs-single
 A rerun of the same command resumes: finished questions are skipped (a rerun with another model, template,
 agent limits, sampling, seed, data or index is refused: use another --out). Every answered, valid trajectory
-is checked by the citation critic (critic.judge: lexical by default, openai, or none to skip)."""
+is checked by the citation critic (critic.judge: gold by default, lexical, openai, or none to skip)."""
 
 
 def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
@@ -28,6 +31,9 @@ def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
     p.add_argument("--template", help="prompt template name or YAML path (agent.template)")
     p.add_argument("--index", help="BM25/dense index folder (retrieval.index_dir)")
     p.add_argument("--retriever-url", help="Search-R1-compatible retrieval server (retrieval.kind=server)")
+    p.add_argument("--agent", choices=["single_pass", "critic_loop"],
+                   help="the agent evaluated (eval.agent): one search trajectory per question, or the critic-loop "
+                        "research agent over it (research.*; docs/research.md)")
     add_config_args(p)
     p.set_defaults(func=run)
 
@@ -43,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
         "agent.template": args.template,
         "retrieval.index_dir": args.index,  # its kind is read from the index's meta
         "retrieval.kind": "server" if args.retriever_url else None,
-        "retrieval.server_url": args.retriever_url})
+        "retrieval.server_url": args.retriever_url,
+        "eval.agent": args.agent})
     cfg = ensure_default_retrieval(cfg)
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()] if args.datasets else None
     results = run_eval(cfg, args.out, model=args.model, datasets=datasets, limit=args.limit)

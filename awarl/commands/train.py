@@ -19,8 +19,11 @@ def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description=help_text + ". Checkpoints every train.save_steps into run.out_dir.")
     p.add_argument("--resume", nargs="?", const="latest", default=None, metavar="CKPT",
-                   help="continue from a checkpoint folder (default: the latest checkpoint-N in run.out_dir), "
+                   help="continue from a checkpoint folder (default: the newest complete checkpoint-N in run.out_dir), "
                         "restoring optimizer, scheduler, data position, RNG and the reward's EMA state")
+    p.add_argument("--reset-reward-state", action="store_true",
+                   help="with --resume: continue from a checkpoint that lacks awarl_reward_state.json, restarting "
+                        "the AWA-RL reward's smoothed excess Ē at 0 (refused without this flag)")
     p.add_argument("--dry-run", action="store_true",
                    help="resolve and check the config, build the dataset (with p_i) and the reward, print "
                         "the plan; loads no model weights")
@@ -32,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from awarl.stages.train import print_plan, run_train
 
     cfg = config_from_args(args)
-    result = run_train(cfg, resume=args.resume, dry_run=args.dry_run)
+    result = run_train(cfg, resume=args.resume, dry_run=args.dry_run, reset_reward_state=args.reset_reward_state)
     if args.dry_run:
         print_plan(result)
     elif result["trainer"].accelerator.is_main_process:

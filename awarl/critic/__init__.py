@@ -1,6 +1,7 @@
 """Citation critics: a schema-bound verdict per answer, checked against the original retrieved passages.
 
-`make_judge(cfg, cache_dir)` builds the judge selected by `critic.judge` (None for `none`).
+`make_judge(cfg, cache_dir)` builds the judge selected by `critic.judge` (None for `none`);
+`check_endpoints(cfg, judge, grader)` is the start-up check of the OpenAI-compatible ones.
 """
 
 from __future__ import annotations
@@ -9,16 +10,36 @@ import os
 from typing import Any
 
 from awarl.config import CriticConfig
+from awarl.critic.gold_judge import GoldJudge
 from awarl.critic.lexical_judge import LexicalJudge
-from awarl.critic.openai_judge import OpenAIJudge
+from awarl.critic.openai_judge import JudgeUnavailable, OpenAIJudge
+
+__all__ = ["GoldJudge", "JudgeUnavailable", "LexicalJudge", "OpenAIJudge", "check_endpoints", "make_judge"]
 
 
 def make_judge(cfg: CriticConfig, cache_dir: str | os.PathLike | None = None) -> Any:
-    """`none` -> None, `lexical` -> LexicalJudge, `openai` -> OpenAIJudge (cache in cache_dir or cfg.cache_dir)."""
+    """`none` -> None, `lexical` -> LexicalJudge, `gold` -> GoldJudge (with the lexical judge for questions
+    without evidence unless `gold_fallback: none`), `openai` -> OpenAIJudge (cache in cache_dir or
+    cfg.cache_dir)."""
     if cfg.judge == "none":
         return None
     if cfg.judge == "lexical":
         return LexicalJudge(cfg)
+    if cfg.judge == "gold":
+        return GoldJudge(cfg, fallback=LexicalJudge(cfg) if cfg.gold_fallback == "lexical" else None)
     if cfg.judge == "openai":
         return OpenAIJudge(cfg, cache_dir=cache_dir)
-    raise ValueError(f"critic.judge must be none, lexical or openai, got {cfg.judge!r}")
+    raise ValueError(f"critic.judge must be none, lexical, gold or openai, got {cfg.judge!r}")
+
+
+def check_endpoints(cfg: CriticConfig, judge: Any = None, grader: Any = None) -> None:
+    """Raise JudgeUnavailable, before any model loads, when the citation judge or the answer grader is an
+    OpenAI-compatible endpoint that does not answer or does not serve `critic.model` (`critic.check_endpoint`
+    turns it off). Both share one endpoint, so it is asked once."""
+    if not cfg.check_endpoint:
+        return
+    for obj, what in ((judge, "citation judge (critic.judge: openai)"),
+                      (grader, "answer grader (metrics.correctness: judge)")):
+        if isinstance(obj, OpenAIJudge):
+            obj.check_reachable(what)
+            return

@@ -1,15 +1,32 @@
-"""Deterministic citation judge for CPU runs and tests: lexical overlap with the original passages.
+"""Deterministic citation judge for CPU runs and data without gold evidence: lexical overlap with the passages.
+
+Tokens: lower-case, punctuation to spaces, articles dropped, and the possessive `'s` removed first
+("Arthur's Magazine" is {arthur, magazine}, not a stray `s` that every passage with an apostrophe contains).
 
 Claims: an answer of at most `short_answer_words` words is one claim; a longer one is split into sentences,
-then on commas and `and`. A claim is
-- grounded   in a passage when the share of its content tokens found in that passage (normalised token
-             recall) is >= `support_threshold`; source_id = that passage (a cited one is preferred);
-- inferred   when no single passage reaches the threshold but the passages together do;
-- unsupported otherwise.
-Flags: a grounded claim whose supporting passage is not cited; a cited passage that supports no claim;
-conflicting values (a claim's number appears in one passage about the same thing while another such
-passage gives a different number).
-It is a heuristic: it cannot see paraphrase or negation. Use the OpenAI-compatible judge for real runs.
+then on commas and `and`.
+
+A short answer (a name, a date) is grounded jointly by
+- its **answer passage**: one containing at least `short_support_threshold` of the answer's content tokens
+  (all of them by default: an entity name is not half supported), a cited one preferred, then the one most
+  about the question; and
+- the **question's entity passages**: retrieved passages whose title the question names (a comparison's two
+  entities, a bridge question's first hop); their text is evidence the answer rests on.
+A cited passage that also contains the answer and at least `bridge_overlap` of the question's content words
+supports it too (a bridge passage that repeats the answer). With no answer passage, a short answer is
+inferred when several passages together hold `support_threshold` of its tokens. A yes/no answer is grounded in the compared
+entities' passages (two or more named by the question; one: inferred, none: unsupported); the heuristic
+cannot tell yes from no, so its confidence is 0.5.
+
+A longer claim is grounded in a passage holding at least `support_threshold` of its content tokens (a cited
+one preferred), inferred when only several passages together do (source_ids: the fewest that do, picked
+greedily), unsupported otherwise.
+
+Flags: a supporting passage that is not cited; a cited passage that supports no claim; conflicting values (a
+claim's number appears in one passage about the same thing while another such passage gives a different
+number). It is a heuristic: it cannot see paraphrase, negation or which way a comparison goes. Its agreement
+with the gold judge is measured in docs/benchmarks.md; use the gold judge where the data has evidence and the
+OpenAI-compatible judge for real runs.
 """
 
 from __future__ import annotations
@@ -27,14 +44,22 @@ _STOP = frozenset({
     "why", "how", "than", "then", "there", "also", "not", "no", "but", "into", "over", "under", "after",
     "before", "about",
 })
+# Words a question is made of that say nothing about where its answer is.
+_QUESTION_WORDS = frozenset({"did", "does", "do", "both", "same", "whose", "name", "called", "either", "one",
+                             "many", "much", "has", "have", "had"})
+_YES_NO = frozenset({"yes", "no"})
+_POSSESSIVE = re.compile(r"(?<=\w)['’]s\b")
 _PUNCT = re.compile(f"[{re.escape(string.punctuation)}‘’“”–—]")
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+")
 _SPLIT = re.compile(r",|\band\b", flags=re.IGNORECASE)
+_PAREN_TAIL = re.compile(r"\s*\([^()]*\)\s*$")
 
 
 def tokens(text: str) -> list[str]:
-    """Lower-case, punctuation to spaces, articles dropped (SQuAD-style normalisation, token level)."""
-    return [t for t in _PUNCT.sub(" ", text.lower()).split() if t not in ("a", "an", "the")]
+    """Lower-case, possessive `'s` dropped, punctuation to spaces, articles dropped (SQuAD-style
+    normalisation, token level)."""
+    text = _POSSESSIVE.sub("", text.lower())
+    return [t for t in _PUNCT.sub(" ", text).split() if t not in ("a", "an", "the")]
 
 
 def content_tokens(text: str) -> set[str]:
@@ -66,7 +91,29 @@ def _is_number(tok: str) -> bool:
     return any(ch.isdigit() for ch in tok)
 
 
+def _title_forms(title: str) -> list[list[str]]:
+    """A title as the question may name it: whole, without a disambiguation parenthetical, before a comma
+    ("Van Hook Township, Mountrail County, North Dakota" -> "Van Hook Township")."""
+    forms: list[list[str]] = []
+    for t in (title, _PAREN_TAIL.sub("", title), title.split(",", 1)[0]):
+        toks = tokens(t)
+        if toks and any(x not in _STOP for x in toks) and toks not in forms:
+            forms.append(toks)
+    return forms
+
+
+def mentions(question: list[str], title: str) -> bool:
+    """Whether the question's tokens contain one of the title's forms as a contiguous run."""
+    for form in _title_forms(title):
+        n = len(form)
+        if any(question[i:i + n] == form for i in range(len(question) - n + 1)):
+            return True
+    return False
+
+
 class LexicalJudge:
+    name = "lexical"
+
     def __init__(self, cfg: CriticConfig | None = None) -> None:
         self.cfg = cfg or CriticConfig()
         self.failures = 0
@@ -75,40 +122,23 @@ class LexicalJudge:
         return [self.verify_one(item) for item in items]
 
     def verify_one(self, item: CriticInput) -> CriticOutput:
-        th = self.cfg.support_threshold
         passages = item.passages or item.cited
         ptoks = {p.id: set(tokens(f"{p.title} {p.text}")) for p in passages}
-        cited_ids = [p.id for p in item.cited]
+        cited = [p.id for p in item.cited]
         label = {p.id: f"[{p.number}] {p.id}" for p in passages}
         claims = split_claims(item.answer, self.cfg.short_answer_words)
+        short = len(item.answer.split()) <= self.cfg.short_answer_words
         verdicts: list[ClaimVerification] = []
         flags: list[str] = []
-        supporting: set[str] = set()
         for claim in claims:
-            ct = content_tokens(claim)
-            recalls = {p.id: _recall(ct, ptoks[p.id]) for p in passages}
-            above = [pid for pid, r in recalls.items() if r >= th]
-            if above:
-                # Prefer a cited passage, then the best overlap; ties keep retrieval order (deterministic).
-                best = max(above, key=lambda pid: (pid in cited_ids, recalls[pid]))
-                verdicts.append(ClaimVerification(claim=claim, status="grounded", source_id=best,
-                                                  confidence=round(recalls[best], 4)))
-                supporting.add(best)
-                if best not in cited_ids:
-                    flags.append(f"uncited supporting passage {label[best]} for claim {claim!r}")
-            else:
-                union = set().union(*ptoks.values()) if ptoks else set()
-                u = _recall(ct, union)
-                contributors = [pid for pid, r in recalls.items() if r > 0]
-                if u >= th and len(contributors) >= 2:
-                    best = max(contributors, key=lambda pid: recalls[pid])
-                    verdicts.append(ClaimVerification(claim=claim, status="inferred", source_id=best,
-                                                      confidence=round(u, 4)))
-                    supporting.update(contributors)
-                else:
-                    verdicts.append(ClaimVerification(claim=claim, status="unsupported", source_id=None,
-                                                      confidence=round(1.0 - u, 4)))
-            flags.extend(self._conflicts(claim, ct, passages, ptoks, label))
+            v = (self._short_claim(claim, item.question, passages, ptoks, cited) if short
+                 else self._long_claim(claim, passages, ptoks, cited))
+            verdicts.append(v)
+            for pid in v.source_ids:
+                if v.status == "grounded" and pid not in cited:
+                    flags.append(f"uncited supporting passage {label[pid]} for claim {claim!r}")
+            flags.extend(self._conflicts(claim, content_tokens(claim), passages, ptoks, label))
+        supporting = {pid for v in verdicts if v.status != "unsupported" for pid in v.source_ids}
         for p in item.cited:
             if p.id not in supporting:
                 flags.append(f"cited passage {label.get(p.id, p.id)} supports no claim")
@@ -116,6 +146,61 @@ class LexicalJudge:
         return CriticOutput(verified_claims=verdicts,
                             overall_groundedness=grounded / len(verdicts) if verdicts else 0.0,
                             flags=list(dict.fromkeys(flags)))
+
+    def _short_claim(self, claim: str, question: str, passages: list[PassageRef], ptoks: dict[str, set[str]],
+                     cited: list[str]) -> ClaimVerification:
+        """One short answer: answer passage + the question's entity passages (+ cited bridges); yes/no through
+        the entities alone (module docstring)."""
+        qseq = tokens(question)
+        entities = [p.id for p in passages if mentions(qseq, p.title)]
+        if " ".join(tokens(claim)) in _YES_NO:
+            if not entities:
+                return ClaimVerification(claim=claim, status="unsupported", confidence=0.5)
+            return ClaimVerification(claim=claim, status="grounded" if len(entities) >= 2 else "inferred",
+                                     source_ids=entities, confidence=0.5)
+        ct = content_tokens(claim)
+        qc = {t for t in qseq if t not in _STOP and t not in _QUESTION_WORDS} - ct
+        recalls = {p.id: _recall(ct, ptoks[p.id]) for p in passages}
+        answer_ps = [pid for pid, r in recalls.items() if r >= self.cfg.short_support_threshold]
+        if not answer_ps:  # no passage names it whole: maybe several do together
+            return self._joint(claim, ct, ptoks, cited)
+        about = {pid: _recall(qc, ptoks[pid]) for pid in answer_ps}
+        # A cited passage first, then the one most about the question; ties keep retrieval order.
+        best = max(answer_ps, key=lambda pid: (pid in cited, about[pid]))
+        bridges = [pid for pid in answer_ps if pid in cited and about[pid] >= self.cfg.bridge_overlap]
+        sources = list(dict.fromkeys([best, *entities, *bridges]))
+        return ClaimVerification(claim=claim, status="grounded", source_ids=sources,
+                                 confidence=round(recalls[best], 4))
+
+    def _long_claim(self, claim: str, passages: list[PassageRef], ptoks: dict[str, set[str]],
+                    cited: list[str]) -> ClaimVerification:
+        th = self.cfg.support_threshold
+        ct = content_tokens(claim)
+        recalls = {p.id: _recall(ct, ptoks[p.id]) for p in passages}
+        above = [pid for pid, r in recalls.items() if r >= th]
+        if above:
+            best = max(above, key=lambda pid: (pid in cited, recalls[pid]))
+            return ClaimVerification(claim=claim, status="grounded", source_ids=[best],
+                                     confidence=round(recalls[best], 4))
+        return self._joint(claim, ct, ptoks, cited)
+
+    def _joint(self, claim: str, ct: set[str], ptoks: dict[str, set[str]], cited: list[str]) -> ClaimVerification:
+        """Inferred when two or more passages together hold `support_threshold` of the claim's tokens (the
+        fewest that do, picked greedily), else unsupported."""
+        th = self.cfg.support_threshold
+        covered: set[str] = set()
+        chosen: list[str] = []
+        while _recall(ct, covered) < th:
+            gain = {pid: len((ct & ptoks[pid]) - covered) for pid in ptoks if pid not in chosen}
+            pid = max(gain, key=lambda k: (gain[k], k in cited), default=None)
+            if pid is None or gain[pid] == 0:
+                break
+            chosen.append(pid)
+            covered |= ct & ptoks[pid]
+        u = _recall(ct, covered)
+        if u >= th and len(chosen) >= 2:
+            return ClaimVerification(claim=claim, status="inferred", source_ids=chosen, confidence=round(u, 4))
+        return ClaimVerification(claim=claim, status="unsupported", confidence=round(1.0 - u, 4))
 
     def _conflicts(self, claim: str, ct: set[str], passages: list[PassageRef], ptoks: dict[str, set[str]],
                    label: dict[str, str]) -> list[str]:

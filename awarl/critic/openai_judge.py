@@ -1,15 +1,27 @@
-"""Judges backed by any OpenAI-compatible `/v1/chat/completions` endpoint (vLLM, a provider, ...): the
-citation critic (`verify`) and, for `metrics.correctness: judge`, the answer grader (`grade_answers`).
+"""Judges backed by any OpenAI-compatible `/v1/chat/completions` endpoint (vLLM's OpenAI server, a provider,
+...): the citation critic (`verify`) and, for `metrics.correctness: judge`, the answer grader (`grade_answers`).
 
-The prompt follows the critic-loop article: the critic is a narrow verifier, not a second writer; it checks
-every claim of the answer against the ORIGINAL retrieved passages (never summaries) and labels it grounded,
-inferred or unsupported, naming the supporting passage. The reply must be JSON matching
-`critic_output_json_schema()` (also sent as `response_format`, so constrained decoding can enforce it).
+The prompt follows the critic-loop article: the critic is a narrow verifier, not a second writer; it splits
+the answer into the facts it rests on (one claim per hop of a multi-hop answer), checks each against the
+ORIGINAL retrieved passages (never summaries), labels it grounded, inferred or unsupported and names the
+passages it rests on (`source_ids`, jointly). The reply must be JSON matching `critic_output_json_schema()`.
 
-Failure policy: a transport error, timeout, HTTP 429/5xx is retried with exponential backoff; a reply that
-is not valid JSON or violates the schema is not retried (at temperature 0 it would repeat). Whatever fails
-yields None for that item and increments `failures`; nothing raises into training. Verdicts are cached on
-disk as JSON (atomic writes, keyed by a hash of the exact request and model), so a rerun or resume pays once.
+Request (docs/agent.md, "The LLM judge"): `POST {base_url}/chat/completions` with `model`, `messages`
+(system: instructions and the schema; user: question, answer, cited passages, every retrieved passage),
+`temperature: 0`, `max_tokens`, and, under `critic.response_format: json_schema` (default),
+`response_format: {"type": "json_schema", "json_schema": {"name": "critic_output", "schema": ..., "strict":
+true}}`, which vLLM enforces with structured outputs (guided decoding); `json_object` sends JSON mode only
+and `none` nothing (plain prompting, for providers with neither). Verdicts are read from
+`choices[0].message.content` (a fenced ```json block is tolerated); `usage` is summed when present.
+
+Failure policy: a transport error, timeout (one deadline of `timeout_s` per request), HTTP 429/5xx is
+retried with exponential backoff, or after the endpoint's `Retry-After` (up to `max_retry_after_s`); a
+reply that is not valid JSON, violates the schema or exceeds `max_response_bytes` (refused while read) is
+not retried (at temperature 0 it would repeat). After `breaker_failures` failed attempts in a row the
+circuit breaker stops calling the endpoint for `breaker_cooldown_s` (those items fail at once). Whatever
+fails yields None for that item and increments `failures`; nothing raises into training. Verdicts are
+cached on disk as JSON (atomic writes, keyed by a hash of the exact request and model), so a rerun or
+resume pays once, and identical items of one batch (a GRPO group's identical answers) are asked once.
 """
 
 from __future__ import annotations
@@ -27,7 +39,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from awarl.config import CriticConfig
 from awarl.critic.schema import (
@@ -38,32 +50,52 @@ from awarl.critic.schema import (
     answer_verdict_json_schema,
     critic_output_json_schema,
 )
+from awarl.http import (
+    CircuitBreaker,
+    CircuitOpen,
+    ResponseTooLarge,
+    capped_request,
+    deadline_client,
+    retry_after_s,
+)
 from awarl.io import atomic_write_json
 
 log = logging.getLogger(__name__)
 
-PROMPT_VERSION = "awarl-critic/1"  # part of the cache key: changing the prompt invalidates old verdicts
+# Part of the cache key: changing a prompt invalidates its old verdicts (the grader's is unchanged).
+PROMPT_VERSION = "awarl-critic/2"
+GRADER_PROMPT_VERSION = "awarl-critic/1"
 Verdict = TypeVar("Verdict", CriticOutput, AnswerVerdict)
 
 SYSTEM_PROMPT = """You are a citation critic for a question-answering search agent. You do not write or \
-improve answers; you only verify them.
+improve answers; you only verify them against the retrieved passages.
 
-Split the ANSWER into its atomic factual claims (a short answer such as a name or a date is one claim). \
+Claims. Split the ANSWER into the facts it rests on, one claim per fact. A short answer to a multi-hop \
+question rests on one fact per hop: for "In which city was the director of Film X born?" answered "Oslo", \
+the claims are "Film X was directed by Ann Lee" (the bridge) and "Ann Lee was born in Oslo" (the answer). \
+A yes/no answer to a comparison rests on one fact per compared entity. A one-hop answer such as a name or \
+a date is one claim.
+
 For each claim, check it against the ORIGINAL text of the retrieved passages below, not against your own \
 knowledge and not against any summary:
-- "grounded": the claim is stated, literally or as a close paraphrase, in one passage. Set source_id to \
-that passage's id (prefer a passage the answer cites).
-- "inferred": the claim follows logically from the passages taken together but no single passage states \
-it. Set source_id to the most relevant passage id, or null.
+- "grounded": the claim is stated, literally or as a close paraphrase, in the passages. source_ids lists \
+the ids of the passages that state it: one id when one passage does, several when only they together do. \
+Prefer passages the answer cites.
+- "inferred": the claim follows logically from the passages taken together but no passage states it. \
+source_ids lists the passages it follows from.
 - "unsupported": no retrieved passage supports it (for example it comes from background knowledge). \
-source_id is null.
-confidence is your confidence in the label, between 0 and 1. overall_groundedness is the fraction of \
-claims labelled grounded. In flags, list concrete problems: passages that give conflicting values for the \
-same fact (name both ids; report the conflict, do not average it), supporting passages the answer did not \
-cite, cited passages that support nothing.
+source_ids is [].
+Copy passage ids exactly as written after "id=". confidence is your confidence in the label, between 0 and \
+1. overall_groundedness is the fraction of claims labelled grounded. In flags, list concrete problems: \
+passages that give conflicting values for the same fact (name both ids; report the conflict, do not \
+average it), supporting passages the answer did not cite, cited passages that support nothing.
 
 Reply with one JSON object and nothing else, matching this JSON schema:
 {schema}"""
+
+
+class JudgeUnavailable(ValueError):
+    """The judge endpoint cannot be used (checked before any model loads); the message says what to do."""
 
 
 def _format_passages(items) -> str:
@@ -114,29 +146,74 @@ class JudgeResponseError(ValueError):
 
 
 class OpenAIJudge:
+    """`OpenAIJudge(cfg.critic, cache_dir).verify(items)` / `.grade_answers(items)` (module docstring)."""
+
+    name = "openai"
+
     def __init__(self, cfg: CriticConfig, cache_dir: str | os.PathLike | None = None,
                  api_key: str | None = None) -> None:
         self.cfg = cfg
         self.cache_dir = Path(cache_dir) if cache_dir else (Path(cfg.cache_dir) if cfg.cache_dir else None)
-        self.url = cfg.base_url.rstrip("/") + "/chat/completions"
+        self.base_url = cfg.base_url.rstrip("/")
+        self.url = self.base_url + "/chat/completions"
         key = api_key if api_key is not None else os.environ.get(cfg.api_key_env)
         headers = {"Content-Type": "application/json"}
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        self._client = httpx.Client(headers=headers, timeout=httpx.Timeout(cfg.timeout_s))
+        self._client = deadline_client(cfg.timeout_s, headers)
+        self.breaker = CircuitBreaker(cfg.breaker_failures, cfg.breaker_cooldown_s)
         self._lock = threading.Lock()
         self.failures = 0
         self.failure_reasons: Counter[str] = Counter()
         self.requests = 0
         self.cache_hits = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
 
     def close(self) -> None:
         self._client.close()
 
+    def usage(self) -> dict[str, int]:
+        """Counters since construction: HTTP requests sent, cache hits, failed items, tokens the endpoint
+        reported, circuit-breaker trips and refused calls."""
+        return {"requests": self.requests, "cache_hits": self.cache_hits, "failures": self.failures,
+                "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "breaker_trips": self.breaker.trips, "breaker_refused": self.breaker.refused}
+
+    # ---------------------------------------------------------------------------- start-up check
+    def check_reachable(self, what: str = "citation judge") -> None:
+        """Raise JudgeUnavailable unless `GET {base_url}/models` answers (one attempt, within timeout_s) and,
+        when it lists models, lists `critic.model`. Called before any model loads."""
+        fix = (f"start one with `scripts/serve_judge.sh --model {self.cfg.model} --gpus N --port "
+               f"{httpx.URL(self.base_url).port or 80}` (docs/agent.md), point critic.base_url at a running one, "
+               "or set critic.judge to gold, lexical or none (and metrics.correctness away from judge)")
+        try:
+            r = capped_request(self._client, "GET", self.base_url + "/models",
+                               timeout_s=min(self.cfg.timeout_s, 10.0), max_bytes=self.cfg.max_response_bytes)
+        except (httpx.TransportError, ResponseTooLarge) as e:
+            raise JudgeUnavailable(f"{what}: cannot reach critic.base_url={self.base_url} "
+                                   f"({type(e).__name__}: {e}); {fix}") from None
+        if r.status_code in (401, 403):
+            raise JudgeUnavailable(f"{what}: {self.base_url} refused the key (HTTP {r.status_code}); set "
+                                   f"${self.cfg.api_key_env} (critic.api_key_env)")
+        if r.status_code >= 500:
+            raise JudgeUnavailable(f"{what}: {self.base_url}/models answered HTTP {r.status_code}; {fix}")
+        if r.status_code != 200:
+            return  # a provider without /models: reachable is all we can check
+        try:
+            served = [str(m["id"]) for m in r.json()["data"]]
+        except (ValueError, KeyError, TypeError):
+            return
+        if served and self.cfg.model not in served:
+            raise JudgeUnavailable(f"{what}: {self.base_url} serves {served}, not critic.model={self.cfg.model!r}")
+
     # ------------------------------------------------------------------------------------ cache
-    def cache_key(self, messages: list[dict]) -> str:
-        blob = json.dumps({"v": PROMPT_VERSION, "model": self.cfg.model, "messages": messages,
-                           "max_tokens": self.cfg.max_tokens}, sort_keys=True, ensure_ascii=False)
+    def cache_key(self, messages: list[dict], version: str = PROMPT_VERSION) -> str:
+        spec: dict[str, Any] = {"v": version, "model": self.cfg.model, "messages": messages,
+                                "max_tokens": self.cfg.max_tokens}
+        if self.cfg.response_format != "json_schema":  # keys of the default format stay those of before
+            spec["format"] = self.cfg.response_format
+        blob = json.dumps(spec, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
     def _cache_path(self, key: str) -> Path | None:
@@ -158,44 +235,76 @@ class OpenAIJudge:
             atomic_write_json(path, out.model_dump(mode="json"))
 
     # ---------------------------------------------------------------------------------- request
+    def request_body(self, messages: list[dict], schema_name: str, schema: dict) -> dict[str, Any]:
+        """The JSON body of one chat-completions request (module docstring)."""
+        body: dict[str, Any] = {"model": self.cfg.model, "messages": messages, "temperature": 0.0,
+                                "max_tokens": self.cfg.max_tokens}
+        if self.cfg.response_format == "json_schema":
+            body["response_format"] = {"type": "json_schema",
+                                       "json_schema": {"name": schema_name, "schema": schema, "strict": True}}
+        elif self.cfg.response_format == "json_object":
+            body["response_format"] = {"type": "json_object"}
+        return body
+
+    def _attempt(self, body: dict) -> tuple[str, Any]:
+        """One HTTP attempt through the circuit breaker: ("ok", answer) | ("retry", (reason, wait_s))."""
+        if not self.breaker.allow():
+            raise CircuitOpen(f"{self.base_url}: circuit breaker open after repeated failures "
+                              f"(critic.breaker_failures={self.cfg.breaker_failures}); not called")
+        with self._lock:
+            self.requests += 1
+        ok = False
+        try:
+            r = capped_request(self._client, "POST", self.url, timeout_s=self.cfg.timeout_s,
+                               max_bytes=self.cfg.max_response_bytes, json_body=body)
+            ok = r.status_code < 500  # alive: a 429 is answered by waiting, not by the breaker
+        except httpx.TransportError as e:  # refused, reset, timeouts, the request's deadline
+            return "retry", (f"{type(e).__name__}: {e}", None)
+        except ResponseTooLarge as e:
+            ok = True
+            raise JudgeResponseError(str(e)) from None
+        finally:
+            self.breaker.record(ok)
+        if r.status_code == 429 or r.status_code >= 500:
+            return "retry", (f"HTTP {r.status_code}", retry_after_s(r.headers.get("retry-after")))
+        return "ok", r
+
     def _request(self, messages: list[dict], kind: type[Verdict], schema_name: str, schema: dict) -> Verdict:
-        body = {
-            "model": self.cfg.model,
-            "messages": messages,
-            "temperature": 0.0,
-            "max_tokens": self.cfg.max_tokens,
-            "response_format": {"type": "json_schema", "json_schema": {"name": schema_name, "schema": schema}},
-        }
-        delay = self.cfg.backoff_s
-        last: Exception | None = None
+        body = self.request_body(messages, schema_name, schema)
+        last, wait = "", None
         for attempt in range(self.cfg.retries + 1):
             if attempt:
+                delay = self.cfg.backoff_s * 2 ** (attempt - 1)
+                if wait is not None:  # the endpoint said when to come back
+                    delay = max(delay, min(wait, self.cfg.max_retry_after_s))
                 time.sleep(delay)
-                delay *= 2
-            with self._lock:
-                self.requests += 1
-            try:
-                resp = self._client.post(self.url, json=body)
-            except httpx.HTTPError as e:  # timeouts, refused connections, broken streams
-                last = e
+            status, got = self._attempt(body)
+            if status == "retry":
+                last, wait = got
                 continue
-            if resp.status_code == 429 or resp.status_code >= 500:
-                last = RuntimeError(f"HTTP {resp.status_code}")
-                continue
-            if resp.status_code != 200:
-                raise JudgeResponseError(f"HTTP {resp.status_code}: {resp.text[:200]}")
-            if len(resp.content) > self.cfg.max_response_bytes:
-                raise JudgeResponseError(f"response of {len(resp.content)} bytes exceeds max_response_bytes")
+            if got.status_code != 200:
+                raise JudgeResponseError(f"HTTP {got.status_code}: {got.text[:200]}")
             try:
-                content = resp.json()["choices"][0]["message"]["content"]
-                return kind.model_validate(_extract_json(content))
+                data = got.json()
+                content = data["choices"][0]["message"]["content"]
+                out = kind.model_validate(_extract_json(content))
             except (ValueError, KeyError, IndexError, TypeError, ValidationError) as e:
                 raise JudgeResponseError(f"reply does not match the verdict schema: {str(e)[:300]}") from None
+            self._count_usage(data)
+            return out
         raise TimeoutError(f"no answer after {self.cfg.retries + 1} attempt(s): {last}")
 
-    def _call(self, messages: list[dict], kind: type[Verdict], schema_name: str, schema: dict) -> Verdict | None:
+    def _count_usage(self, data: Any) -> None:
+        usage = data.get("usage") if isinstance(data, dict) else None
+        if isinstance(usage, dict):
+            with self._lock:
+                self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+                self.completion_tokens += int(usage.get("completion_tokens") or 0)
+
+    def _call(self, messages: list[dict], kind: type[Verdict], schema_name: str, schema: dict,
+              version: str) -> Verdict | None:
         """The cached verdict, or a new one; None when it failed (counted, never raised into training)."""
-        key = self.cache_key(messages)
+        key = self.cache_key(messages, version)
         cached = self._cache_get(key, kind)
         if cached is not None:
             with self._lock:
@@ -208,24 +317,42 @@ class OpenAIJudge:
             with self._lock:
                 self.failures += 1
                 self.failure_reasons[reason] += 1
-            log.warning("%s judge failed (%s): %s", schema_name, reason, e)
+            if not isinstance(e, CircuitOpen):  # one line per refused item would drown the log
+                log.warning("%s judge failed (%s): %s", schema_name, reason, e)
             return None
         self._cache_put(key, out)
         return out
 
-    def _map(self, fn: Callable[[Any], Any], items: list) -> list:
-        if not items:
+    def ask(self, messages: list[dict], kind: type[BaseModel], schema_name: str, schema: dict,
+            version: str) -> BaseModel | None:
+        """One cached, schema-bound request of any kind (the critic-loop planner's too); None when it failed
+        (counted in `failures`, never raised). `version` is part of the cache key: bump it with the prompt."""
+        return self._call(messages, kind, schema_name, schema, version)
+
+    def _map(self, fn: Callable[[list[dict]], Any], messages: list[list[dict]]) -> list:
+        """fn over the distinct requests (identical items asked once), concurrently; results in item order."""
+        if not messages:
             return []
-        with ThreadPoolExecutor(max_workers=min(self.cfg.concurrency, len(items))) as pool:
-            return list(pool.map(fn, items))
+        keys = [json.dumps(m, sort_keys=True, ensure_ascii=False) for m in messages]
+        distinct = list(dict.fromkeys(keys))
+        first = {k: messages[keys.index(k)] for k in distinct}
+        with ThreadPoolExecutor(max_workers=min(self.cfg.concurrency, len(distinct))) as pool:
+            got = dict(zip(distinct, pool.map(lambda k: fn(first[k]), distinct), strict=True))
+        return [got[k] for k in keys]
 
     def verify(self, items: list[CriticInput]) -> list[CriticOutput | None]:
         """Citation verdicts (SPEC section 5), one per item; None where the judge failed."""
-        return self._map(lambda it: self._call(build_messages(it), CriticOutput, "critic_output",
-                                               critic_output_json_schema()), items)
+        fails = self.breaker.refused
+        out = self._map(lambda m: self._call(m, CriticOutput, "critic_output", critic_output_json_schema(),
+                                             PROMPT_VERSION), [build_messages(it) for it in items])
+        if self.breaker.refused > fails:
+            log.warning("critic judge: %d item(s) not sent, %s looks down (circuit breaker open)",
+                        self.breaker.refused - fails, self.base_url)
+        return out
 
     def grade_answers(self, items: list[AnswerCheck]) -> list[bool | None]:
         """Whether each prediction is the same answer as a gold one; None where the judge failed."""
-        verdicts = self._map(lambda it: self._call(build_grader_messages(it), AnswerVerdict, "answer_verdict",
-                                                   answer_verdict_json_schema()), items)
+        verdicts = self._map(lambda m: self._call(m, AnswerVerdict, "answer_verdict", answer_verdict_json_schema(),
+                                                  GRADER_PROMPT_VERSION),
+                             [build_grader_messages(it) for it in items])
         return [None if v is None else v.correct for v in verdicts]

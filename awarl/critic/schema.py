@@ -3,13 +3,19 @@
 A judge sees the question, the answer, the cited passages and ALL passages retrieved in the trajectory in
 their original text (the critic-loop article: a critic that only sees summaries can check consistency, not
 grounding), and returns one `CriticOutput` per item, or None when it failed.
+
+A claim names the passages it rests on in `source_ids`: several when they ground it only jointly (the two
+hops of a multi-hop answer), the critic-loop article's `source_url` generalised. The single-id form
+(`"source_id": "w1"`, or null) of older verdicts and caches is still read.
 """
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from awarl.data.evidence import GoldEvidence
 
 
 class ClaimVerification(BaseModel):
@@ -17,14 +23,42 @@ class ClaimVerification(BaseModel):
 
     claim: str = Field(..., min_length=1)
     status: Literal["grounded", "inferred", "unsupported"]
-    source_id: str | None = Field(None, description="Passage id supporting the claim; required when grounded.")
+    source_ids: list[str] = Field(default_factory=list, description="Passage ids that support the claim (all "
+                                  "of them jointly); at least one when grounded.")
     confidence: float = Field(..., ge=0.0, le=1.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _single_source_form(cls, data: Any) -> Any:
+        """`source_id` (a string, null or a list) is read as `source_ids` when that is absent."""
+        if isinstance(data, dict) and "source_id" in data:
+            data = dict(data)
+            one = data.pop("source_id")
+            if data.get("source_ids") is None:
+                data["source_ids"] = [] if one is None else list(one) if isinstance(one, list) else [one]
+        return data
+
+    @field_validator("source_ids", mode="before")
+    @classmethod
+    def _clean_ids(cls, v: Any) -> Any:
+        if v is None:
+            return []
+        if isinstance(v, str):
+            v = [v]
+        if isinstance(v, list):  # ids as written by a model: stripped, blanks and repeats dropped
+            return list(dict.fromkeys(str(x).strip() for x in v if x is not None and str(x).strip()))
+        return v
 
     @model_validator(mode="after")
     def _grounded_needs_source(self) -> ClaimVerification:
-        if self.status == "grounded" and not self.source_id:
-            raise ValueError("source_id is required when status is 'grounded'")
+        if self.status == "grounded" and not self.source_ids:
+            raise ValueError("source_ids must name at least one passage when status is 'grounded'")
         return self
+
+    @property
+    def source_id(self) -> str | None:
+        """The first source (the single-id form)."""
+        return self.source_ids[0] if self.source_ids else None
 
 
 class CriticOutput(BaseModel):
@@ -51,6 +85,17 @@ class CriticInput(BaseModel):
     answer: str
     cited: list[PassageRef] = Field(default_factory=list, description="Passages the answer cites.")
     passages: list[PassageRef] = Field(default_factory=list, description="Every passage retrieved, original text.")
+    gold: Any = Field(None, exclude=True, description="The question's GoldEvidence, for the gold judge only "
+                      "(never shown to an LLM judge); None when the data marks none.")
+
+    @field_validator("gold", mode="before")
+    @classmethod
+    def _gold_evidence(cls, v: Any) -> GoldEvidence | None:
+        if v is None or isinstance(v, GoldEvidence):
+            return v
+        if isinstance(v, dict):
+            return GoldEvidence.from_dict(v)
+        raise ValueError(f"gold: expected GoldEvidence, a dict or None, got {type(v).__name__}")
 
 
 class AnswerCheck(BaseModel):
@@ -87,10 +132,10 @@ def critic_output_json_schema() -> dict:
         "properties": {
             "claim": {"type": "string"},
             "status": {"type": "string", "enum": ["grounded", "inferred", "unsupported"]},
-            "source_id": {"type": ["string", "null"]},
+            "source_ids": {"type": "array", "items": {"type": "string"}},
             "confidence": {"type": "number", "minimum": 0, "maximum": 1},
         },
-        "required": ["claim", "status", "source_id", "confidence"],
+        "required": ["claim", "status", "source_ids", "confidence"],
         "additionalProperties": False,
     }
     return {

@@ -27,6 +27,8 @@ STEMMERS = ("s", "snowball", "none")
 BM25_FILES = ("data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy", "vocab.index.json",
               "params.index.json")
 _WORD = re.compile(r"(?u)\b\w\w+\b")
+# a query whose postings exceed 1/DENSE_SHARE of the passages is scored over the whole accumulator
+DENSE_SHARE = 8
 
 
 def s_stem(word: str) -> str:
@@ -80,14 +82,17 @@ class BM25Retriever:
     """Search a saved bm25s-format index with awarl's own scorer; passages come from the index's docstore.
 
     A query's score of a passage is the float32 sum of its terms' precomputed scores, added in query-term
-    order (bm25s's `get_scores_from_ids`, so results are bitwise bm25s's), but only the passages in the
-    query terms' posting lists are ever touched: the accumulator is reset where it was written, and top-k
-    selection runs over those candidates, not over all N passages. With `mmap`, the posting arrays stay on
-    disk and are paged in by the OS (one shared copy for every process serving the same index).
+    order (bm25s's `get_scores_from_ids`, so results are bitwise bm25s's). A selective query (postings for
+    under 1/DENSE_SHARE of the passages: names, rare words) touches only the passages in its terms' posting
+    lists: the accumulator is reset where it was written and top-k selection runs over those candidates, not
+    over all N passages. A broad query (common words: most questions) is scattered into the whole
+    accumulator and selected over it, which costs less than tracking candidates (measured). Either way no
+    N-sized array is allocated per query. With `mmap`, the posting arrays stay on disk and are paged in by
+    the OS (one shared copy for every process serving the same index).
 
     `search` is batched: identical queries are scored once, and with `workers` > 1 the batch is split over
-    that many threads (numpy releases the GIL in the gathers and scatters that dominate large indexes).
-    Each thread has its own accumulator (4 bytes a passage).
+    that many threads, each with its own accumulator (4 bytes a passage); they run in parallel only where
+    numpy releases the GIL in its scatter and gather loops.
     """
 
     def __init__(self, index_dir: Path, settings: dict[str, Any], docstore: Docstore, mmap: bool = False,
@@ -121,6 +126,8 @@ class BM25Retriever:
             return []
         bounds = self.indptr[np.asarray(term_ids, dtype=np.int64)]
         ends = self.indptr[np.asarray(term_ids, dtype=np.int64) + 1]
+        if int((ends - bounds).sum()) * DENSE_SHARE > self.num_docs:
+            return self._score_dense(bounds.tolist(), ends.tolist(), k, acc)
         seen: list[np.ndarray] = []
         for start, end in zip(bounds.tolist(), ends.tolist(), strict=True):
             if start == end:
@@ -135,6 +142,32 @@ class BM25Retriever:
         scores = acc[cand]
         acc[cand] = 0
         return top_k_of(cand, scores, k)
+
+    def _score_dense(self, bounds: list[int], ends: list[int], k: int, acc: np.ndarray) -> list[tuple[int, float]]:
+        """For queries whose postings cover much of the corpus, scattering into the whole accumulator and
+        selecting over it costs less than tracking candidates."""
+        lists = []
+        for start, end in zip(bounds, ends, strict=True):
+            if start != end:
+                docs = self.indices[start:end]
+                np.add.at(acc, docs, self.data[start:end])
+                lists.append(docs)
+        try:
+            # the k-th best score among any k passages bounds the overall k-th best from below: take it from
+            # the shortest posting lists, then one comparison pass over N instead of a partition of N
+            lists.sort(key=len)
+            sub = lists[0]  # a posting list holds distinct passages
+            for docs in lists[1:]:
+                if len(sub) >= k:
+                    break
+                sub = np.union1d(sub, docs)
+            if len(sub) < k:
+                cand = np.flatnonzero(acc > 0)
+            else:
+                cand = np.flatnonzero(acc >= np.partition(acc[sub], len(sub) - k)[len(sub) - k])
+            return top_k_of(cand, acc[cand], k)
+        finally:
+            acc.fill(0)
 
     def _score_many(self, batch: list[tuple[int, ...]], k: int) -> list[list[tuple[int, float]]]:
         acc = self._accumulators.get()
@@ -221,9 +254,15 @@ def top_k_of(ids: np.ndarray, scores: np.ndarray, k: int) -> list[tuple[int, flo
 
 def top_k(scores: np.ndarray, k: int) -> list[tuple[int, float]]:
     """Indices and scores of the k best positive scores of a dense score array, best first, ties by index."""
+    k = min(k, len(scores))
     if k <= 0:
         return []
-    return top_k_of(np.arange(len(scores)), np.asarray(scores), k)
+    cand = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+    # widen to every passage tied with the k-th score, so the tie-break does not depend on argpartition
+    kth = scores[cand].min()
+    cand = np.flatnonzero(scores >= kth) if kth > 0 else np.flatnonzero(scores > 0)
+    order = np.lexsort((cand, -scores[cand]))[:k]
+    return [(int(cand[j]), float(scores[cand[j]])) for j in order if scores[cand[j]] > 0]
 
 
 def read_bm25_num_docs(index_dir: Path) -> int:

@@ -9,18 +9,18 @@ and raise at once.
 
 `timeout_s` is one deadline for a whole request (connect, send, headers and body), not a limit per socket
 read: an endpoint that trickles a byte a second cannot hold a call past it. Answers are read as a stream
-and refused once larger than `max_response_bytes`, before they are held whole.
+and refused once larger than `max_response_bytes`, before they are held whole (helpers in `awarl.http`, shared
+with the LLM judge).
 """
 
 from __future__ import annotations
 
-import email.utils
 import json
 import logging
-import threading
 import time
 from typing import Any
 
+from awarl.http import Answer, ResponseTooLarge, capped_request, deadline_client, retry_after_s
 from awarl.retrieval.types import Passage
 
 log = logging.getLogger(__name__)
@@ -52,90 +52,12 @@ def _passage(item: Any, where: str) -> Passage:
     return Passage.from_contents(pid, contents, float(score))
 
 
-_deadline = threading.local()  # the running request's time.monotonic() deadline, per calling thread
-
-
-def _bounded(timeout: float | None) -> float | None:
-    """A socket operation's timeout, cut to what is left of the request's deadline."""
-    import httpcore
-
-    deadline = getattr(_deadline, "at", None)
-    if deadline is None:
-        return timeout
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise httpcore.ReadTimeout("the request's deadline passed")
-    return left if timeout is None else min(timeout, left)
-
-
-def _deadline_transport() -> Any:
-    """An httpx transport whose every socket read, write and connect is bounded by the request deadline."""
-    import httpcore
-    import httpx
-
-    class Stream(httpcore.NetworkStream):
-        def __init__(self, inner: Any) -> None:
-            self._inner = inner
-
-        def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-            return self._inner.read(max_bytes, _bounded(timeout))
-
-        def write(self, buffer: bytes, timeout: float | None = None) -> None:
-            self._inner.write(buffer, _bounded(timeout))
-
-        def close(self) -> None:
-            self._inner.close()
-
-        def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
-                      timeout: float | None = None) -> Any:
-            return Stream(self._inner.start_tls(ssl_context, server_hostname, _bounded(timeout)))
-
-        def get_extra_info(self, info: str) -> Any:
-            return self._inner.get_extra_info(info)
-
-    class Backend(httpcore.SyncBackend):
-        def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                        socket_options: Any = None) -> Any:
-            return Stream(super().connect_tcp(host, port, _bounded(timeout), local_address, socket_options))
-
-    transport = httpx.HTTPTransport()
-    # httpx does not take a network backend; its transport's pool is swapped for one that has ours
-    transport._pool = httpcore.ConnectionPool(network_backend=Backend(), max_connections=100,
-                                              max_keepalive_connections=20, keepalive_expiry=5.0)
-    return transport
-
-
-class _Answer:
-    def __init__(self, status: int, headers: Any, body: bytes) -> None:
-        self.status_code, self.headers, self.body = status, headers, body
-
-    @property
-    def text(self) -> str:
-        return self.body.decode("utf-8", errors="replace")
-
-
-def retry_after_s(value: str | None) -> float | None:
-    """Seconds a `Retry-After` header asks to wait (delta-seconds or an HTTP date); None if absent/invalid."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time()) if when is not None else None
-
-
 class RetrievalClient:
     """A Retriever over HTTP. Thread-safe; long query lists are split into requests of `max_batch`."""
 
     def __init__(self, url: str, timeout_s: float = 30.0, retries: int = 3, *, backoff_s: float = 0.5,
                  max_batch: int = 64, max_query_chars: int = 4096, max_response_bytes: int = 64 << 20,
                  max_retry_after_s: float = 60.0) -> None:
-        import httpx
-
         url = url.rstrip("/")
         self.base_url = url[: -len("/retrieve")] if url.endswith("/retrieve") else url
         self.timeout_s = timeout_s
@@ -145,22 +67,15 @@ class RetrievalClient:
         self.max_query_chars = max_query_chars
         self.max_response_bytes = max_response_bytes
         self.max_retry_after_s = max_retry_after_s
-        self._http = httpx.Client(timeout=timeout_s, transport=_deadline_transport())
+        self._http = deadline_client(timeout_s)
 
-    def _request(self, method: str, url: str, payload: Any = None) -> _Answer:
+    def _request(self, method: str, url: str, payload: Any = None) -> Answer:
         """One request under one deadline of timeout_s, its answer read as a stream up to the size cap."""
-        _deadline.at = time.monotonic() + self.timeout_s
         try:
-            with self._http.stream(method, url, json=payload) as r:
-                body = bytearray()
-                for chunk in r.iter_bytes():
-                    body += chunk
-                    if len(body) > self.max_response_bytes:
-                        raise RetrievalClientError(f"{url}: answer larger than {self.max_response_bytes} bytes "
-                                                   "(max_response_bytes); refused")
-                return _Answer(r.status_code, r.headers, bytes(body))
-        finally:
-            _deadline.at = None
+            return capped_request(self._http, method, url, timeout_s=self.timeout_s,
+                                  max_bytes=self.max_response_bytes, json_body=payload)
+        except ResponseTooLarge as e:
+            raise RetrievalClientError(str(e)) from None
 
     def _post(self, path: str, payload: dict[str, Any]) -> Any:
         import httpx

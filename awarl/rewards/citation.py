@@ -1,11 +1,12 @@
 """Citation reward (SPEC section 4, step 10): coverage − redundancy from a critic verdict.
 
-coverage   = share of the answer's claims grounded in a CITED passage (an `inferred` claim earns
-             `inferred_weight` when its source, if named, is cited; one with no named source earns it
-             only when the answer cites at least one retrieved passage: an answer that cites nothing
-             covers nothing);
-redundancy = share of cited passages that support no claim (a citation of a number that was never
-             retrieved supports nothing).
+coverage   = mean over the answer's claims of their credit. A claim names the passages it rests on
+             (`source_ids`, jointly): a grounded claim earns the share of them that is CITED (a two-hop
+             claim whose bridge passage is not cited earns half); an `inferred` claim earns
+             `inferred_weight` times that share, or, naming no source, `inferred_weight` when the answer
+             cites at least one retrieved passage (an answer that cites nothing covers nothing);
+redundancy = share of cited passages that support no claim, alone or jointly (a citation of a number that
+             was never retrieved supports nothing).
 A passage can be named by the critic either by its corpus id or by its number in the trajectory; both are
 resolved to the id, so an LLM judge that copies `[3]` instead of a long id is not penalised.
 
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from awarl.critic.schema import CriticInput, CriticOutput, PassageRef
+from awarl.data.evidence import GoldEvidence
 from awarl.metrics import Outcome
 
 log = logging.getLogger(__name__)
@@ -31,6 +33,7 @@ class CitationScore:
     coverage: float
     redundancy: float
     reward: float
+    supporting: tuple[int, ...] = ()  # cited passage numbers that support a claim (the others are redundant)
 
 
 def passages_from_rollout(passages: Iterable[Mapping[str, Any]] | None, where: str = "passages") -> list[PassageRef]:
@@ -48,15 +51,15 @@ def passages_from_rollout(passages: Iterable[Mapping[str, Any]] | None, where: s
 
 
 def build_critic_input(question: str, answer: str, citations: Iterable[int] | None,
-                       passages: list[PassageRef]) -> CriticInput:
+                       passages: list[PassageRef], gold: GoldEvidence | None = None) -> CriticInput:
     """The judge's view of one trajectory: cited passages resolved by number (unknown numbers dropped here;
-    they still count as redundant in `citation_reward`)."""
+    they still count as redundant in `citation_reward`); `gold` for the gold judge only."""
     by_number = {p.number: p for p in passages}
     cited: list[PassageRef] = []
     for n in dict.fromkeys(int(c) for c in citations or []):
         if n in by_number:
             cited.append(by_number[n])
-    return CriticInput(question=question, answer=answer, cited=cited, passages=passages)
+    return CriticInput(question=question, answer=answer, cited=cited, passages=passages, gold=gold)
 
 
 def _resolver(passages: list[PassageRef]) -> dict[str, str]:
@@ -84,42 +87,49 @@ def citation_reward(verdict: CriticOutput, citations: Iterable[int] | None, pass
     credit = 0.0
     supporting: set[str] = set()
     for c in verdict.verified_claims:
-        src = names.get(c.source_id.strip(), c.source_id.strip()) if c.source_id else None
+        # A source that names no retrieved passage (a judge's slip) is dropped: the policy could not cite it.
+        srcs = list(dict.fromkeys(names[s] for s in c.source_ids if s in names))
+        share = sum(s in cited_set for s in srcs) / len(srcs) if srcs else 0.0
         if c.status == "grounded":
-            if src in cited_set:
-                credit += 1.0
-                supporting.add(src)
+            credit += share
         elif c.status == "inferred":
-            if (src is None and cites_evidence) or (src is not None and src in cited_set):
-                credit += inferred_weight
-            if src is not None:
-                supporting.add(src)
+            credit += inferred_weight * (share if srcs else float(cites_evidence))
+        if c.status != "unsupported":
+            supporting.update(srcs)
     n_claims = len(verdict.verified_claims)
     coverage = credit / n_claims if n_claims else 0.0
     redundancy = (sum(cid not in supporting for cid in cited_ids) / len(cited_ids)) if cited_ids else 0.0
-    return CitationScore(coverage=coverage, redundancy=redundancy, reward=coverage - redundancy)
+    support = tuple(n for n, cid in zip(cited_numbers, cited_ids, strict=True) if cid in supporting)
+    return CitationScore(coverage=coverage, redundancy=redundancy, reward=coverage - redundancy, supporting=support)
 
 
 # ----------------------------------------------------------------------------- judging trajectories
 @dataclass(frozen=True)
 class CitationItem:
     """One trajectory to judge: its question, answer, cited passage numbers, every passage it retrieved
-    (rollout entries {number, id, title, text}) and its outcome."""
+    (rollout entries {number, id, title, text}), its outcome, and the question's gold evidence (None when the
+    data marks none; only the gold judge reads it)."""
 
     question: str
     answer: str | None
     citations: Sequence[int]
     passages: Sequence[Mapping[str, Any]] | None
     outcome: Outcome | str
+    gold: GoldEvidence | None = None
 
 
 @dataclass(frozen=True)
 class CitationJudgement:
-    """The judge's verdict on one item and its score, or the reason there is none (`error`)."""
+    """The judge's verdict on one item and its score, or the reason there is none: `error` (the judge failed)
+    or `skipped` (deliberately not judged, e.g. no gold evidence under `critic.gold_fallback: none`).
+    `judge` names the judge that gave the verdict when it is not the configured one's label (`fallback`)."""
 
     verdict: CriticOutput | None = None
     score: CitationScore | None = None
     error: str | None = None
+    skipped: str | None = None
+    judge: str | None = None
+    fallback: bool = False
 
     @property
     def failed(self) -> bool:
@@ -127,11 +137,16 @@ class CitationJudgement:
 
     def summary(self, label: str) -> dict[str, Any]:
         """The verdict summary stored on a predictions line (docs/formats.md)."""
+        label = self.judge or label
+        if self.skipped is not None:
+            return {"judge": label, "skipped": self.skipped}
         if self.failed or self.verdict is None or self.score is None:
             return {"judge": label, "failed": True, "error": self.error or "no valid verdict"}
-        return {"judge": label, "coverage": self.score.coverage, "redundancy": self.score.redundancy,
+        return {"judge": label, **({"fallback": True} if self.fallback else {}),
+                "coverage": self.score.coverage, "redundancy": self.score.redundancy,
                 "reward": self.score.reward, "groundedness": float(self.verdict.overall_groundedness),
-                "claims": len(self.verdict.verified_claims), "flags": list(self.verdict.flags)}
+                "claims": len(self.verdict.verified_claims), "supporting": list(self.score.supporting),
+                "flags": list(self.verdict.flags)}
 
 
 def judged(outcome: Outcome | str) -> bool:
@@ -139,15 +154,12 @@ def judged(outcome: Outcome | str) -> bool:
     return Outcome(outcome) in (Outcome.CORRECT, Outcome.WRONG)
 
 
-def judge_citations(judge: Any, items: Sequence[CitationItem],
-                    inferred_weight: float) -> list[CitationJudgement | None]:
-    """One entry per item: None where it is not judged (no judge, or not correct/wrong), else the verdict and
-    its score, or a failure (a malformed passage list, a judge exception or a missing verdict). A judge never
-    fails the caller: its failures are returned, for the caller to count."""
-    out: list[CitationJudgement | None] = [None] * len(items)
-    if judge is None:
-        return out
-    idx, inputs, refs = [], [], []
+def _inputs(judge: Any, items: Sequence[CitationItem], out: list[CitationJudgement | None]
+            ) -> tuple[list[int], list[CriticInput], list[list[PassageRef]], dict[int, str]]:
+    """The items to send to the judge (index, input, passages) and their route (`judge.route`, when the judge
+    has one: the gold judge's fallback); malformed and skipped items are settled in `out`."""
+    idx, inputs, refs, routes = [], [], [], {}
+    route = getattr(judge, "route", None)
     for j, item in enumerate(items):
         if not judged(item.outcome):
             continue
@@ -156,9 +168,28 @@ def judge_citations(judge: Any, items: Sequence[CitationItem],
         except ValueError as e:
             out[j] = CitationJudgement(error=str(e))
             continue
-        inputs.append(build_critic_input(item.question, item.answer or "", item.citations, refs_j))
+        inp = build_critic_input(item.question, item.answer or "", item.citations, refs_j, item.gold)
+        if route is not None:
+            r = route(inp)
+            if r is None:
+                out[j] = CitationJudgement(skipped="no gold evidence (critic.gold_fallback: none)")
+                continue
+            routes[j] = r
+        inputs.append(inp)
         refs.append(refs_j)
         idx.append(j)
+    return idx, inputs, refs, routes
+
+
+def judge_citations(judge: Any, items: Sequence[CitationItem],
+                    inferred_weight: float) -> list[CitationJudgement | None]:
+    """One entry per item: None where it is not judged (no judge, or not correct/wrong), else the verdict and
+    its score, a skip, or a failure (a malformed passage list, a judge exception or a missing verdict). A judge
+    never fails the caller: its failures are returned, for the caller to count."""
+    out: list[CitationJudgement | None] = [None] * len(items)
+    if judge is None:
+        return out
+    idx, inputs, refs, routes = _inputs(judge, items, out)
     if not inputs:
         return out
     try:
@@ -170,7 +201,10 @@ def judge_citations(judge: Any, items: Sequence[CitationItem],
         for j in idx:
             out[j] = CitationJudgement(error=str(e)[:500])
         return out
+    own = getattr(judge, "name", None)
     for j, v, refs_j in zip(idx, verdicts, refs, strict=True):
-        out[j] = CitationJudgement(error="no valid verdict") if v is None else CitationJudgement(
-            verdict=v, score=citation_reward(v, items[j].citations, refs_j, inferred_weight))
+        via = routes.get(j)
+        tag = {"judge": via, "fallback": True} if via is not None and via != own else {}
+        out[j] = CitationJudgement(error="no valid verdict", **tag) if v is None else CitationJudgement(
+            verdict=v, score=citation_reward(v, items[j].citations, refs_j, inferred_weight), **tag)
     return out

@@ -9,6 +9,8 @@ completion, aligned with `completions`):
     p_i        float, or None when unknown (then p_table, then reward.default_p, counted)
     question, answer (str | None), citations (list[int] cited passage numbers),
     passages   list of {"number", "id", "title", "text"}: everything retrieved, original text
+    gold_evidence  optional: the question's gold evidence (compact JSON or dict; None without), read by the
+               gold citation judge (`critic.judge: gold`)
     training   optional bool: False marks an evaluation batch (statistics are computed, state is not updated)
 
 TRL itself adds `trainer_state`, `log_metric(name, value)` and `log_extra(column, values)`.
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from awarl.config import RewardConfig
+from awarl.critic.gold_judge import evidence_from
 from awarl.io import atomic_write_json
 from awarl.metrics import Outcome
 from awarl.rewards import abstention as A
@@ -158,14 +161,14 @@ class AwaRLReward:
         e_bar = A.ema(self.e_bar, rates["E"], cfg.beta) if (rates["n"] and update) else self.e_bar
         penalty = A.stepwise_penalty(e_bar, cfg.penalty_steps, cfg.penalty_max)
         abstain_r = self._abstain_rewards(qids, ps, penalty, groups)
-        r_cite, failures = self._citations(kwargs, outcomes, n)
+        r_cite, failures, cite_counts = self._citations(kwargs, outcomes, n)
         rewards = [A.total_reward(o, A.outcome_reward(o, r_ab, cfg.r_correct, cfg.r_wrong, cfg.r_invalid),
                                   rc, cfg.lambda_cite)
                    for o, r_ab, rc in zip(outcomes, abstain_r, r_cite, strict=True)]
         cite_vals = [rc for rc in r_cite if rc is not None]
         n_judged = sum(1 for o in outcomes if judged(o)) if self.judge else 0
-        r_ref_sum, cite_sum, cite_n, fail_sum, judged_sum = all_reduce_sum(
-            [sum(abstain_r), sum(cite_vals), len(cite_vals), failures, n_judged])
+        r_ref_sum, cite_sum, cite_n, fail_sum, judged_sum, *cite_extra = all_reduce_sum(
+            [sum(abstain_r), sum(cite_vals), len(cite_vals), failures, n_judged, *cite_counts.values()])
         if update and rates["n"]:
             self._update_state(e_bar, groups, fail_sum, rates["unknown_p"])
         tot = rates["n"]
@@ -173,7 +176,8 @@ class AwaRLReward:
                  "r_ref_mean": r_ref_sum / tot if tot else 0.0,
                  **{k: rates[k] for k in ("share_correct", "share_wrong", "share_abstain", "share_invalid")},
                  "r_cite_mean": cite_sum / cite_n if cite_n else 0.0, "judged": judged_sum,
-                 "judge_failures": fail_sum, "unknown_p": rates["unknown_p"], "n": tot, "updated": float(update)}
+                 "judge_failures": fail_sum, **dict(zip(cite_counts, cite_extra, strict=True)),
+                 "unknown_p": rates["unknown_p"], "n": tot, "updated": float(update)}
         self.last_stats = stats
         self._log(kwargs, stats, ps, r_cite)
         return rewards
@@ -269,17 +273,31 @@ class AwaRLReward:
             log_extra("p_i", ps)
             log_extra("r_cite", [float("nan") if rc is None else rc for rc in r_cite])
 
-    def _citations(self, kwargs: dict, outcomes: list[Outcome], n: int) -> tuple[list[float | None], int]:
-        """Step 10: r_cite per completion (None when not applicable or the judge failed) and the failure count,
-        through the same `judge_citations` as evaluation."""
+    def _citations(self, kwargs: dict, outcomes: list[Outcome], n: int
+                   ) -> tuple[list[float | None], int, dict[str, float]]:
+        """Step 10: r_cite per completion (None when not applicable, not judged or the judge failed), the
+        failure count, and the per-step counts logged with it: answers a gold judge left to its fallback or
+        did not judge (no gold evidence), and the judge's HTTP requests and tokens this step (an
+        OpenAI-compatible judge; 0 otherwise). Through the same `judge_citations` as evaluation."""
+        counts = dict.fromkeys(("judge_fallbacks", "judge_skipped", "judge_requests", "judge_prompt_tokens",
+                                "judge_completion_tokens"), 0.0)
         if self.judge is None or self.cfg.lambda_cite == 0:
-            return [None] * n, 0
-        cols = {k: self._column(kwargs, k, n) for k in ("question", "answer", "citations", "passages")}
-        items = [CitationItem(str(q or ""), a, list(c or []), ps, o) for q, a, c, ps, o in
-                 zip(cols["question"], cols["answer"], cols["citations"], cols["passages"], outcomes, strict=True)]
+            return [None] * n, 0, counts
+        cols = {k: self._column(kwargs, k, n) for k in ("question", "answer", "citations", "passages",
+                                                        "gold_evidence")}
+        golds = [evidence_from(g, where=f"AwaRLReward: gold_evidence[{j}]") for j, g in enumerate(cols["gold_evidence"])]
+        items = [CitationItem(str(q or ""), a, list(c or []), ps, o, g) for q, a, c, ps, o, g in
+                 zip(cols["question"], cols["answer"], cols["citations"], cols["passages"], outcomes, golds,
+                     strict=True)]
+        before = self.judge.usage() if hasattr(self.judge, "usage") else {}
         results = judge_citations(self.judge, items, self.cfg.inferred_weight)
+        after = self.judge.usage() if hasattr(self.judge, "usage") else {}
+        for key in ("requests", "prompt_tokens", "completion_tokens"):
+            counts[f"judge_{key}"] = float(after.get(key, 0) - before.get(key, 0))
+        counts["judge_fallbacks"] = float(sum(1 for r in results if r is not None and r.fallback))
+        counts["judge_skipped"] = float(sum(1 for r in results if r is not None and r.skipped is not None))
         return ([r.score.reward if r is not None and r.score is not None else None for r in results],
-                sum(1 for r in results if r is not None and r.failed))
+                sum(1 for r in results if r is not None and r.failed), counts)
 
     # ------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict:

@@ -39,6 +39,7 @@ from awarl.stages.estimate import run_estimate
 from awarl.stages.evaluate import run_eval
 from awarl.stages.resources import ensure_index
 from awarl.stages.train import run_train
+from awarl.training.checkpoints import newest_complete
 from awarl.training.warmup import warmup_to_dir
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ def run_demo(out_dir: str | Path, config: str | Path | None = None, overrides: l
     t = time.time()
     train_dir = Path(cfg.run.out_dir)
     summary = run_train(cfg, model=None, tokenizer=tokenizer, retriever=retriever, examples=train_qs,
-                        resume="latest" if any(train_dir.glob("checkpoint-*")) else None)
+                        resume="latest" if newest_complete(train_dir) else None)
     timer.done("AWA-RL training", t)
     after, comparison = _before_after(cfg, out, train_dir / "eval" / "final" / "results.json")
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from awarl.agent.rollout import RolloutEngine
 from awarl.config import AwarlConfig, save_resolved
+from awarl.critic import check_endpoints
 from awarl.critic.correctness import close_grader, grade_trajectories, make_answer_grader, trajectory_outcome
 from awarl.data.estimates import estimate_row, estimates_path, read_estimates
 from awarl.data.questions import load_train_examples
@@ -48,13 +49,14 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
                  len(examples), out)
     if not todo:
         return out
+    grader = make_answer_grader(cfg, out.parent / "critic_cache")
+    check_endpoints(cfg.critic, None, grader)  # a dead grader endpoint fails here, before any model loads
     if engine is None:
         engine = _build_engine(cfg, model, tokenizer, retriever)
     # One batch holds whole questions (all K samples of each), so a finished batch is a set of finished rows.
     per_batch = max(1, cfg.generation.batch_size // k)
     bar = tqdm(total=len(examples), initial=len(examples) - len(todo), desc="estimate p_i", unit="q")
     total_correct = n_new = 0
-    grader = make_answer_grader(cfg, out.parent / "critic_cache")
     try:
         # Seeded by position in the whole list: a rerun after a kill draws what an uninterrupted run would.
         batches = pending_batches(examples, per_batch, lambda ex: example_key(ex.dataset, ex.id) in done)

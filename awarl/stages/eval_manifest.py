@@ -73,6 +73,9 @@ def build_manifest(cfg: AwarlConfig, eval_set: EvalSet, model_ident: dict, retri
         "template": cfg.agent.template,
         "template_sha256": template_sha256(cfg.agent.template),
         "agent": cfg.agent.model_dump(mode="json"),
+        "eval_agent": {"kind": cfg.eval.agent,
+                       **({"research": cfg.research.model_dump(mode="json")} if cfg.eval.agent == "critic_loop"
+                          else {})},
         "sampling": {"temperature": cfg.eval.temperature, "top_p": cfg.generation.top_p,
                      "backend": cfg.generation.backend, "batch_size": cfg.generation.batch_size},
         "seed": cfg.run.seed,
@@ -104,6 +107,8 @@ def _fingerprint(m: dict) -> dict[str, Any]:
     fp = {"model.name": model.get("name"), "model.revision": model.get("revision"),
           "model.files_sha256": model.get("files_sha256"), "template": m.get("template"),
           "template_sha256": m.get("template_sha256"), "agent": m.get("agent"), "seed": m.get("seed"),
+          # an older manifest has no eval_agent: it was a single-pass run
+          "eval_agent": m.get("eval_agent") or {"kind": "single_pass"},
           "sampling.temperature": sampling.get("temperature"), "sampling.top_p": sampling.get("top_p"),
           "retrieval.kind": retrieval.get("kind"), "retrieval.topk": retrieval.get("topk"),
           "retrieval.index.meta_sha256": (retrieval.get("index") or {}).get("meta_sha256"),

@@ -9,7 +9,10 @@ live in awarl.stages.eval_manifest, the predictions file in awarl.stages.predict
 The citation critic (`critic.judge`, SPEC section 5) verifies every answered, valid trajectory against all
 the passages it retrieved, in original text, through the same `judge_citations` as the training reward; its
 verdict summary is stored on the prediction line and the report averages it per dataset and macro
-(awarl.stages.score.critic_summary).
+(awarl.stages.score.critic_summary). Each line also carries the question's gold evidence (titles and
+passage ids), from which the report computes citation precision/recall and the evidence-retrieved share
+whatever the judge. An OpenAI-compatible judge or grader is checked before any model loads; on a rerun,
+lines whose answer grade failed are graded again (`regrade_failed`).
 """
 
 from __future__ import annotations
@@ -22,14 +25,16 @@ from typing import Any
 
 from awarl.agent.rollout import RolloutEngine
 from awarl.config import AwarlConfig, save_resolved
-from awarl.critic import make_judge
+from awarl.critic import check_endpoints, make_judge
 from awarl.critic.correctness import close_grader, grade_trajectories, make_answer_grader
+from awarl.data.evidence import gold_evidence
 from awarl.data.questions import load_eval_set
 from awarl.data.types import QAExample, example_key
 from awarl.io import append_jsonl, atomic_write_json, pending_batches
 from awarl.metrics import Outcome
 from awarl.models.loading import load_tokenizer
 from awarl.report import write_report
+from awarl.research.records import critic_loop_rows, make_planner, research_summary
 from awarl.retrieval import load_retriever
 from awarl.rewards.citation import CitationItem, judge_citations
 from awarl.stages.eval_manifest import (
@@ -39,7 +44,7 @@ from awarl.stages.eval_manifest import (
     model_identity,
     retriever_identity,
 )
-from awarl.stages.predictions import PREDICTIONS, critic_label, read_done, trajectory_record
+from awarl.stages.predictions import PREDICTIONS, critic_label, read_done, regrade_failed, trajectory_record
 from awarl.stages.score import score_predictions
 
 log = logging.getLogger(__name__)
@@ -61,13 +66,31 @@ class LiveStats:
         return {"acc": f"{self.correct / n:.3f}", "abstain": f"{self.abstain / n:.3f}"}
 
 
+def single_pass_rows(engine: Any, judge: Any, grader: Any, batch: list[QAExample], cfg: AwarlConfig, *,
+                     temperature: float, top_p: float, seed: int) -> list[dict[str, Any]]:
+    """One trajectory per question; its line with the grader's verdict and the citation critic's summary."""
+    trajs = engine.run([ex.question for ex in batch], temperature=temperature, top_p=top_p, seed=seed)
+    grades = grade_trajectories(grader, [ex.question for ex in batch], trajs, [ex.answers for ex in batch],
+                                engine.abstention_phrases)
+    rows = [trajectory_record(ex, t, cfg, engine.abstention_phrases, g)
+            for ex, t, g in zip(batch, trajs, grades, strict=True)]
+    verdicts = judge_citations(judge, [CitationItem(ex.question, t.parsed.answer, t.parsed.citations,
+                                                    t.passages, r["outcome"], gold_evidence(ex))
+                                       for ex, t, r in zip(batch, trajs, rows, strict=True)],
+                               cfg.reward.inferred_weight)
+    for r, v in zip(rows, verdicts, strict=True):
+        r["critic"] = None if v is None else v.summary(critic_label(cfg))
+    return rows
+
+
 def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfig, out_path: Path, *,
                          batch_size: int, temperature: float, seed: int, top_p: float = 1.0,
                          judge: Any = None, grader: Any = None,
-                         on_batch: Callable[[int], None] | None = None) -> int:
-    """Run the engine over the examples not yet in `out_path`, appending one line per question after
-    each batch (with the critic's verdict summary when `judge` is given, and the answer grader's verdict
-    under `metrics.correctness: judge`). Returns how many questions were generated now."""
+                         on_batch: Callable[[int], None] | None = None, planner: Any = None) -> int:
+    """Run the agent (`eval.agent`: one trajectory per question, or the critic loop) over the examples not yet
+    in `out_path`, appending one line per question after each batch (with the critic's verdict summary when
+    `judge` is given, and the answer grader's verdict under `metrics.correctness: judge`). Returns how many
+    questions were generated now."""
     from tqdm.auto import tqdm
 
     done = read_done(out_path)
@@ -83,18 +106,13 @@ def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfi
     bar.set_postfix(stats.postfix())
     # Seeded by position in the whole list: a rerun after a kill draws what an uninterrupted run would.
     for start, batch in pending_batches(unique, batch_size, lambda ex: example_key(ex.dataset, ex.id) in done):
-        trajs = engine.run([ex.question for ex in batch], temperature=temperature, top_p=top_p,
-                           seed=seed + start)
-        grades = grade_trajectories(grader, [ex.question for ex in batch], trajs, [ex.answers for ex in batch],
-                                    engine.abstention_phrases)
-        rows = [trajectory_record(ex, t, cfg, engine.abstention_phrases, g)
-                for ex, t, g in zip(batch, trajs, grades, strict=True)]
-        verdicts = judge_citations(judge, [CitationItem(ex.question, t.parsed.answer, t.parsed.citations,
-                                                        t.passages, r["outcome"])
-                                           for ex, t, r in zip(batch, trajs, rows, strict=True)],
-                                   cfg.reward.inferred_weight)
-        for r, v in zip(rows, verdicts, strict=True):
-            r["critic"] = None if v is None else v.summary(critic_label(cfg))
+        if cfg.eval.agent == "critic_loop":
+            rows = critic_loop_rows(engine, judge, grader, batch, cfg, temperature=temperature, top_p=top_p,
+                                    seed=seed + start, label=critic_label(cfg),
+                                    planner=planner or make_planner(cfg))
+        else:
+            rows = single_pass_rows(engine, judge, grader, batch, cfg, temperature=temperature, top_p=top_p,
+                                    seed=seed + start)
         append_jsonl(out_path, rows)
         for r in rows:
             stats.add(r["outcome"])
@@ -117,35 +135,43 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_resolved(cfg, out)
-    model = model if model is not None else cfg.train.model
-    model_ref = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "model")
-    if tokenizer is None:
-        tokenizer = load_tokenizer(model_ref, "--model / train.model")
-    retriever = retriever if retriever is not None else load_retriever(cfg.retrieval)
     eval_set = load_eval_set(cfg, datasets, limit)
     if not eval_set.examples:
         raise ValueError("no evaluation questions: check eval.datasets / data.eval")
-    engine = RolloutEngine.from_config(cfg, tokenizer, retriever, model=model)
-    manifest = build_manifest(cfg, eval_set, model_identity(model_ref, getattr(engine.backend, "model", None)),
-                              retriever_identity(retriever), {"status": "running"})
-    check_resumable(out, manifest)
-    atomic_write_json(out / MANIFEST, manifest)
     judge = make_judge(cfg.critic, cfg.critic.cache_dir or out / "critic_cache")
     grader = make_answer_grader(cfg, out / "critic_cache")
-    t0 = time.time()
     pred_path = out / PREDICTIONS
     try:
+        check_endpoints(cfg.critic, judge, grader)  # a dead judge endpoint fails here, before any model loads
+        planner = make_planner(cfg, out / "critic_cache", check=True) if cfg.eval.agent == "critic_loop" else None
+        model = model if model is not None else cfg.train.model
+        model_ref = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path",
+                                                                 "model")
+        if tokenizer is None:
+            tokenizer = load_tokenizer(model_ref, "--model / train.model")
+        retriever = retriever if retriever is not None else load_retriever(cfg.retrieval)
+        engine = RolloutEngine.from_config(cfg, tokenizer, retriever, model=model)
+        manifest = build_manifest(cfg, eval_set, model_identity(model_ref, getattr(engine.backend, "model", None)),
+                                  retriever_identity(retriever), {"status": "running"})
+        check_resumable(out, manifest)
+        atomic_write_json(out / MANIFEST, manifest)
+        regrade_failed(pred_path, grader, cfg, engine.abstention_phrases)
+        t0 = time.time()
         n_new = generate_predictions(engine, eval_set.examples, cfg, pred_path,
                                      batch_size=cfg.generation.batch_size, temperature=cfg.eval.temperature,
                                      top_p=cfg.generation.top_p, seed=cfg.run.seed, judge=judge, grader=grader,
-                                     on_batch=on_batch)
+                                     on_batch=on_batch, planner=planner)
     finally:
+        if hasattr(judge, "usage"):
+            log.info("citation judge: %s", judge.usage())
         if hasattr(judge, "close"):
             judge.close()
         close_grader(grader, flagged_in=str(pred_path))
     wanted = {example_key(ex.dataset, ex.id) for ex in eval_set.examples}
     rows = [r for k, r in read_done(pred_path).items() if k in wanted]
     results = score_predictions(rows, cfg.metrics, engine.abstention_phrases, seed=cfg.run.seed)
+    if (research := research_summary(rows)) is not None:
+        results["research"] = research
     write_report(results, out)
     manifest.update(status="complete", generated_now=n_new, seconds=round(time.time() - t0, 1))
     atomic_write_json(out / MANIFEST, manifest)

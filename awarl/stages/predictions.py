@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from awarl.config import AwarlConfig
-from awarl.critic.correctness import Grade, trajectory_outcome
+from awarl.critic.correctness import Grade, grade_answers, trajectory_outcome
+from awarl.critic.gold_judge import compact_evidence
+from awarl.data.evidence import gold_evidence
 from awarl.data.types import QAExample, example_key
-from awarl.io import iter_jsonl
+from awarl.io import atomic_write_text, iter_jsonl
+from awarl.metrics import classify_outcome
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +38,8 @@ def trajectory_record(ex: QAExample, traj: Any, cfg: AwarlConfig, phrases: list[
         "valid": p.valid,
         "outcome": outcome.value,
         **graded,
+        # for the report's citation precision/recall and evidence-retrieved share (titles and ids only)
+        "gold_evidence": compact_evidence(gold_evidence(ex)),
         "trajectory": {
             "searches": list(p.searches),
             "citations": list(p.citations),
@@ -50,7 +56,8 @@ def trajectory_record(ex: QAExample, traj: Any, cfg: AwarlConfig, phrases: list[
 
 
 def critic_label(cfg: AwarlConfig) -> str:
-    """The judge named on each verdict: `lexical`, or `openai:<model>`."""
+    """The judge named on each verdict: `gold`, `lexical`, or `openai:<model>` (a gold judge's fallback
+    verdicts name the fallback)."""
     return f"openai:{cfg.critic.model}" if cfg.critic.judge == "openai" else cfg.critic.judge
 
 
@@ -64,3 +71,42 @@ def read_done(path: Path) -> dict[str, dict]:
     for e in errors:
         log.warning("ignoring unreadable line (an interrupted write?): %s", e)
     return done
+
+
+def regrade_failed(path: Path, grader: Any, cfg: AwarlConfig, phrases: list[str]) -> tuple[int, int]:
+    """Ask the answer grader again for the lines whose grade failed (`judge_failed`) in an earlier run, so one
+    outage does not stay in the folder: a line the grader now settles gets its verdict and outcome, one it
+    still fails on keeps its flag. The file is rewritten atomically, other lines byte for byte. Returns
+    (lines retried, lines settled)."""
+    if grader is None or not path.exists():
+        return 0, 0
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    todo: list[tuple[int, dict]] = []
+    for i, line in enumerate(lines):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue  # a torn or foreign line: left as it is (read_done skips it)
+        if isinstance(row, dict) and row.get("judge_failed") is True:
+            todo.append((i, row))
+    if not todo:
+        return 0, 0
+    grades = grade_answers(grader, [(str(r.get("question", "")), r.get("prediction"), bool(r.get("valid", True)),
+                                     list(r.get("answers") or [])) for _, r in todo], phrases)
+    settled = 0
+    for (i, row), g in zip(todo, grades, strict=True):
+        if g.failed or g.correct is None:
+            continue
+        settled += 1
+        row.pop("judge_failed", None)
+        row["judge_correct"] = g.correct
+        row["outcome"] = classify_outcome(row.get("prediction"), row.get("answers") or [],
+                                          valid=bool(row.get("valid", True)), phrases=phrases,
+                                          correctness=cfg.metrics.correctness,
+                                          f1_threshold=cfg.metrics.f1_threshold, judge_correct=g.correct).value
+        lines[i] = json.dumps(row, ensure_ascii=False) + "\n"
+    if settled:
+        atomic_write_text(path, "".join(lines))
+    log.info("answer grader: re-graded %d line(s) whose grade had failed; %d settled, %d still failing",
+             len(todo), settled, len(todo) - settled)
+    return len(todo), settled

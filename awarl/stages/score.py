@@ -1,10 +1,13 @@
 """Score a predictions file: outcomes, P / A / RA-F1 per dataset and macro, bootstrap CIs, coverage gaps.
 
 The predictions format (docs/formats.md) is one JSON line per question with `id, dataset, question,
-prediction, answers` and optional `valid`, `judge_correct`, `trajectory`, `critic`. A malformed line is
-reported as `file:line: reason` in `skipped_lines` and the rest is scored: one bad line never loses a whole
-run. The citation critic's verdict summaries (`critic`, written by `awarl eval`) are averaged over the
-judged answers per dataset and macro; a file without them scores exactly as before (no `critic` keys).
+prediction, answers` and optional `valid`, `judge_correct`, `judge_failed`, `gold_evidence`, `trajectory`,
+`critic`. A malformed line is reported as `file:line: reason` in `skipped_lines` and the rest is scored: one
+bad line never loses a whole run. The citation critic's verdict summaries (`critic`, written by `awarl
+eval`) are averaged over the judged answers per dataset and macro; lines with gold evidence and a
+trajectory add citation precision/recall, the evidence-retrieved share and the judge's agreement with the
+gold judge (`evidence`, awarl.stages.evidence_metrics); under `metrics.correctness: judge` the lines whose
+grade failed are counted (`grader_failures`). A file without these fields scores exactly as before.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import math
 import os
 from collections import defaultdict
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +37,12 @@ from awarl.metrics import (
     token_f1,
 )
 from awarl.report import write_report
+from awarl.stages.evidence_metrics import (
+    EvidenceAcc,
+    evidence_summary,
+    macro_evidence,
+    validate_gold_evidence,
+)
 
 if TYPE_CHECKING:
     from awarl.config import AwarlConfig, MetricsConfig
@@ -55,7 +65,7 @@ def _validate_critic(critic: Any) -> str | None:
         return None
     if not isinstance(critic, dict):
         return f"key 'critic': expected an object or null, got {type(critic).__name__}"
-    if critic.get("failed") is True:
+    if critic.get("failed") is True or isinstance(critic.get("skipped"), str):
         return None
     for key in ("coverage", "redundancy", "groundedness"):
         if key not in critic:
@@ -69,6 +79,9 @@ def _validate_critic(critic: Any) -> str | None:
     flags = critic.get("flags", [])
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
         return "key 'critic.flags': expected a list of strings"
+    sup = critic.get("supporting", [])
+    if not isinstance(sup, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in sup):
+        return "key 'critic.supporting': expected a list of passage numbers"
     return None
 
 
@@ -106,7 +119,7 @@ def _validate(row: Any, correctness: str, phrases: list[str] | None = None) -> s
     traj = row.get("trajectory")
     if traj is not None and not isinstance(traj, dict):
         return f"key 'trajectory': expected an object, got {type(traj).__name__}"
-    return _validate_critic(row.get("critic"))
+    return validate_gold_evidence(row.get("gold_evidence")) or _validate_critic(row.get("critic"))
 
 
 def _searches(row: dict) -> list[str]:
@@ -167,73 +180,73 @@ def read_predictions(path: str | os.PathLike) -> tuple[list[Any], list[int], lis
     return rows, lines, errors
 
 
+@dataclass
+class _DatasetAcc:
+    outcomes: list[Outcome] = field(default_factory=list)
+    em: list[float] = field(default_factory=list)
+    f1: list[float] = field(default_factory=list)
+    cover_em: list[float] = field(default_factory=list)
+    critic: list[dict] = field(default_factory=list)
+    evidence: EvidenceAcc = field(default_factory=EvidenceAcc)
+    gated: int = 0
+    grader_failures: int = 0
+
+    def add(self, row: dict, outcome: Outcome, was_gated: bool) -> bool | None:
+        """Record one scored line; returns whether its gold evidence was all retrieved (None: unknown)."""
+        # A gated answer counts as abstained: its text is not scored as an answer either.
+        pred, golds = (None if was_gated else row["prediction"]), row["answers"]
+        self.gated += was_gated
+        self.grader_failures += row.get("judge_failed") is True
+        self.outcomes.append(outcome)
+        self.em.append(float(exact_match(pred, golds)))
+        self.f1.append(token_f1(pred, golds))
+        self.cover_em.append(float(cover_em(pred, golds)))
+        answered = was_gated or outcome in (Outcome.CORRECT, Outcome.WRONG)
+        critic = row.get("critic")
+        if critic is not None and outcome in (Outcome.CORRECT, Outcome.WRONG):
+            # Only answered, valid trajectories are judged (SPEC section 4 step 10); a stray verdict on an
+            # abstention or invalid line is ignored.
+            self.critic.append(critic)
+        return self.evidence.add(row, answered, outcome is Outcome.CORRECT)
+
+
 def score_predictions(rows: list[dict], metrics_cfg: MetricsConfig, phrases: list[str], seed: int = 0, *,
                       source: str = "<rows>", line_numbers: list[int] | None = None,
                       skipped: list[str] | None = None) -> dict[str, Any]:
     """Score parsed prediction rows. `line_numbers` (parallel to rows) and `source` only label messages;
     `skipped` carries messages of lines that could not even be parsed."""
     skipped = list(skipped or [])
-    per_ds: dict[str, dict[str, list]] = defaultdict(lambda: {"outcomes": [], "em": [], "f1": [], "cover_em": [],
-                                                              "critic": []})
-    any_critic = False
+    per_ds: dict[str, _DatasetAcc] = defaultdict(_DatasetAcc)
     gaps: list[dict[str, Any]] = []
-    n_gated: dict[str, int] = defaultdict(int)
     for row, outcome, was_gated in scorable_rows(rows, metrics_cfg, phrases, source=source,
                                                  line_numbers=line_numbers, skipped=skipped):
-        # A gated answer counts as abstained: its text is not scored as an answer either.
-        pred, golds = (None if was_gated else row["prediction"]), row["answers"]
-        acc = per_ds[row["dataset"]]
-        n_gated[row["dataset"]] += was_gated
-        acc["outcomes"].append(outcome)
-        acc["em"].append(float(exact_match(pred, golds)))
-        acc["f1"].append(token_f1(pred, golds))
-        acc["cover_em"].append(float(cover_em(pred, golds)))
-        critic = row.get("critic")
-        if critic is not None and outcome in (Outcome.CORRECT, Outcome.WRONG):
-            # Only answered, valid trajectories are judged (SPEC section 4 step 10); a stray verdict on an
-            # abstention or invalid line is ignored.
-            acc["critic"].append(critic)
-            any_critic = True
+        retrieved = per_ds[row["dataset"]].add(row, outcome, was_gated)
         if outcome is Outcome.ABSTAIN:
             gaps.append({"id": str(row["id"]), "dataset": row["dataset"], "question": row["question"],
-                         "searches": _searches(row), **({"gated": True} if was_gated else {})})
+                         "searches": _searches(row), **({"gated": True} if was_gated else {}),
+                         **({} if retrieved is None else {"evidence_retrieved": retrieved})})
     if skipped:
         log.warning("%s: skipped %d line(s); first: %s", source, len(skipped), skipped[0])
-
     nboot = metrics_cfg.bootstrap_samples
-    per_dataset: dict[str, dict[str, Any]] = {}
-    for ds in sorted(per_ds):
-        acc = per_ds[ds]
-        m = aggregate(acc["outcomes"], em=acc["em"], f1=acc["f1"], cover=acc["cover_em"])
-        m["ci"] = {met: list(bootstrap_ci(acc["outcomes"], met, nboot, seed, values=acc.get(met)))
-                   for met in CI_METRICS} if nboot else {}
-        if metrics_cfg.critic_gate is not None:
-            m["gated"] = n_gated[ds]
-        per_dataset[ds] = m
-    macro = macro_average(per_dataset) if per_dataset else {}
-    if per_dataset and nboot:
-        outs = {ds: a["outcomes"] for ds, a in per_ds.items()}
-        macro["ci"] = {met: list(bootstrap_macro_ci(outs, met, nboot, seed,
-                                                    values={ds: a[met] for ds, a in per_ds.items()}
-                                                    if met in MEAN_METRICS else None))
-                       for met in CI_METRICS}
-    elif per_dataset:
-        macro["ci"] = {}
-    all_out = [o for a in per_ds.values() for o in a["outcomes"]]
-    overall = aggregate(all_out, em=[v for a in per_ds.values() for v in a["em"]],
-                        f1=[v for a in per_ds.values() for v in a["f1"]],
-                        cover=[v for a in per_ds.values() for v in a["cover_em"]])
-    if any_critic:
+    per_dataset = {ds: _dataset_metrics(per_ds[ds], metrics_cfg, seed) for ds in sorted(per_ds)}
+    if any(a.critic for a in per_ds.values()):  # then every dataset gets a critic entry, possibly empty
         for ds, m in per_dataset.items():
-            m["critic"] = critic_summary(per_ds[ds]["critic"])
-        if macro:
-            macro["critic"] = macro_critic({ds: m["critic"] for ds, m in per_dataset.items()})
-        overall["critic"] = critic_summary([c for a in per_ds.values() for c in a["critic"]])
+            m["critic"] = critic_summary(per_ds[ds].critic)
+    macro = _macro_metrics(per_ds, per_dataset, nboot, seed)
+    pooled = _DatasetAcc()
+    for a in per_ds.values():
+        for name in ("outcomes", "em", "f1", "cover_em", "critic"):
+            getattr(pooled, name).extend(getattr(a, name))
+    overall = aggregate(pooled.outcomes, em=pooled.em, f1=pooled.f1, cover=pooled.cover_em)
+    if any(a.critic for a in per_ds.values()):
+        overall["critic"] = critic_summary(pooled.critic)
+    if metrics_cfg.correctness == "judge":
+        overall["grader_failures"] = sum(a.grader_failures for a in per_ds.values())
     return {
         "per_dataset": per_dataset,
         "macro": macro,
         "overall": overall,
-        "n": len(all_out),
+        "n": len(pooled.outcomes),
         "config": {"correctness": metrics_cfg.correctness, "f1_threshold": metrics_cfg.f1_threshold,
                    "critic_gate": metrics_cfg.critic_gate,
                    "bootstrap_samples": nboot, "abstention_phrases": list(phrases), "seed": seed},
@@ -242,11 +255,50 @@ def score_predictions(rows: list[dict], metrics_cfg: MetricsConfig, phrases: lis
     }
 
 
+def _dataset_metrics(acc: _DatasetAcc, metrics_cfg: MetricsConfig, seed: int) -> dict[str, Any]:
+    nboot = metrics_cfg.bootstrap_samples
+    m = aggregate(acc.outcomes, em=acc.em, f1=acc.f1, cover=acc.cover_em)
+    m["ci"] = {met: list(bootstrap_ci(acc.outcomes, met, nboot, seed, values=getattr(acc, met, None)))
+               for met in CI_METRICS} if nboot else {}
+    if metrics_cfg.critic_gate is not None:
+        m["gated"] = acc.gated
+    if metrics_cfg.correctness == "judge":
+        m["grader_failures"] = acc.grader_failures
+    ev = evidence_summary(acc.evidence, nboot, seed)
+    if ev is not None:
+        m["evidence"] = ev
+    return m
+
+
+def _macro_metrics(per_ds: dict[str, _DatasetAcc], per_dataset: dict[str, dict[str, Any]], nboot: int,
+                   seed: int) -> dict[str, Any]:
+    if not per_dataset:
+        return {}
+    macro = macro_average(per_dataset)
+    macro["ci"] = {met: list(bootstrap_macro_ci({ds: a.outcomes for ds, a in per_ds.items()}, met, nboot, seed,
+                                                values={ds: getattr(a, met) for ds, a in per_ds.items()}
+                                                if met in MEAN_METRICS else None))
+                   for met in CI_METRICS} if nboot else {}
+    if any("grader_failures" in m for m in per_dataset.values()):
+        macro["grader_failures"] = sum(m.get("grader_failures", 0) for m in per_dataset.values())
+    if any("critic" in m for m in per_dataset.values()):
+        macro["critic"] = macro_critic({ds: m["critic"] for ds, m in per_dataset.items()})
+    ev = macro_evidence({ds: a.evidence for ds, a in per_ds.items()},
+                        {ds: m.get("evidence") for ds, m in per_dataset.items()}, nboot, seed)
+    if ev is not None:
+        macro["evidence"] = ev
+    return macro
+
+
 def critic_summary(verdicts: list[dict]) -> dict[str, Any]:
     """Means of coverage / redundancy / groundedness / r_cite over the judged answers, the number judged, the
-    judge failures, and how many judged answers carry at least one flag. Means are None with nothing judged."""
-    ok = [v for v in verdicts if v.get("failed") is not True]
-    out: dict[str, Any] = {"judged": len(ok), "failures": len(verdicts) - len(ok)}
+    judge failures, the answers deliberately not judged (`skipped`: no gold evidence under gold_fallback
+    none), those a gold judge left to its fallback, and how many judged answers carry at least one flag. Means
+    are None with nothing judged."""
+    skipped = sum(isinstance(v.get("skipped"), str) for v in verdicts)
+    ok = [v for v in verdicts if v.get("failed") is not True and not isinstance(v.get("skipped"), str)]
+    out: dict[str, Any] = {"judged": len(ok), "failures": len(verdicts) - len(ok) - skipped, "skipped": skipped,
+                           "fallbacks": sum(v.get("fallback") is True for v in ok)}
     for key in CRITIC_MEANS:
         vals = [float(v[key]) for v in ok if v.get(key) is not None]
         if key == "reward" and len(vals) < len(ok):  # older lines without r_cite: derive it
@@ -259,9 +311,8 @@ def critic_summary(verdicts: list[dict]) -> dict[str, Any]:
 def macro_critic(per_dataset: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Counts summed over datasets; each mean is the unweighted mean over the datasets that have at least one
     judged answer (a dataset where everything was abstained on has no citation quality to average)."""
-    out: dict[str, Any] = {"judged": sum(c["judged"] for c in per_dataset.values()),
-                           "failures": sum(c["failures"] for c in per_dataset.values()),
-                           "flagged": sum(c["flagged"] for c in per_dataset.values())}
+    out: dict[str, Any] = {k: sum(c.get(k, 0) for c in per_dataset.values())
+                           for k in ("judged", "failures", "skipped", "fallbacks", "flagged")}
     for key in CRITIC_MEANS:
         vals = [c[key] for c in per_dataset.values() if c.get(key) is not None]
         out[key] = sum(vals) / len(vals) if vals else None

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from awarl.config import (
     ConfigError,
+    ConfigModel,
     apply_overrides,
     config_from_dict,
     format_validation_error,
@@ -40,6 +41,7 @@ from awarl.config import (
 from awarl.io import atomic_write_json, atomic_write_text
 from awarl.stages.compare import compare_runs, write_comparison
 from awarl.stages.predictions import PREDICTIONS
+from awarl.training.checkpoints import newest_complete
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +49,7 @@ log = logging.getLogger(__name__)
 FINAL_RESULTS = Path("eval") / "final" / "results.json"
 
 
-class SweepSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class SweepSpec(ConfigModel):
 
     base: str = Field(..., description="Run config (YAML) that every grid point starts from; relative to the "
                       "sweep file.")
@@ -67,8 +68,7 @@ class SweepSpec(BaseModel):
                                  "depend on the reward settings).")
 
 
-class SweepFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class SweepFile(ConfigModel):
     sweep: SweepSpec
 
 
@@ -150,7 +150,7 @@ def run_commands(spec: SweepSpec, runs: list[dict], dry_run: bool = False) -> li
         cmds.append(("estimate", [sys.executable, "-m", "awarl.cli", "estimate", "--config", runs[0]["config"],
                                   f"estimate.out={Path(spec.out_dir) / 'p_estimates.jsonl'}"]))
     for r in runs:
-        resume = ["--resume"] if any(Path(r["out_dir"]).glob("checkpoint-*")) else []
+        resume = ["--resume"] if newest_complete(r["out_dir"]) else []
         # A dry run checks the config, which needs no launcher (nor the GPUs it would ask for).
         cmds.append((r["name"], _command(spec, "train", "--config", r["config"], *resume, *extra,
                                          direct=dry_run)))

@@ -12,16 +12,20 @@ certainly a forgotten `awarl estimate`), and a warning in a dry run.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig, ConfigError, save_resolved
-from awarl.critic import make_judge
+from awarl.critic import check_endpoints, make_judge
 from awarl.critic.correctness import make_answer_grader
+from awarl.critic.gold_judge import compact_evidence
 from awarl.data.estimates import estimates_path, join_p, read_estimates
+from awarl.data.evidence import gold_evidence
 from awarl.data.questions import load_train_examples
 from awarl.data.types import QAExample, example_key
 from awarl.models.loading import load_tokenizer
@@ -29,13 +33,13 @@ from awarl.retrieval import load_retriever
 from awarl.rewards.trl_reward import AwaRLReward, load_reward_state
 from awarl.stages.evaluate import run_eval
 from awarl.stages.resources import ensure_default_retrieval
+from awarl.training.checkpoints import resolve_resume, reward_state_needed
 from awarl.training.rollout_adapter import RolloutAdapter
 from awarl.training.trainer import (
     build_trainer,
     check_report_to,
     effective_settings,
     grpo_config,
-    latest_checkpoint,
     on_cpu,
 )
 
@@ -47,7 +51,8 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
     """One dict per training question (the dataset columns) and a summary of the p_i join.
 
     Columns: prompt (the question text; the rollout function renders the template), qid (dataset/id),
-    dataset, question, answers, p_i (float or None)."""
+    dataset, question, answers, p_i (float or None), gold_evidence (the question's gold evidence as compact
+    JSON, for the gold citation judge; None when the data marks none)."""
     if examples is None and not cfg.data.train and not strict:
         # A dry run of a template config whose questions are filled in at launch (e.g. by `awarl demo`).
         log.warning("data.train lists no files: the plan has no training questions")
@@ -68,14 +73,20 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
         log.warning("%d of %d training questions have no p_i in %s; the reward uses reward.default_p=%.3g "
                     "for them", missing, len(examples), path, cfg.reward.default_p)
     rows = [{"prompt": ex.question, "qid": example_key(ex.dataset, ex.id), "dataset": ex.dataset,
-             "question": ex.question, "answers": list(ex.answers), "p_i": p}
+             "question": ex.question, "answers": list(ex.answers), "p_i": p, "gold_evidence": _evidence_json(ex)}
             for ex, p in zip(examples, ps, strict=True)]
     known = [p for p in ps if p is not None]
     info = {"questions": len(rows), "estimates_file": str(path), "estimates_found": path.exists(),
             "with_p": len(known), "missing_p": missing,
             "mean_p": sum(known) / len(known) if known else None,
-            "datasets": {d: sum(r["dataset"] == d for r in rows) for d in sorted({r["dataset"] for r in rows})}}
+            "datasets": {d: sum(r["dataset"] == d for r in rows) for d in sorted({r["dataset"] for r in rows})},
+            "with_gold_evidence": sum(r["gold_evidence"] is not None for r in rows)}
     return rows, info
+
+
+def _evidence_json(ex: QAExample) -> str | None:
+    ev = compact_evidence(gold_evidence(ex))
+    return None if ev is None else json.dumps(ev, ensure_ascii=False, separators=(",", ":"))
 
 
 def build_dataset(rows: list[dict]) -> Any:
@@ -83,12 +94,12 @@ def build_dataset(rows: list[dict]) -> Any:
 
     features = Features({"prompt": Value("string"), "qid": Value("string"), "dataset": Value("string"),
                          "question": Value("string"), "answers": Sequence(Value("string")),
-                         "p_i": Value("float64")})
+                         "p_i": Value("float64"), "gold_evidence": Value("string")})
     return Dataset.from_list(rows, features=features)
 
 
 def build_reward(cfg: AwarlConfig, rows: list[dict]) -> Any:
-    """AwaRLReward with the configured judge and the p table of the dataset."""
+    """AwaRLReward with the configured judge (none when reward.lambda_cite is 0) and the p table."""
     cache = cfg.critic.cache_dir or str(Path(cfg.run.out_dir) / "critic_cache")
     judge = make_judge(cfg.critic, cache) if cfg.reward.lambda_cite > 0 else None
     p_table = {r["qid"]: r["p_i"] for r in rows if r["p_i"] is not None}
@@ -96,8 +107,6 @@ def build_reward(cfg: AwarlConfig, rows: list[dict]) -> Any:
 
 
 def world_size() -> int:
-    import os
-
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
@@ -146,9 +155,31 @@ def make_plan(cfg: AwarlConfig, info: dict[str, Any], reward: Any, *, cpu: bool,
                    "correctness": cfg.metrics.correctness + (f" (LLM grader {cfg.critic.model} at "
                                                              f"{cfg.critic.base_url})"
                                                              if cfg.metrics.correctness == "judge" else "")},
+        "critic": critic_plan(cfg, info),
         "device": {"cpu": cpu, **eff, "forced": notes},
         "logging": {"report_to": list(t.report_to), "logging_steps": t.logging_steps},
     }
+
+
+def critic_plan(cfg: AwarlConfig, info: dict[str, Any]) -> dict[str, Any]:
+    """The citation judge of the run, as the dry run shows it. It does not contact an endpoint (a dry run must
+    work before the judge server is up): a real launch checks it before loading any model."""
+    c = cfg.critic
+    use = "reward and evaluation" if cfg.reward.lambda_cite > 0 else "evaluation only (reward.lambda_cite = 0)"
+    plan: dict[str, Any] = {"judge": c.judge, "used_for": use if c.judge != "none" else "nothing"}
+    if c.judge == "gold":
+        n, with_ev = info.get("questions", 0), info.get("with_gold_evidence", 0)
+        plan["gold_evidence"] = f"{with_ev} of {n} training questions"
+        plan["without_evidence"] = (f"{n - with_ev} -> {c.gold_fallback} fallback" if c.gold_fallback == "lexical"
+                                    else f"{n - with_ev} not judged (gold_fallback: none)")
+    if c.judge == "openai" or cfg.metrics.correctness == "judge":
+        key = "set" if os.environ.get(c.api_key_env) else "not set (fine for a local vLLM server)"
+        plan.update({"endpoint": c.base_url, "model": c.model, "response_format": c.response_format,
+                     "api_key": f"${c.api_key_env} {key}",
+                     "endpoint_check": ("not contacted in a dry run; a launch checks it before any model loads"
+                                        if c.check_endpoint else "off (critic.check_endpoint: false)"),
+                     "cache": c.cache_dir or str(Path(cfg.run.out_dir) / "critic_cache")})
+    return plan
 
 
 def retrieval_status(cfg: AwarlConfig) -> str:
@@ -175,20 +206,6 @@ def print_plan(plan: dict) -> None:
         print(f"[{section}]")
         for k, v in body.items():
             print(f"  {k}: {v}")
-
-
-def _resolve_resume(cfg: AwarlConfig, resume: str | None) -> Path | None:
-    if resume is None:
-        return None
-    if resume in ("latest", "true", "True"):
-        ckpt = latest_checkpoint(cfg.run.out_dir)
-        if ckpt is None:
-            raise FileNotFoundError(f"--resume: no checkpoint-N folder in {cfg.run.out_dir}")
-        return ckpt
-    ckpt = Path(resume)
-    if not (ckpt / "trainer_state.json").is_file():
-        raise FileNotFoundError(f"--resume {resume}: not a checkpoint folder (no trainer_state.json)")
-    return ckpt
 
 
 def evaluate_policy(cfg: AwarlConfig, model: Any, tokenizer: Any, retriever: Any, out_dir: str | Path,
@@ -224,15 +241,15 @@ def _eval_metrics(results: dict, prefix: str = "eval") -> dict[str, float]:
 def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = False, model: Any = None,
               tokenizer: Any = None, retriever: Any = None, examples: list[QAExample] | None = None,
               final_eval: bool = True, backend_factory: Any = None, callbacks: list | None = None,
-              on_trainer: Any = None) -> dict:
+              on_trainer: Any = None, reset_reward_state: bool = False) -> dict:
     """Train (or, with dry_run, only plan). Returns the plan (dry run) or a summary of the run.
 
     `model` / `tokenizer` / `retriever` may be passed in (tests, notebooks); by default they come from
     train.model and the retrieval config. `backend_factory(trainer) -> Backend` replaces the live policy as
     the generator (see RolloutAdapter); `callbacks` are extra TrainerCallbacks; `on_trainer(trainer)` is
     called once the trainer is built (instrumentation). The summary holds the `trainer` and `reward`
-    objects too, for programmatic use."""
-
+    objects too, for programmatic use. `resume`: see awarl.training.checkpoints (only a complete checkpoint
+    is trusted; one without the reward state is refused unless `reset_reward_state`)."""
     t = cfg.train
     if t.lora.enabled and t.use_vllm and t.vllm_mode == "server":
         log.info("LoRA + vLLM server: TRL merges the adapters before each weight sync")
@@ -242,24 +259,32 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
         raise ConfigError(f"only {len(rows)} training question(s): fewer completions than one device batch")
     reward = build_reward(cfg, rows)
     plan = make_plan(cfg, info, reward, cpu=cpu, n_procs=world_size())
+    if not dry_run:  # a dead judge endpoint fails here, before the policy loads
+        probe = make_answer_grader(cfg, None)
+        try:
+            check_endpoints(cfg.critic, reward.judge, probe)
+        finally:
+            if probe is not None:
+                probe.close()
     if dry_run:
         load_template(cfg.agent.template)  # a bad template name/path fails here, not hours into a launch
         check_report_to(list(t.report_to))  # so does a logger whose package is missing (e.g. wandb)
         if rows:
             build_dataset(rows)  # the dataset must build (column types), even though nothing trains
         return plan
-    return _train(cfg, plan, rows, reward, resume=resume, model=model, tokenizer=tokenizer,
+    ckpt = resolve_resume(cfg.run.out_dir, resume, reward_state_needed=reward_state_needed(cfg.reward),
+                          reset_reward_state=reset_reward_state)
+    return _train(cfg, plan, rows, reward, ckpt=ckpt, model=model, tokenizer=tokenizer,
                   retriever=retriever, final_eval=final_eval, backend_factory=backend_factory,
                   extra_callbacks=callbacks or [], on_trainer=on_trainer)
 
 
-def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, *, resume: str | None, model: Any,
+def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, *, ckpt: Path | None, model: Any,
            tokenizer: Any, retriever: Any, final_eval: bool, backend_factory: Any,
            extra_callbacks: list, on_trainer: Any) -> dict:
     from awarl.training.callbacks import PeriodicEval, RewardStateCallback
 
     out = Path(cfg.run.out_dir)
-    ckpt = _resolve_resume(cfg, resume)
     for note in plan["device"]["forced"]:
         log.warning("CPU run: %s", note)
     if plan["device"]["cpu"]:

@@ -13,10 +13,20 @@ from typing import Any
 from transformers import TrainerCallback
 
 from awarl.rewards.trl_reward import AwaRLReward, save_reward_state
+from awarl.training.checkpoints import mark_complete
+
+
+def _barrier() -> None:
+    """Wait for every process (their shards of the checkpoint are written once they all get here)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
 
 
 class RewardStateCallback(TrainerCallback):
-    """Saves the reward state into every checkpoint and tells the reward when it is inside a training step
+    """Saves the reward state into every checkpoint, then marks the checkpoint complete (awarl.training.
+    checkpoints: a resume trusts only marked ones), and tells the reward when it is inside a training step
     (evaluation batches between steps then leave Ē untouched)."""
 
     def __init__(self, reward: AwaRLReward) -> None:
@@ -32,9 +42,14 @@ class RewardStateCallback(TrainerCallback):
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         # Written wherever the Trainer writes the checkpoint: with save_on_each_node (node-local disks) every
         # node needs its copy, or a resume would restart Ē at 0 on some ranks only.
-        if state.is_local_process_zero if args.save_on_each_node else state.is_world_process_zero:
-            # Same folder name the Trainer just wrote (transformers' PREFIX_CHECKPOINT_DIR-global_step).
-            save_reward_state(self.reward, Path(args.output_dir) / f"checkpoint-{state.global_step}")
+        writer = state.is_local_process_zero if args.save_on_each_node else state.is_world_process_zero
+        # Same folder name the Trainer just wrote (transformers' PREFIX_CHECKPOINT_DIR-global_step).
+        ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if writer:
+            save_reward_state(self.reward, ckpt)
+        _barrier()
+        if writer:
+            mark_complete(ckpt, state.global_step)  # last: after every process's files and the reward state
 
 
 class PeriodicEval(TrainerCallback):

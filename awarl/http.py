@@ -1,0 +1,181 @@
+"""HTTP plumbing shared by the clients of outside services (the retrieval server, the LLM judge and grader).
+
+- **One deadline per request.** httpx's timeouts bound each socket operation, so an endpoint that trickles a
+  byte a second never trips them. `deadline_client` gives an httpx client whose every connect, read and
+  write is cut to what is left of the running request's deadline (set by `capped_request`, per thread).
+- **Capped answers.** `capped_request` reads the answer as a stream and refuses it (`ResponseTooLarge`) once
+  it is larger than the cap, before it is held whole.
+- **Retry-After.** `retry_after_s` reads the header (delta-seconds or an HTTP date).
+- **Circuit breaker.** `CircuitBreaker` stops calling an endpoint after a run of failed attempts, for a
+  cool-down, then lets one probe through: a dead endpoint costs a few attempts, not every retry of every item.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+_deadline = threading.local()  # the running request's time.monotonic() deadline, per calling thread
+
+
+class ResponseTooLarge(ValueError):
+    """The answer grew past the cap while being read (it was not read further)."""
+
+
+class CircuitOpen(RuntimeError):
+    """The endpoint failed too often recently: not called until its cool-down has passed."""
+
+
+def _bounded(timeout: float | None) -> float | None:
+    """A socket operation's timeout, cut to what is left of the request's deadline."""
+    import httpcore
+
+    deadline = getattr(_deadline, "at", None)
+    if deadline is None:
+        return timeout
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise httpcore.ReadTimeout("the request's deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+def _deadline_transport() -> Any:
+    """An httpx transport whose every socket read, write and connect is bounded by the request deadline."""
+    import httpcore
+    import httpx
+
+    class Stream(httpcore.NetworkStream):
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+            return self._inner.read(max_bytes, _bounded(timeout))
+
+        def write(self, buffer: bytes, timeout: float | None = None) -> None:
+            self._inner.write(buffer, _bounded(timeout))
+
+        def close(self) -> None:
+            self._inner.close()
+
+        def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
+                      timeout: float | None = None) -> Any:
+            return Stream(self._inner.start_tls(ssl_context, server_hostname, _bounded(timeout)))
+
+        def get_extra_info(self, info: str) -> Any:
+            return self._inner.get_extra_info(info)
+
+    class Backend(httpcore.SyncBackend):
+        def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                        socket_options: Any = None) -> Any:
+            return Stream(super().connect_tcp(host, port, _bounded(timeout), local_address, socket_options))
+
+    transport = httpx.HTTPTransport()
+    # httpx does not take a network backend; its transport's pool is swapped for one that has ours
+    transport._pool = httpcore.ConnectionPool(network_backend=Backend(), max_connections=100,
+                                              max_keepalive_connections=20, keepalive_expiry=5.0)
+    return transport
+
+
+def deadline_client(timeout_s: float, headers: dict[str, str] | None = None) -> Any:
+    """An httpx.Client for `capped_request`: its socket operations obey the per-request deadline."""
+    import httpx
+
+    return httpx.Client(timeout=timeout_s, transport=_deadline_transport(), headers=headers)
+
+
+class Answer:
+    """A status, headers and the whole (capped) body."""
+
+    def __init__(self, status: int, headers: Any, body: bytes) -> None:
+        self.status_code, self.headers, self.body = status, headers, body
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def capped_request(http: Any, method: str, url: str, *, timeout_s: float, max_bytes: int,
+                   json_body: Any = None) -> Answer:
+    """One request under one deadline of `timeout_s` (connect, send, headers and body together), its answer
+    read as a stream and refused once larger than `max_bytes`. `http` is a `deadline_client`. Transport
+    errors and the deadline raise httpx.TransportError subclasses; a too-large answer ResponseTooLarge."""
+    _deadline.at = time.monotonic() + timeout_s
+    try:
+        with http.stream(method, url, json=json_body) as r:
+            body = bytearray()
+            for chunk in r.iter_bytes():
+                body += chunk
+                if len(body) > max_bytes:
+                    raise ResponseTooLarge(f"{url}: answer larger than {max_bytes} bytes (max_response_bytes); "
+                                           "refused")
+            return Answer(r.status_code, r.headers, bytes(body))
+    finally:
+        _deadline.at = None
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """Seconds a `Retry-After` header asks to wait (delta-seconds or an HTTP date); None if absent/invalid."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time()) if when is not None else None
+
+
+class CircuitBreaker:
+    """Closed: calls go through. After `failures` failed attempts in a row it opens for `cooldown_s`: every
+    call is refused at once. Then one probe is let through (half-open): its success closes the breaker, its
+    failure opens it again. Thread-safe. `failures=0` disables it."""
+
+    def __init__(self, failures: int, cooldown_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.threshold, self.cooldown_s, self._clock = failures, cooldown_s, clock
+        self._lock = threading.Lock()
+        self._streak = 0
+        self._open_until: float | None = None
+        self._probing = False
+        self.trips = 0  # times it opened
+        self.refused = 0  # calls refused while open
+
+    @property
+    def is_open(self) -> bool:
+        with self._lock:
+            return self._open_until is not None and self._clock() < self._open_until
+
+    def allow(self) -> bool:
+        """Whether a call may go out now (counts a refusal when not)."""
+        if self.threshold <= 0:
+            return True
+        with self._lock:
+            if self._open_until is None:
+                return True
+            if self._clock() >= self._open_until and not self._probing:
+                self._probing = True  # half-open: this call is the probe
+                return True
+            self.refused += 1
+            return False
+
+    def record(self, ok: bool) -> None:
+        if self.threshold <= 0:
+            return
+        with self._lock:
+            was_probe, self._probing = self._probing, False
+            if ok:
+                self._streak, self._open_until = 0, None
+                return
+            self._streak += 1
+            if was_probe or self._streak >= self.threshold:
+                if self._open_until is None or was_probe:
+                    self.trips += 1
+                self._open_until = self._clock() + self.cooldown_s

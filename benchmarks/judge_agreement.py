@@ -1,0 +1,164 @@
+"""Agreement of the lexical citation judge with the gold-evidence judge on the shipped dev samples.
+
+For every question of the three shipped dev samples (HotpotQA 200, 2WikiMultiHopQA 164, MuSiQue 200): a
+trajectory of two BM25 searches over the shipped closed corpus (the question, then the title of its first
+gold paragraph; top 3 each, numbered 1-6), answered with the gold answer, under two citation choices: every
+shown passage, and the first passage of each search. Both judges score it through `citation_reward`;
+reported per dataset:
+- passage agreement: share of cited passages that both judges call supporting, or both redundant;
+- the lexical judge's supporting calls against the gold labels: precision (of the passages it calls
+  supporting, share that are gold) and recall (of the cited gold passages, share it calls supporting);
+- mean |Δ r_cite| between the judges, and each judge's mean r_cite.
+
+    python benchmarks/judge_agreement.py [--out docs/benchmarks.md] [--before FILE] [--lexical-from FILE]
+
+`--out` writes (or replaces) the "Citation judges" section of that file. `--before FILE` also measures the
+LexicalJudge of another file (an older version: `git show COMMIT:awarl/critic/lexical_judge.py > FILE`) the
+same way, for a before/after table; `--lexical-from FILE` measures that file's judge instead of this one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import platform
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from awarl.config import CriticConfig  # noqa: E402
+from awarl.critic.gold_judge import gold_verdict  # noqa: E402
+from awarl.critic.lexical_judge import LexicalJudge  # noqa: E402
+from awarl.critic.schema import PassageRef  # noqa: E402
+from awarl.data.corpus import shipped_closed_corpus  # noqa: E402
+from awarl.data.evidence import gold_evidence  # noqa: E402
+from awarl.data.loaders import load_shipped  # noqa: E402
+from awarl.retrieval import build_index, load_index  # noqa: E402
+from awarl.rewards.citation import build_critic_input, citation_reward  # noqa: E402
+
+START, END = "<!-- judge-agreement:start -->", "<!-- judge-agreement:end -->"
+DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")
+
+
+def trajectory(retriever, ex) -> tuple[list[PassageRef], dict[str, list[int]]]:
+    ev = gold_evidence(ex)
+    first = retriever.search([ex.question], 3)[0]
+    second = retriever.search([ev.paragraphs[0].title], 3)[0]
+    refs = [PassageRef(number=i + 1, id=p.id, title=p.title, text=p.text) for i, p in enumerate(first + second)]
+    return refs, {"all shown": [p.number for p in refs], "first of each search": [1, len(first) + 1]}
+
+
+def measure(judge, retriever) -> tuple[dict[str, dict], float]:
+    out: dict[str, dict] = {}
+    t_judge = 0.0
+    for name in DATASETS:
+        acc = {"agree": 0, "cited": 0, "lex_sup": 0, "lex_sup_gold": 0, "gold_cited": 0, "gold_found": 0,
+               "diff": [], "r_lex": [], "r_gold": []}
+        for ex in load_shipped(name):
+            ev = gold_evidence(ex)
+            refs, choices = trajectory(retriever, ex)
+            for cites in choices.values():
+                item = build_critic_input(ex.question, ex.answers[0], cites, refs)
+                t0 = time.perf_counter()
+                lv = judge.verify([item])[0]
+                t_judge += time.perf_counter() - t0
+                lex = citation_reward(lv, cites, refs)
+                gold = citation_reward(gold_verdict(ev, refs, item.cited), cites, refs)
+                for n in cites:
+                    mine, theirs = n in lex.supporting, n in gold.supporting
+                    acc["cited"] += 1
+                    acc["agree"] += mine == theirs
+                    acc["lex_sup"] += mine
+                    acc["lex_sup_gold"] += mine and theirs
+                    acc["gold_cited"] += theirs
+                    acc["gold_found"] += mine and theirs
+                acc["diff"].append(abs(lex.reward - gold.reward))
+                acc["r_lex"].append(lex.reward)
+                acc["r_gold"].append(gold.reward)
+        out[name] = acc
+    return out, t_judge
+
+
+def rows(res: dict[str, dict]) -> list[list[str]]:
+    table = []
+    for name, a in res.items():
+        n = len(a["diff"])
+        table.append([name, str(n // 2), str(a["cited"]), f"{a['agree'] / a['cited']:.3f}",
+                      f"{a['lex_sup_gold'] / max(a['lex_sup'], 1):.3f}", f"{a['gold_found'] / max(a['gold_cited'], 1):.3f}",
+                      f"{sum(a['diff']) / n:.3f}", f"{sum(a['r_lex']) / n:.3f}", f"{sum(a['r_gold']) / n:.3f}"])
+    return table
+
+
+HEAD = ["dataset", "questions", "cited passages", "passage agreement", "lexical support precision",
+        "lexical support recall", "mean abs diff r_cite", "r_cite lexical", "r_cite gold"]
+
+
+def markdown(table: list[list[str]], before: list[list[str]] | None, secs: float, n_items: int) -> str:
+    lines = [START, "## Citation judges: lexical vs gold evidence (issue 12)", "",
+             f"Date: {date.today().isoformat()}. Machine: 2 CPU cores, 24 GiB, no GPU ({platform.machine()}, Python "
+             f"{platform.python_version()}). Command: `python benchmarks/judge_agreement.py --out docs/benchmarks.md"
+             + (" --before /tmp/old_lexical.py`" if before else "`") + ".",
+             "", "Every question of the three shipped dev samples; a trajectory of two BM25 searches over the shipped "
+             "closed corpus (the question, then the title of its first gold paragraph; top 3 each), answered with "
+             "the gold answer; two citation choices per question (every shown passage; the first passage of each "
+             "search). Passage agreement: cited passages both judges call supporting, or both redundant. Lexical "
+             "support precision / recall: its supporting calls against the gold labels.", "",
+             "| " + " | ".join(HEAD) + " |", "|---|" + "---:|" * (len(HEAD) - 1)]
+    lines += ["| " + " | ".join(r) + " |" for r in table]
+    if before:
+        lines += ["", "The lexical judge before issue 12 (`--before`: its file at commit 210d0f3, `git show "
+                  "210d0f3:awarl/critic/lexical_judge.py > /tmp/old_lexical.py`), same trajectories:", "", "| " + " | ".join(HEAD) + " |", "|---|" + "---:|" * (len(HEAD) - 1)]
+        lines += ["| " + " | ".join(r) + " |" for r in before]
+    lines += ["", f"The lexical judge took {1000 * secs / n_items:.2f} ms per answer on average here."]
+    lines.append(END)
+    return "\n".join(lines) + "\n"
+
+
+def load_lexical(path: str | None):
+    if not path:
+        return LexicalJudge(CriticConfig())
+    spec = importlib.util.spec_from_file_location("lexical_under_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.LexicalJudge(CriticConfig())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", help="markdown file whose 'Citation judges' section is written or replaced")
+    ap.add_argument("--lexical-from", help="measure the LexicalJudge of this file instead")
+    ap.add_argument("--before", help="also measure the LexicalJudge of this file (an older version) for the docs")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = shipped_closed_corpus(Path(tmp) / "corpus.jsonl")
+        build_index(corpus, "bm25", Path(tmp) / "bm25", show_progress=False)
+        retriever = load_index(Path(tmp) / "bm25")
+        res, secs = measure(load_lexical(args.lexical_from), retriever)
+        before = rows(measure(load_lexical(args.before), retriever)[0]) if args.before else None
+    table = rows(res)
+    n_items = sum(len(a["diff"]) for a in res.values())
+    print(" | ".join(HEAD))
+    for r in table:
+        print(" | ".join(r))
+    if before:
+        print("before:")
+        for r in before:
+            print(" | ".join(r))
+    if args.out:
+        path = Path(args.out)
+        text = path.read_text() if path.exists() else "# Benchmarks\n"
+        block = markdown(table, before, secs, n_items)
+        if START in text:
+            text = text[: text.index(START)] + block + text[text.index(END) + len(END) + 1:]
+        else:
+            text = text.rstrip("\n") + "\n\n" + block
+        path.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

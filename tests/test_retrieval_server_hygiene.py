@@ -1,0 +1,204 @@
+"""The retrieval server and client on real loopback sockets: search workers, the empty-queue path, server
+hygiene (issue 16 item 6) and the client's one deadline per request (issue 12 item 6)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import serve_app
+
+from awarl.retrieval import Passage, RetrievalClient, RetrievalClientError, load_index
+from awarl.retrieval.client import retry_after_s
+from awarl.retrieval.server import make_app
+
+
+@pytest.fixture(scope="module")
+def bm25(bm25_index: Path):
+    return load_index(bm25_index)
+
+
+def port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+# --------------------------------------------------------------------------------- workers, empty queue
+def test_a_lone_request_is_not_held_for_the_merge_window(bm25) -> None:
+    """Nothing else queued or arriving: the request is searched at once, whatever batch_wait_ms says."""
+    with serve_app(make_app(bm25, batch_wait_ms=3000)) as url, httpx.Client(timeout=30) as c:
+        c.post(url + "/retrieve", json={"queries": ["warm up"]})
+        t0 = time.perf_counter()
+        for _ in range(3):
+            assert c.post(url + "/retrieve", json={"queries": ["Horatio Hale"], "topk": 1}).status_code == 200
+        assert time.perf_counter() - t0 < 3.0  # three requests, each would wait 3 s with the old merge window
+
+
+def test_search_workers_run_searches_concurrently(bm25) -> None:
+    """Two searches meet at a barrier inside the retriever: only two concurrent workers can get through."""
+    barrier = threading.Barrier(2, timeout=10)
+
+    class Meeting:
+        def search(self, queries: list[str], k: int) -> list[list[Passage]]:
+            barrier.wait()
+            return bm25.search(queries, k)
+
+    app = make_app(Meeting(), bm25.meta, workers=2, max_batch=1)  # max_batch=1: never merged into one call
+    answers: list[int] = []
+    with serve_app(app) as url:
+        def one(q: str) -> None:
+            answers.append(httpx.post(url + "/retrieve", json={"queries": [q]}, timeout=30).status_code)
+
+        threads = [threading.Thread(target=one, args=(q,)) for q in ("Horatio Hale", "Evan Morris")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    assert answers == [200, 200]
+    assert app.state.batcher.batch_calls == 2
+
+
+# ------------------------------------------------------------------------------------ server hygiene
+def raw_connection(url: str) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port_of(url)), timeout=10)
+
+
+def test_client_disconnecting_mid_body_is_one_log_line(bm25, caplog: pytest.LogCaptureFixture) -> None:
+    app = make_app(bm25)
+    with caplog.at_level(logging.INFO), serve_app(app) as url:
+        for _ in range(3):
+            s = raw_connection(url)
+            s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 1000\r\n\r\n{\"queries\": [")
+            time.sleep(0.1)
+            s.close()
+        deadline = time.time() + 5
+        while app.disconnects < 3 and time.time() < deadline:
+            time.sleep(0.05)
+        assert httpx.get(url + "/health").json()["client_disconnects"] == 3
+    said = [r for r in caplog.records if "disconnected" in r.getMessage()]
+    assert len(said) == 3
+    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()
+                or "Exception in ASGI" in r.getMessage()]
+
+
+def test_a_stalled_body_gets_408_within_the_deadline(bm25) -> None:
+    with serve_app(make_app(bm25, body_timeout_s=0.5)) as url:
+        s = raw_connection(url)
+        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"que")
+        t0 = time.perf_counter()
+        answer = s.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 408") and b"not received within 0.5 s" in answer
+        assert time.perf_counter() - t0 < 5
+        s.close()
+        assert httpx.get(url + "/health").json()["body_timeouts"] == 1
+
+
+def test_health_discloses_no_absolute_path_and_answers_head(bm25, bm25_index: Path) -> None:
+    with serve_app(make_app(bm25)) as url:
+        r = httpx.get(url + "/health")
+        text = r.text
+        assert str(Path(bm25.meta["corpus"]).parent) not in text and str(bm25_index) not in text
+        assert r.json()["meta"]["corpus"] == Path(bm25.meta["corpus"]).name
+        assert r.json()["meta"]["corpus_sha256"] == bm25.meta["corpus_sha256"]
+        head = httpx.head(url + "/health")
+        assert head.status_code == 200 and head.content == b""
+        assert httpx.get(url + "/nothing").status_code == 404
+        assert httpx.get(url + "/retrieve").status_code == 405
+
+
+# ------------------------------------------------------------------------- client deadline, size, retry
+class _Misbehaving(BaseHTTPRequestHandler):
+    """Stdlib stand-in for a bad endpoint: trickles, floods, or asks to come back later."""
+
+    mode = "trickle-body"
+    hits = 0
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server API
+        cls = type(self)
+        cls.hits += 1
+        self.rfile.read(int(self.headers["Content-Length"]))
+        try:
+            if cls.mode == "trickle-head":
+                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 100:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(0.2)
+                return
+            if cls.mode == "retry-after" and cls.hits == 1:
+                self._send(503, b'{"detail": "busy"}', [("Retry-After", "1")])
+                return
+            body = json.dumps({"result": [[{"document": {"id": "1", "contents": '"T"\nx' * (
+                200_000 if cls.mode == "flood" else 1)}, "score": 1.0}]]}).encode()
+            if cls.mode == "trickle-body":
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                for byte in body:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(0.2)
+                return
+            self._send(200, body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _send(self, status: int, body: bytes, headers: list[tuple[str, str]] = ()) -> None:
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:  # noqa: ANN002
+        pass
+
+
+@pytest.fixture()
+def bad_endpoint():
+    handler = type("H", (_Misbehaving,), {"hits": 0})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield handler, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("mode", ["trickle-body", "trickle-head"])
+def test_a_trickling_endpoint_cannot_hold_a_call_past_its_timeout(bad_endpoint, mode: str) -> None:
+    handler, url = bad_endpoint
+    handler.mode = mode
+    client = RetrievalClient(url, timeout_s=1.0, retries=0)
+    t0 = time.perf_counter()
+    with pytest.raises(RetrievalClientError, match="no answer after 1 attempts"):
+        client.search(["q"], 1)
+    assert time.perf_counter() - t0 < 2.5  # each byte arrives well within a per-read timeout of 1 s
+
+
+def test_an_oversized_answer_is_refused_while_streaming(bad_endpoint) -> None:
+    handler, url = bad_endpoint
+    handler.mode = "flood"  # about 1.4 MB
+    with pytest.raises(RetrievalClientError, match="larger than 100000 bytes"):
+        RetrievalClient(url, retries=2, max_response_bytes=100_000).search(["q"], 1)
+    assert handler.hits == 1  # not retried
+    assert RetrievalClient(url, retries=0).search(["q"], 1)[0][0].id == "1"
+
+
+def test_retry_after_is_honoured(bad_endpoint) -> None:
+    handler, url = bad_endpoint
+    handler.mode = "retry-after"
+    t0 = time.perf_counter()
+    [[p]] = RetrievalClient(url, retries=1, backoff_s=0.01).search(["q"], 1)
+    assert p.id == "1" and handler.hits == 2
+    assert time.perf_counter() - t0 >= 0.95  # waited the server's 1 s, not the 0.01 s backoff
+    assert retry_after_s("7") == 7.0 and retry_after_s("soon") is None and retry_after_s(None) is None
+    assert retry_after_s("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past: at once
