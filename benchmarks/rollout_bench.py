@@ -38,7 +38,8 @@ pydantic, pyyaml, bm25s: see benchmarks/grpo_step_bench.py for carrying wheels):
     PYTHONPATH=/tmp/site:. python3 benchmarks/rollout_bench.py --shape 0.5b --device cuda --static-cache \\
         --batch 128 --turn-tokens 128 --runs 3 --out $OUT/rollout_0.5b.json
 
-On CPU: `OMP_NUM_THREADS=1 python benchmarks/rollout_bench.py --shape tiny --out /tmp/rollout_tiny.json`.
+On CPU: `OMP_NUM_THREADS=1 python benchmarks/rollout_bench.py --shape tiny --out /tmp/rollout_tiny.json`;
+`--model runs/demo/model/warmup` rolls out the demo's warmed-up policy (it follows the protocol unsteered).
 Run it with PYTHONPATH at an older checkout to measure that engine (rows it cannot report are null).
 """
 
@@ -212,11 +213,30 @@ def workload(trajs: list[Any]) -> dict[str, Any]:
     reasons: dict[str, int] = {}
     for t in trajs:
         reasons[t.stop_reason] = reasons.get(t.stop_reason, 0) + 1
+    turns = [_model_turns(t.env_mask) for t in trajs]
+    depth = max(len(t) for t in turns)
+    longest = [max((t[k] for t in turns if len(t) > k), default=0) for k in range(depth)]
+    rows = [sum(1 for t in turns if len(t) > k) for k in range(depth)]
     return {"trajectories": len(trajs), "model_tokens": sum(model), "mean_model_tokens": sum(model) / len(trajs),
+            # What an engine with a barrier per turn runs: each turn as long as its longest trajectory,
+            # the trajectories still active riding along.
+            "barrier_decode_steps": sum(longest),
+            "barrier_slot_use": sum(model) / max(1, sum(n * m for n, m in zip(rows, longest, strict=True))),
             "max_model_tokens": max(model), "context_tokens": sum(context),
             "mean_context_tokens": sum(context) / len(trajs), "prompt_tokens": sum(len(t.prompt_ids) for t in trajs),
             "searches": sum(_spans(t.env_mask) for t in trajs),
             "stop_reasons": dict(sorted(reasons.items()))}
+
+
+def _model_turns(mask: list[int]) -> list[int]:
+    """Lengths of the runs of model tokens (env_mask 1), in order (pure)."""
+    runs: list[int] = []
+    for i, m in enumerate(mask):
+        if m == 1:
+            if i == 0 or mask[i - 1] == 0:
+                runs.append(0)
+            runs[-1] += 1
+    return runs
 
 
 def _spans(mask: list[int]) -> int:
@@ -263,16 +283,22 @@ def setup(args: argparse.Namespace, work: Path) -> tuple[Any, Any, list[str], An
     from awarl.retrieval import build_index, load_index
 
     tiny_dir = Path(args.tiny_dir) if args.tiny_dir else work / "tiny"
-    if not (tiny_dir / "config.json").exists():
+    if not args.model and not (tiny_dir / "config.json").exists():
         build_tiny_model(tiny_dir, seed=0)
-    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    tok = AutoTokenizer.from_pretrained(args.model or tiny_dir)
     index = Path(args.index) if args.index else work / "bm25"
     if not (index / "index_meta.json").exists():
         build_index(shipped_closed_corpus(work / "corpus.jsonl"), "bm25", index, show_progress=False)
     questions = [ex.question for ex in load_shipped("hotpotqa", limit=args.batch, seed=0)]
-    model = build_model(args.shape, tok, tiny_dir, args.device)
-    prompts = [render_prompt(load_template("awarl"), q, tok) for q in questions]
-    args.bias = steer(model, tok, prompts, tuple(args.rates))
+    if args.model:   # a trained policy follows the protocol on its own: no steering
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(args.model).to(args.device).eval()
+        args.bias = None
+    else:
+        model = build_model(args.shape, tok, tiny_dir, args.device)
+        prompts = [render_prompt(load_template("awarl"), q, tok) for q in questions]
+        args.bias = steer(model, tok, prompts, tuple(args.rates))
     return tok, model, questions, load_index(index)
 
 
@@ -383,6 +409,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--runs", type=int, default=5, help="measured runs of each, after one warm-up")
     ap.add_argument("--static-cache", action="store_true", help="static cache (+ compile on CUDA) for both")
     ap.add_argument("--vllm", action="store_true", help="also vLLM rows (CUDA, when vllm imports)")
+    ap.add_argument("--model", help="a saved model folder to roll out instead (e.g. the demo's warmed-up "
+                    "runs/demo/model/warmup; not steered)")
     ap.add_argument("--tiny-dir", help="an existing tiny model folder (else built in --work)")
     ap.add_argument("--index", help="an existing BM25 index of the shipped closed corpus (else built)")
     ap.add_argument("--work", help="folder for the tiny model and the index (default: a temporary one)")
@@ -407,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
                           "cpus": os.cpu_count(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
                           "torch": torch.__version__, "transformers": transformers.__version__,
                           "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"},
-              "shape": args.shape, "params": sum(p.numel() for p in model.parameters()),
+              "shape": args.shape if not args.model else f"model {args.model}", "params": sum(p.numel() for p in model.parameters()),
               "vocab": model.get_output_embeddings().weight.shape[0],
               "settings": {k: getattr(args, k) for k in ("batch", "turns", "turn_tokens", "trajectory_tokens",
                                                           "topk", "rates", "runs", "static_cache", "bias")},
@@ -431,6 +459,8 @@ def print_table(report: dict) -> None:
     if s["decode_steps"] is not None:
         print(f"decode steps {s['decode_steps']} for a {s['mean_model_tokens']:.1f}-token mean "
               f"({s['decode_steps_per_mean_tokens']:.2f}x), slot use {s['slot_use']:.2f}")
+    print(f"a barrier per turn would run {w['barrier_decode_steps']} decode steps at slot use "
+          f"{w['barrier_slot_use']:.2f}")
     if s["ratio_prompt_only"] is not None:
         print(f"agent / plain (prompt only) = {s['ratio_prompt_only']:.3f}")
     print(f"ratio={s['ratio']:.3f}")

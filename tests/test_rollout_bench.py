@@ -84,3 +84,8 @@ def test_plain_contexts_and_workload_are_the_agents_tokens():
     assert bench.plain_contexts([t], 12) == [[1, 2, 3, 8, 9] * 2 + [1, 2]]
     w = bench.workload([t, t])
     assert (w["model_tokens"], w["context_tokens"], w["searches"], w["max_model_tokens"]) == (6, 10, 2, 3)
+    # turns of 1 and 2 tokens: a barrier per turn runs 1 + 2 steps with both rows, 6 of 6 slot-steps used
+    assert (w["barrier_decode_steps"], w["barrier_slot_use"]) == (3, 1.0)
+    u = SimpleNamespace(prompt_ids=[1], completion_ids=[5] * 4, env_mask=[1, 1, 1, 1], stop_reason="eos")
+    w = bench.workload([t, u])
+    assert (w["barrier_decode_steps"], w["barrier_slot_use"]) == (4 + 2, 7 / (2 * 4 + 1 * 2))
