@@ -118,6 +118,7 @@ def steer(model: Any, tokenizer: Any, prompts: list[list[int]], rates: tuple[flo
                              dtype=head.weight.dtype)
     biased.weight = head.weight
     n_tok = len(tokenizer)
+    prompts = prompts[:8]   # enough positions; all logits of a long batch at 152k wide would not fit
     with torch.no_grad():
         width = max(len(p) for p in prompts)
         ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts],
@@ -429,7 +430,11 @@ def main(argv: list[str] | None = None) -> int:
         result = measure(args, tok, model, questions, retriever)
         summary = summarize(result)
         if args.vllm:
-            result["vllm"] = vllm_rows(args, tok, model, questions, retriever, work, result["plain_new_tokens"])
+            try:
+                result["vllm"] = vllm_rows(args, tok, model, questions, retriever, work, result["plain_new_tokens"])
+            except Exception as e:  # noqa: BLE001 - optional rows: the transformers figures still get written
+                log.exception("vLLM rows failed")
+                result["vllm"] = {"error": repr(e)}
     report = {"date": date.today().isoformat(), "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
               "machine": {"platform": platform.platform(), "python": platform.python_version(),
                           "cpus": os.cpu_count(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
