@@ -118,20 +118,19 @@ def steer(model: Any, tokenizer: Any, prompts: list[list[int]], rates: tuple[flo
                              dtype=head.weight.dtype)
     biased.weight = head.weight
     n_tok = len(tokenizer)
-    prompts = prompts[:8]   # enough positions; all logits of a long batch at 152k wide would not fit
+    lse, tag_logits, n = 0.0, torch.zeros(len(tags)), 0
     with torch.no_grad():
-        width = max(len(p) for p in prompts)
-        ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts],
-                           device=head.weight.device)
-        real = torch.arange(width, device=ids.device)[None] >= torch.tensor(
-            [width - len(p) for p in prompts], device=ids.device)[:, None]
-        logits = model(input_ids=ids, attention_mask=real.long()).logits[real].float()   # every real position
-        lse = torch.logsumexp(logits[:, :n_tok], -1).mean().item()
+        for p in prompts:   # one at a time: all logits of a batch at 152k wide would not fit
+            logits = model(input_ids=torch.tensor([p], device=head.weight.device)).logits[0].float()
+            lse += torch.logsumexp(logits[:, :n_tok], -1).sum().item()
+            tag_logits += logits[:, tags].sum(0).cpu()
+            n += logits.shape[0]
+        lse /= n
         biased.bias.zero_()
         biased.bias[n_tok:] = -1e4
         rest = 1.0 - sum(rates)
-        for t, r in zip(tags, rates, strict=True):
-            biased.bias[t] = math.log(r / rest) + lse - logits[:, t].mean().item()
+        for t, r, mean_logit in zip(tags, rates, (tag_logits / n).tolist(), strict=True):
+            biased.bias[t] = math.log(r / rest) + lse - mean_logit
     model.set_output_embeddings(biased)
     return {tokenizer.convert_ids_to_tokens(t): round(float(biased.bias[t].detach()), 3) for t in tags}
 
