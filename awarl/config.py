@@ -191,11 +191,25 @@ class RewardConfig(Section):
         description="Ordered (threshold, penalty) pairs: |Ē| <= threshold gives that penalty; above the last "
                     "threshold, `penalty_max`. Sign follows Ē. (R)")
     penalty_max: float = Field(1.0, ge=0.0, description="Penalty beyond the last threshold. (R)")
-    expected_rate: Literal["threshold", "soft"] = Field("threshold", description="ρ̂: share of completions whose "
-                                                        "query has R_base > p_i (threshold) or its sigmoid (soft).")
+    expected_rate: Literal["threshold", "soft", "r_base_mean"] = Field(
+        "threshold", description="ρ̂ per completion (docs/method.md \"Reconstruction choices\"): threshold = 1 if "
+        "R_base beats the expected value of answering, r_wrong + p_i·(r_correct − r_wrong) (SPEC; invalid "
+        "does not enter); soft = the sigmoid of that gap; r_base_mean = R_base itself (ρ̂ = batch mean of "
+        "1 − p*, moves with γ). (R)")
     soft_tau: float = Field(0.05, gt=0.0, description="expected_rate=soft: sigmoid temperature.")
-    p_online: Literal["off", "ema"] = Field("off", description="Re-estimate p_i from observed group correctness "
-                                            "during training (R, off by default).")
+    p_definition: Literal["share_of_k", "among_answered"] = Field(
+        "share_of_k", description="p_i from the estimate file's counts: correct / K (SPEC) or correct / answered "
+        "(answered = correct + wrong + invalid; a question never answered keeps its share of K). (R)")
+    ema_start: Literal["zero", "bias_corrected"] = Field(
+        "zero", description="Ē's start: zero = Ē_0 = 0, the penalty ramps in over ~1/(1−β) steps (SPEC); "
+        "bias_corrected = m_t/(1−β^t), full size from the first step. (R)")
+    r_ref_margin: float | None = Field(
+        None, gt=0.0, description="Cap on the refusal reward: r_ref <= r_correct − r_ref_margin, so abstaining "
+        "never pays as much as a correct answer, even under sustained under-refusal (P = −1). None = only "
+        "r_clip (SPEC). (R)")
+    p_online: Literal["off", "ema"] = Field("off", description="Re-estimate p_i during training from the "
+                                            "query's group: correct / answered (the policy's own abstentions never "
+                                            "count as failures). (R, off by default)")
     p_online_beta: float = Field(0.9, ge=0.0, lt=1.0, description="p_online=ema: EMA factor per query.")
     r_clip: tuple[float, float] = Field((-1.0, 1.0), description="Clip range of r_ref. (R)")
     r_correct: float = Field(1.0, description="Outcome reward of a correct answer.")
@@ -225,6 +239,13 @@ class RewardConfig(Section):
         if v[0] > v[1]:
             raise ValueError(f"r_clip must be (low, high) with low <= high, got {v}")
         return v
+
+    @model_validator(mode="after")
+    def _cap_inside_clip(self) -> RewardConfig:
+        if self.r_ref_margin is not None and self.r_correct - self.r_ref_margin < self.r_clip[0]:
+            raise ValueError(f"r_ref_margin={self.r_ref_margin} puts the refusal cap r_correct − r_ref_margin = "
+                             f"{self.r_correct - self.r_ref_margin:g} below r_clip's low end {self.r_clip[0]:g}")
+        return self
 
 
 class CriticConfig(Section):
@@ -290,7 +311,9 @@ class CriticConfig(Section):
 class SimulateConfig(Section):
     """Reward-dynamics simulator (`awarl simulate`, docs/simulator.md). Reward constants come from `reward:`."""
 
-    seed: int = Field(0, description="Seed of the simulated population and of the training samples.")
+    seed: int = Field(0, description="First seed: each seed draws its own population and training samples.")
+    seeds: int = Field(1, ge=1, description="Seeds run (seed, seed + 1, ...); the summary gives means and "
+                       "standard deviations over them, the curves their means.")
     steps: int = Field(1000, ge=1, description="Policy-gradient steps per run (long enough for the refusal "
                        "rate to plateau under the defaults).")
     n_queries: int = Field(2000, ge=10, description="Size of the simulated query population.")
@@ -309,7 +332,8 @@ class SimulateConfig(Section):
     advantage_scaling: Literal["group", "none"] = Field("group", description="GRPO advantages: divide by the "
                                                         "group's reward std (group, GRPO/TRL default) or only "
                                                         "subtract the group mean (none, Dr. GRPO).")
-    init_abstain_rate: float = Field(0.05, gt=0, lt=1, description="Initial abstention probability (cold start).")
+    init_abstain_rate: float = Field(0.05, gt=0, lt=1, description="Initial abstention probability (cold start) "
+                                     "of a query of average perceived difficulty (x = 0).")
     gammas: list[float] = Field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0],
                                 description="γ grid of the AWA-RL runs (with and without penalty).")
     static_values: list[float] = Field(default_factory=lambda: [0.05, 0.3],

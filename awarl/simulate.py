@@ -1,13 +1,17 @@
 """Reward-dynamics simulator: how each refusal-reward strategy steers the abstention rate under GRPO.
 
 A population of queries has true success probabilities s_i (Beta-distributed for answerable queries, 0 for a
-share of unanswerable ones). p_i is estimated before "RL" from K samples, as `awarl estimate` does. The
-policy decides answer/abstain with ONE shared logistic model over a noisy perception of the query's
-difficulty, x_i = logit(s_i) + noise_i, so, like an LLM, it cannot tailor its choice to each query freely.
-When it answers, it is correct with probability s_i (invalid with `invalid_rate`). Each step samples a
-generation batch of queries × group, scores the completions with the strategy's reward (the same pure
-functions as training: awarl.rewards.abstention / strategies), normalises rewards within each group
-(GRPO) and takes a policy-gradient step on the two logistic parameters.
+share of unanswerable ones). p_i is estimated before "RL" from K samples of the initial policy, with its
+abstentions and format failures, as `awarl estimate` does with the standard checkpoint. The policy decides
+answer/abstain with ONE shared logistic model over a noisy perception of the query's difficulty,
+x_i = logit(s_i) + noise_i, so, like an LLM, it cannot tailor its choice to each query freely. When it
+answers, it is invalid with `invalid_rate`, else correct with probability s_i. Each step samples a
+generation batch of queries × group, scores the completions with the strategy's reward, normalises rewards
+within each group (GRPO) and takes a policy-gradient step on the two logistic parameters.
+
+Every reward step is the shared pure function of training (awarl.rewards.abstention / strategies), in the
+order `AwaRLReward` composes them: p_i (step 1), R_base (2-3), ρ̂ (4), E (5), the EMA and its start (6),
+P (7), r_ref with its cap (8), the outcome reward (9), the baselines' abstain reward and the online p.
 
 Curves are population quantities computed exactly from the policy's parameters each step (refusal rate,
 precision, accuracy, RA-F1), so they carry no sampling noise; ρ̂ is the reward's own expected rate over
@@ -20,6 +24,7 @@ import json
 import logging
 import math
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,19 +32,33 @@ import numpy as np
 
 from awarl.config import AwarlConfig, RewardConfig, SimulateConfig, save_resolved
 from awarl.io import atomic_write_json, atomic_write_text
-from awarl.metrics import ra_f1
+from awarl.metrics import Outcome, ra_f1
 from awarl.rewards import abstention as A
 from awarl.rewards.strategies import abstain_reward
 
 log = logging.getLogger(__name__)
 
+# Outcome codes of the simulated completions (columns of Population.counts).
+OUTCOMES = (Outcome.CORRECT, Outcome.WRONG, Outcome.ABSTAIN, Outcome.INVALID)
+C, W, AB, INV = range(4)
+POPULATION_KEYS = ("refusal_rate", "rho_hat", "precision", "accuracy", "ra_f1")
+SMALL_ACCURACY_COST = 0.05  # "a small accuracy cost": the paper's is 0.552 -> 0.529 (0.023)
+PLATEAU_TOL = 0.02          # the refusal rate's mean over the last fifth moved less than this from the fifth before
+
 
 @dataclass
 class Population:
-    success: np.ndarray          # true success s_i at step 0
+    success: np.ndarray          # true success s_i at step 0 (of a valid answer)
     answerable: np.ndarray       # bool
     noise: np.ndarray            # fixed per-query perception noise (logit units)
-    p_hat: np.ndarray            # pre-RL estimate: successes in K samples / K
+    counts: np.ndarray           # (n, 4) outcome counts of the K pre-RL samples, columns in OUTCOMES order
+
+    def p_hat(self, definition: str = "share_of_k") -> np.ndarray:
+        """The pre-RL p_i of every query under `reward.p_definition` (abstention.estimate_p)."""
+        k = self.counts.sum(axis=1)
+        answered = k - self.counts[:, AB]
+        return np.array([A.estimate_p(int(c), int(a), int(kk), definition)
+                         for c, a, kk in zip(self.counts[:, C], answered, k, strict=True)])
 
 
 @dataclass
@@ -48,6 +67,8 @@ class RunResult:
     strategy: str
     gamma: float | None = None
     static_value: float | None = None
+    penalty: bool | None = None
+    seed: int = 0
     history: dict[str, list[float]] = field(default_factory=dict)
 
     def final(self) -> dict[str, float]:
@@ -63,13 +84,41 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))  # overflow-free logistic
 
 
+def _outcome_probs(success: np.ndarray, abstain: np.ndarray | float, invalid_rate: float) -> np.ndarray:
+    """(n, 4) probabilities of correct / wrong / abstain / invalid for one sample of each query."""
+    ab = np.broadcast_to(np.asarray(abstain, dtype=float), success.shape)
+    ans = 1.0 - ab
+    return np.stack([ans * (1 - invalid_rate) * success, ans * (1 - invalid_rate) * (1 - success), ab,
+                     ans * invalid_rate], axis=1)
+
+
+def initial_policy(sc: SimulateConfig) -> tuple[float, float]:
+    """(w, b) of the initial policy P(abstain | x) = σ(w·x + b): w = 0, a cold start whose abstentions ignore
+    difficulty, at init_abstain_rate."""
+    return 0.0, math.log(sc.init_abstain_rate / (1 - sc.init_abstain_rate))
+
+
 def make_population(sc: SimulateConfig, rng: np.random.Generator) -> Population:
     n = sc.n_queries
     answerable = rng.random(n) >= sc.unanswerable_share
     success = np.where(answerable, rng.beta(sc.success_alpha, sc.success_beta, n), 0.0)
     noise = rng.normal(0.0, sc.perception_noise, n) if sc.perception_noise > 0 else np.zeros(n)
-    p_hat = rng.binomial(sc.k_estimate, success) / sc.k_estimate
-    return Population(success=success, answerable=answerable, noise=noise, p_hat=p_hat)
+    # The standard checkpoint of a cold start is the initial policy: it abstains as the initial (w, b) say
+    # and fails the format at invalid_rate, as in `awarl estimate`.
+    w0, b0 = initial_policy(sc)
+    probs = _outcome_probs(success, _sigmoid(w0 * (_logit(success) + noise) + b0), sc.invalid_rate)
+    counts = rng.multinomial(sc.k_estimate, probs / probs.sum(axis=1, keepdims=True))
+    return Population(success=success, answerable=answerable, noise=noise, counts=counts)
+
+
+def population_from_counts(counts: np.ndarray, sc: SimulateConfig, rng: np.random.Generator) -> Population:
+    """A population whose pre-RL estimate IS the given (n, 4) outcome counts (e.g. an `awarl estimate` file):
+    the true success of a valid answer is taken as its observed share, c / (c + w), 0 when never seen."""
+    counts = np.asarray(counts, dtype=int)
+    valid = counts[:, C] + counts[:, W]
+    success = np.where(valid > 0, counts[:, C] / np.maximum(valid, 1), 0.0)
+    noise = rng.normal(0.0, sc.perception_noise, len(counts)) if sc.perception_noise > 0 else np.zeros(len(counts))
+    return Population(success=success, answerable=success > 0, noise=noise, counts=counts)
 
 
 def current_success(pop: Population, sc: SimulateConfig, step: int) -> np.ndarray:
@@ -79,95 +128,127 @@ def current_success(pop: Population, sc: SimulateConfig, step: int) -> np.ndarra
     return np.where(pop.answerable, s, 0.0)
 
 
-def _expected_rate_vec(p: np.ndarray, rc: RewardConfig, gamma: float) -> np.ndarray:
-    return np.array([A.expected_abstain(float(x), gamma, rc.p_min, rc.expected_rate, rc.soft_tau) for x in p])
+class _RewardModel:
+    """Per-query reward quantities of one run (R_base, ρ̂ contribution), kept in step with p_est."""
+
+    def __init__(self, rc: RewardConfig, p_est: np.ndarray) -> None:
+        self.rc = rc
+        self.p_est = p_est.astype(float).copy()
+        self.r_base = np.zeros_like(self.p_est)
+        self.exp_ab = np.zeros_like(self.p_est)
+        self.refresh(np.arange(len(self.p_est)))
+
+    def refresh(self, idx: np.ndarray) -> None:
+        rc = self.rc
+        for i in idx:
+            p = float(self.p_est[i])
+            self.r_base[i] = A.base_refusal_reward(p, rc.gamma, rc.p_min)
+            self.exp_ab[i] = A.expected_abstain(p, rc.gamma, rc.p_min, rc.expected_rate, rc.soft_tau,
+                                                rc.r_correct, rc.r_wrong)
 
 
-def _r_base_vec(p: np.ndarray, rc: RewardConfig, gamma: float) -> np.ndarray:
-    return np.array([A.base_refusal_reward(float(x), gamma, rc.p_min) for x in p])
+def _population_metrics(pi: np.ndarray, s: np.ndarray, invalid_rate: float) -> dict[str, float]:
+    rho = float(pi.mean())
+    acc = float(((1 - pi) * (1 - invalid_rate) * s).mean())
+    prec = acc / (1 - rho) if rho < 1 else 0.0
+    return {"refusal_rate": rho, "precision": prec, "accuracy": acc, "ra_f1": ra_f1(prec, acc)}
+
+
+def _grpo_step(reward: np.ndarray, abstain: np.ndarray, pi_b: np.ndarray, x_b: np.ndarray, B: int, G: int,
+               sc: SimulateConfig) -> tuple[float, float]:
+    """The (w, b) increments of one policy-gradient step with group-normalised advantages."""
+    r = reward.reshape(B, G)
+    std = r.std(axis=1, keepdims=True)
+    centred = r - r.mean(axis=1, keepdims=True)
+    if sc.advantage_scaling == "group":
+        adv = np.where(std > 1e-8, centred / (std + 1e-8), 0.0).ravel()  # identical rewards teach nothing
+    else:
+        adv = centred.ravel()
+    # d log π(a) / d logit = a − π for a Bernoulli(π) choice of "abstain".
+    score = adv * (abstain.astype(float) - pi_b)
+    return sc.learning_rate * float((score * x_b).mean()), sc.learning_rate * float(score.mean())
 
 
 def simulate_run(pop: Population, sc: SimulateConfig, rc: RewardConfig, strategy: str, *, gamma: float,
                  static_value: float | None = None, penalty: bool = True, seed: int = 0,
-                 label: str | None = None) -> RunResult:
-    """One training run. `strategy` is a reward.strategy; `penalty=False` zeroes P(Ē) (AWA-RL ablation)."""
+                 label: str | None = None, on_batch: Callable[[dict], None] | None = None) -> RunResult:
+    """One training run. `strategy` is a reward.strategy; `penalty=False` zeroes P(Ē) (AWA-RL ablation).
+    `on_batch(batch)` sees every generation batch as the reward saw it: query indices `idx`, the p used per
+    query `p`, per-completion `outcomes` and `rewards`, and the step's `penalty`, `E_bar` (tests)."""
     rng = np.random.default_rng(seed)
     rc = rc.model_copy(update={"strategy": strategy, "gamma": gamma,
                                **({"static_value": static_value} if static_value is not None else {})})
+    awarl = strategy == "awarl"
+    model = _RewardModel(rc, pop.p_hat(rc.p_definition))
+    r_max = A.refusal_cap(rc.r_correct, rc.r_ref_margin)
+    # Step 9 for the answered outcomes does not depend on r_ref: computed once.
+    fixed = {o: A.outcome_reward(o, 0.0, rc.r_correct, rc.r_wrong, rc.r_invalid) for o in OUTCOMES}
     n = len(pop.success)
-    p_est = pop.p_hat.astype(float).copy()
-    r_base = _r_base_vec(p_est, rc, gamma)
-    exp_ab = _expected_rate_vec(p_est, rc, gamma)
-    w, b = 0.0, math.log(sc.init_abstain_rate / (1 - sc.init_abstain_rate))
-    e_bar = 0.0
-    res = RunResult(label=label or strategy, strategy=strategy, gamma=gamma if strategy == "awarl" else None,
-                    static_value=static_value)
+    w, b = initial_policy(sc)
+    e_ema, updates = 0.0, 0
+    res = RunResult(label=label or strategy, strategy=strategy, gamma=gamma if awarl else None,
+                    static_value=static_value, penalty=penalty if awarl else None, seed=seed)
     h = res.history
-    for key in ("refusal_rate", "rho_hat", "precision", "accuracy", "ra_f1", "batch_rho", "E_bar", "penalty",
-                "r_ref_mean"):
+    keys = [*POPULATION_KEYS, "batch_rho", "batch_rho_hat", "r_ref_mean"] + (["E", "E_bar", "penalty"] if awarl else [])
+    for key in keys:
         h[key] = []
     B, G = min(sc.batch_queries, n), sc.group_size
+    group = np.repeat(np.arange(B), G)
 
     for step in range(sc.steps):
         s = current_success(pop, sc, step)
         x = _logit(s) + pop.noise
         pi = _sigmoid(w * x + b)
         # Population metrics of the policy before this step's update (step 0 = the initial policy).
-        rho_pop = float(pi.mean())
-        acc = float(((1 - pi) * (1 - sc.invalid_rate) * s).mean())
-        prec = acc / (1 - rho_pop) if rho_pop < 1 else 0.0
-        h["refusal_rate"].append(rho_pop)
-        h["rho_hat"].append(float(exp_ab.mean()))
-        h["precision"].append(prec)
-        h["accuracy"].append(acc)
-        h["ra_f1"].append(ra_f1(prec, acc))
+        for k, v in _population_metrics(pi, s, sc.invalid_rate).items():
+            h[k].append(v)
+        h["rho_hat"].append(float(model.exp_ab.mean()))
 
         idx = rng.choice(n, size=B, replace=False)
-        pi_b = np.repeat(pi[idx], G)
+        pi_b = pi[idx][group]
         abstain = rng.random(B * G) < pi_b
         invalid = ~abstain & (rng.random(B * G) < sc.invalid_rate)
-        correct = ~abstain & ~invalid & (rng.random(B * G) < np.repeat(s[idx], G))
-        # Steps 4-8 on this generation batch.
+        correct = ~abstain & ~invalid & (rng.random(B * G) < s[idx][group])
+        code = np.where(abstain, AB, np.where(invalid, INV, np.where(correct, C, W)))
+        correct_g = correct.reshape(B, G).sum(axis=1)
+        answered_g = G - abstain.reshape(B, G).sum(axis=1)
+        # Steps 4-8 on this generation batch (equal groups: the mean over queries is the mean over completions).
         rho_t = float(abstain.mean())
-        rho_hat_t = float(np.repeat(exp_ab[idx], G).mean())
-        e_bar = A.ema(e_bar, A.excess(rho_t, rho_hat_t), rc.beta)
-        pen = A.stepwise_penalty(e_bar, rc.penalty_steps, rc.penalty_max) if penalty else 0.0
-        group_correct = correct.reshape(B, G).any(axis=1)
-        r_ab = np.array([abstain_reward(strategy, rc, A.refusal_reward(float(r_base[i]), pen, rc.r_clip),
-                                        bool(gc)) for i, gc in zip(idx, group_correct, strict=True)])
-        reward = np.where(correct, rc.r_correct, rc.r_wrong)
-        reward = np.where(invalid, rc.r_invalid, reward)
-        reward = np.where(abstain, np.repeat(r_ab, G), reward)
+        rho_hat_t = float(model.exp_ab[idx].mean())
+        pen = 0.0
+        if awarl:
+            e = A.excess(rho_t, rho_hat_t)
+            e_ema, updates = A.ema(e_ema, e, rc.beta), updates + 1
+            e_bar = A.smoothed_excess(e_ema, updates, rc.beta, rc.ema_start)
+            pen = A.stepwise_penalty(e_bar, rc.penalty_steps, rc.penalty_max) if penalty else 0.0
+            h["E"].append(e)
+            h["E_bar"].append(e_bar)
+            h["penalty"].append(pen)
+        r_ab = [abstain_reward(strategy, rc, A.refusal_reward(float(model.r_base[i]), pen, rc.r_clip, r_max),
+                               bool(cg > 0)) for i, cg in zip(idx, correct_g, strict=True)]
+        table = np.array([[fixed[Outcome.CORRECT], fixed[Outcome.WRONG],
+                           A.outcome_reward(Outcome.ABSTAIN, ra, rc.r_correct, rc.r_wrong, rc.r_invalid),
+                           fixed[Outcome.INVALID]] for ra in r_ab])
+        reward = table[group, code]
+        if on_batch is not None:
+            on_batch({"idx": idx.copy(), "p": model.p_est[idx].copy(), "outcomes": [OUTCOMES[c].value for c in code],
+                      "rewards": reward.copy(), "penalty": pen, "E_bar": h["E_bar"][-1] if awarl else None})
         h["batch_rho"].append(rho_t)
-        h["E_bar"].append(e_bar)
-        h["penalty"].append(pen)
-        h["r_ref_mean"].append(float(r_ab.mean()))
+        h["batch_rho_hat"].append(rho_hat_t)
+        h["r_ref_mean"].append(float(np.mean(r_ab)))
 
-        # GRPO: group-normalised advantages; a group with identical rewards teaches nothing.
-        r = reward.reshape(B, G)
-        std = r.std(axis=1, keepdims=True)
-        centred = r - r.mean(axis=1, keepdims=True)
-        if sc.advantage_scaling == "group":
-            adv = np.where(std > 1e-8, centred / (std + 1e-8), 0.0).ravel()
-        else:
-            adv = centred.ravel()
-        # d log π(a) / d logit = a − π for a Bernoulli(π) choice of "abstain".
-        score = adv * (abstain.astype(float) - pi_b)
-        x_b = np.repeat(x[idx], G)
-        w += sc.learning_rate * float((score * x_b).mean())
-        b += sc.learning_rate * float(score.mean())
-
+        dw, db = _grpo_step(reward, abstain, pi_b, x[idx][group], B, G, sc)
+        w, b = w + dw, b + db
         if rc.p_online == "ema":
-            frac = correct.reshape(B, G).mean(axis=1)
-            p_est[idx] = rc.p_online_beta * p_est[idx] + (1 - rc.p_online_beta) * frac
-            r_base[idx] = _r_base_vec(p_est[idx], rc, gamma)
-            exp_ab[idx] = _expected_rate_vec(p_est[idx], rc, gamma)
+            for i, c, a in zip(idx, correct_g, answered_g, strict=True):
+                model.p_est[i] = A.online_p(float(model.p_est[i]), int(c), int(a), rc.p_online_beta)
+            model.refresh(idx)
     return res
 
 
-def run_all(cfg: AwarlConfig, progress: bool = True) -> list[RunResult]:
+def run_specs(cfg: AwarlConfig) -> list[dict]:
+    """The runs `simulate.strategies` asks for, one dict of `simulate_run` keyword arguments each."""
     sc, rc = cfg.simulate, cfg.reward
-    pop = make_population(sc, np.random.default_rng(sc.seed))
     specs: list[dict] = []
     for strat in sc.strategies:
         if strat == "none":
@@ -182,25 +263,61 @@ def run_all(cfg: AwarlConfig, progress: bool = True) -> list[RunResult]:
         elif strat == "awarl_no_penalty":
             specs += [{"strategy": "awarl", "gamma": g, "penalty": False, "label": f"awarl γ={g:g} no penalty"}
                       for g in sc.gammas]
+    return specs
+
+
+def seed_pair(seed: int) -> tuple[np.random.Generator, int]:
+    """The population generator and the sampling seed of one simulation seed (independent streams)."""
+    pop_seq, run_seq = np.random.SeedSequence([seed, 0]), np.random.SeedSequence([seed, 1])
+    return np.random.default_rng(pop_seq), int(run_seq.generate_state(1)[0])
+
+
+def run_all(cfg: AwarlConfig, progress: bool = True, population: Population | None = None) -> list[RunResult]:
+    """Every configured run for each of `simulate.seeds` seeds (simulate.seed, seed + 1, ...). Within a seed
+    all runs share the population and the sampling seed (common random numbers)."""
     from tqdm import tqdm
 
+    sc, rc = cfg.simulate, cfg.reward
+    specs = run_specs(cfg)
     results = []
-    # Common random numbers: every run sees the same population and the same sampling seed.
-    for spec in tqdm(specs, desc="simulate", disable=not progress):
-        results.append(simulate_run(pop, sc, rc, seed=sc.seed + 1, **spec))
-        results[-1].history["penalty_on"] = [float(spec.get("penalty", True))]
+    seeds = [sc.seed + k for k in range(sc.seeds)]
+    with tqdm(total=len(specs) * len(seeds), desc="simulate", disable=not progress) as bar:
+        for seed in seeds:
+            pop_rng, run_seed = seed_pair(seed)
+            pop = population if population is not None else make_population(sc, pop_rng)
+            for spec in specs:
+                r = simulate_run(pop, sc, rc, seed=run_seed, **spec)
+                r.seed = seed
+                results.append(r)
+                bar.update(1)
     return results
 
 
-def _summary_rows(results: list[RunResult]) -> list[dict]:
-    rows = []
+def summary_rows(results: Sequence[RunResult], tail_fraction: float = 0.2) -> list[dict]:
+    """One row per run label: final population values, mean and std over seeds, and the refusal rate's late
+    behaviour (means over seeds): `late_drift`, how far its mean over the last `tail_fraction` of the run
+    moved from the window before it, and `late_sd`, its standard deviation within the last window."""
+    by_label: dict[str, list[RunResult]] = {}
     for r in results:
-        f = r.final()
-        rows.append({"label": r.label, "strategy": r.strategy, "gamma": r.gamma, "static_value": r.static_value,
-                     "penalty": bool(r.history["penalty_on"][0]) if r.strategy == "awarl" else None,
-                     "refusal_rate": f["refusal_rate"], "rho_hat": f["rho_hat"],
-                     "gap_to_rho_hat": f["refusal_rate"] - f["rho_hat"], "precision": f["precision"],
-                     "accuracy": f["accuracy"], "ra_f1": f["ra_f1"]})
+        by_label.setdefault(r.label, []).append(r)
+    rows = []
+    for label, runs in by_label.items():
+        first = runs[0]
+        row: dict = {"label": label, "strategy": first.strategy, "gamma": first.gamma,
+                     "static_value": first.static_value, "penalty": first.penalty, "seeds": len(runs)}
+        for key in POPULATION_KEYS:
+            vals = np.array([r.final()[key] for r in runs])
+            row[key], row[f"{key}_sd"] = float(vals.mean()), float(vals.std())
+        row["gap_to_rho_hat"] = row["refusal_rate"] - row["rho_hat"]
+        drift, sd = [], []
+        for r in runs:
+            ref = np.asarray(r.history["refusal_rate"])
+            w = max(1, int(len(ref) * tail_fraction))
+            last, before = ref[-w:], ref[-2 * w:-w] if len(ref) >= 2 * w else ref[:1]
+            drift.append(abs(float(last.mean()) - float(before.mean())))
+            sd.append(float(last.std()))
+        row["late_drift"], row["late_sd"] = float(np.mean(drift)), float(np.mean(sd))
+        rows.append(row)
     return rows
 
 
@@ -214,63 +331,93 @@ def dead_zone(rc: RewardConfig) -> float:
     return dz
 
 
-def _claims(rows: list[dict], dead_zone: float) -> list[dict]:
-    """Observed (not asserted) checks of the paper's claims, stated with the numbers that decide them."""
+def _claim(claim: str, holds: bool, evidence: str) -> dict:
+    return {"claim": claim, "holds": bool(holds), "evidence": evidence}
+
+
+def claims(rows: list[dict], dead: float) -> list[dict]:
+    """The paper's claims, checked (not asserted) on seed-mean values, each with the numbers that decide it."""
     out = []
     on = {r["gamma"]: r for r in rows if r["strategy"] == "awarl" and r["penalty"]}
     off = {r["gamma"]: r for r in rows if r["strategy"] == "awarl" and r["penalty"] is False}
+    base = [r for r in rows if r["strategy"] != "awarl"]
+    none = next((r for r in rows if r["strategy"] == "none"), None)
+    if len(on) >= 2:
+        gs = sorted(on)
+        rates = [on[g]["refusal_rate"] for g in gs]
+        plateau = all(on[g]["late_drift"] <= PLATEAU_TOL for g in gs)
+        out.append(_claim(f"refusal plateaus by γ: higher γ, more refusal, each run settled (mean refusal of the "
+                          f"last fifth within {PLATEAU_TOL:g} of the fifth before)",
+                          plateau and all(a < b for a, b in zip(rates, rates[1:], strict=False)),
+                          ", ".join(f"γ={g:g}: {on[g]['refusal_rate']:.3f} (late drift {on[g]['late_drift']:.3f}, "
+                                    f"late sd {on[g]['late_sd']:.3f})" for g in gs)))
+    if none and on:
+        best = max(on.values(), key=lambda r: r["ra_f1"])
+        cost = none["accuracy"] - best["accuracy"]
+        out.append(_claim(f"AWA-RL raises precision and RA-F1 over plain GRPO at a small accuracy cost "
+                          f"(<= {SMALL_ACCURACY_COST:g}; paper 0.023)",
+                          best["precision"] > none["precision"] and best["ra_f1"] > none["ra_f1"]
+                          and cost <= SMALL_ACCURACY_COST,
+                          f"best γ={best['gamma']:g}: P {best['precision']:.3f} vs {none['precision']:.3f}, "
+                          f"A {best['accuracy']:.3f} vs {none['accuracy']:.3f} (cost {cost:+.3f}), "
+                          f"RA-F1 {best['ra_f1']:.3f} vs {none['ra_f1']:.3f}"))
+    for r in rows:
+        if r["strategy"] == "static" and r["static_value"] is not None and abs(r["static_value"] - 0.05) < 1e-9:
+            out.append(_claim("a static refusal reward of 0.05 collapses to refusing nearly always (> 0.9; "
+                              "paper: 99.9%)", r["refusal_rate"] > 0.9, f"final refusal rate {r['refusal_rate']:.3f}"))
+    if on and base:
+        best = max(on.values(), key=lambda r: r["ra_f1"])
+        rival = max(base, key=lambda r: r["ra_f1"])
+        # With several seeds a lead smaller than the seeds' spread is a tie, not a win.
+        noise = max(best.get("ra_f1_sd", 0.0), rival.get("ra_f1_sd", 0.0))
+        out.append(_claim("AWA-RL (best γ) has a higher RA-F1 than every baseline, by more than the seed std",
+                          best["ra_f1"] - rival["ra_f1"] > noise,
+                          f"AWA-RL γ={best['gamma']:g} {best['ra_f1']:.3f} vs best baseline {rival['label']} "
+                          f"{rival['ra_f1']:.3f} (seed std {noise:.3f})"))
     both = sorted(set(on) & set(off))
-    dead = dead_zone
     if both:
         # Inside the dead zone P(Ē) = 0 by design, so the penalty can only act on runs whose no-penalty twin
         # ends outside it; the claim is judged on those, the others are listed as inert.
         acting = [g for g in both if abs(off[g]["gap_to_rho_hat"]) > dead]
         closer = [g for g in acting if abs(on[g]["gap_to_rho_hat"]) < abs(off[g]["gap_to_rho_hat"])]
-        out.append({"claim": "the penalty pulls the observed refusal rate toward ρ̂ (runs whose no-penalty twin "
-                             f"ends outside the dead zone |ρ−ρ̂| <= {dead:g})",
-                    "holds": bool(acting) and len(closer) == len(acting),
-                    "evidence": "; ".join(f"γ={g:g}: |ρ−ρ̂| {abs(on[g]['gap_to_rho_hat']):.3f} with penalty vs "
-                                          f"{abs(off[g]['gap_to_rho_hat']):.3f} without"
-                                          f"{'' if g in acting else ' (inside the dead zone: penalty inert)'}"
-                                          for g in both)})
-    if len(on) >= 2:
-        gs = sorted(on)
-        rates = [on[g]["refusal_rate"] for g in gs]
-        out.append({"claim": "the refusal plateau moves with γ (higher γ, more refusal)",
-                    "holds": all(a < b for a, b in zip(rates, rates[1:], strict=False)),
-                    "evidence": ", ".join(f"γ={g:g}: {v:.3f}" for g, v in zip(gs, rates, strict=True))})
-    for r in rows:
-        if r["strategy"] == "static" and r["static_value"] is not None and abs(r["static_value"] - 0.05) < 1e-9:
-            out.append({"claim": "a static refusal reward of 0.05 collapses to refusing nearly always (paper: 99.9%)",
-                        "holds": r["refusal_rate"] > 0.9, "evidence": f"final refusal rate {r['refusal_rate']:.3f}"})
-    none = next((r for r in rows if r["strategy"] == "none"), None)
-    if none and on:
-        best = max(on.values(), key=lambda r: r["ra_f1"])
-        out.append({"claim": "AWA-RL raises precision and RA-F1 over plain GRPO (accuracy cost in the evidence)",
-                    "holds": best["precision"] > none["precision"] and best["ra_f1"] > none["ra_f1"],
-                    "evidence": f"best γ={best['gamma']:g}: P {best['precision']:.3f} vs {none['precision']:.3f}, "
-                                f"A {best['accuracy']:.3f} vs {none['accuracy']:.3f}, "
-                                f"RA-F1 {best['ra_f1']:.3f} vs {none['ra_f1']:.3f}"})
+        out.append(_claim("the penalty pulls the observed refusal rate toward ρ̂ (runs whose no-penalty twin "
+                          f"ends outside the dead zone |ρ−ρ̂| <= {dead:g})", bool(acting) and closer == acting,
+                          "; ".join(f"γ={g:g}: |ρ−ρ̂| {abs(on[g]['gap_to_rho_hat']):.3f} with penalty vs "
+                                    f"{abs(off[g]['gap_to_rho_hat']):.3f} without"
+                                    f"{'' if g in acting else ' (inside the dead zone: penalty inert)'}"
+                                    for g in both)))
     return out
 
 
-def plot_curves(results: list[RunResult], path: str | os.PathLike) -> None:
+def mean_curves(results: Sequence[RunResult]) -> dict[str, dict[str, list[float]]]:
+    """Every curve of every run label, averaged over seeds."""
+    by_label: dict[str, list[RunResult]] = {}
+    for r in results:
+        by_label.setdefault(r.label, []).append(r)
+    return {label: {k: np.mean([r.history[k] for r in runs], axis=0).tolist() for k in runs[0].history}
+            for label, runs in by_label.items()}
+
+
+def plot_curves(results: Sequence[RunResult], path: str | os.PathLike) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    curves = mean_curves(results)
+    kinds = {r.label: r for r in results}
     fig, axes = plt.subplots(2, 2, figsize=(13, 8.5), sharex=True)
     panels = [("refusal_rate", "refusal rate (dashed: ρ̂ of AWA-RL runs)"), ("precision", "precision"),
               ("accuracy", "accuracy"), ("ra_f1", "RA-F1")]
     cmap = plt.get_cmap("tab20")
-    for k, r in enumerate(results):
-        style = ":" if r.strategy == "awarl" and not r.history["penalty_on"][0] else "-"
+    for k, (label, hist) in enumerate(curves.items()):
+        r = kinds[label]
+        style = ":" if r.strategy == "awarl" and r.penalty is False else "-"
         color = cmap(k % 20)
         for ax, (key, _) in zip(axes.flat, panels, strict=True):
-            ax.plot(r.history[key], style, color=color, lw=1.4, label=r.label)
-        if r.strategy == "awarl" and r.history["penalty_on"][0]:
-            axes[0, 0].plot(r.history["rho_hat"], "--", color=color, lw=0.9)
+            ax.plot(hist[key], style, color=color, lw=1.4, label=label)
+        if r.strategy == "awarl" and r.penalty:
+            axes[0, 0].plot(hist["rho_hat"], "--", color=color, lw=0.9)
     for ax, (_, title) in zip(axes.flat, panels, strict=True):
         ax.set_title(title)
         ax.set_ylim(-0.02, 1.02)
@@ -284,29 +431,46 @@ def plot_curves(results: list[RunResult], path: str | os.PathLike) -> None:
     plt.close(fig)
 
 
+def options_line(rc: RewardConfig) -> str:
+    """The reconstruction options of a reward config, in one line (docs/method.md "Reconstruction choices")."""
+    return (f"expected_rate={rc.expected_rate}, p_definition={rc.p_definition}, ema_start={rc.ema_start}, "
+            f"r_ref_margin={rc.r_ref_margin}, p_online={rc.p_online}; outcome rewards correct {rc.r_correct:g}, "
+            f"wrong {rc.r_wrong:g}, invalid {rc.r_invalid:g}")
+
+
+def summary_markdown(cfg: AwarlConfig, rows: list[dict], checks: list[dict]) -> str:
+    sc = cfg.simulate
+    seeds = f"seed {sc.seed}" if sc.seeds == 1 else f"seeds {sc.seed}..{sc.seed + sc.seeds - 1}"
+    lines = [f"# Reward-dynamics simulation ({sc.steps} steps, {sc.n_queries} queries, "
+             f"{sc.batch_queries}×{sc.group_size} completions/step, {seeds})", "",
+             f"Reward options: {options_line(cfg.reward)}.", "",
+             "Final population values (mean over seeds; ± the std where there are several). ρ̂ is the AWA-RL "
+             "expected refusal rate at the run's γ (for baselines: at reward.gamma, for reference).", "",
+             "| run | refusal | ρ̂ | refusal − ρ̂ | precision | accuracy | RA-F1 |", "|---|---|---|---|---|---|---|"]
+
+    def cell(r: dict, key: str) -> str:
+        return f"{r[key]:.3f}" + (f" ± {r[key + '_sd']:.3f}" if r["seeds"] > 1 else "")
+
+    for r in rows:
+        lines.append(f"| {r['label']} | {cell(r, 'refusal_rate')} | {r['rho_hat']:.3f} | {r['gap_to_rho_hat']:+.3f} | "
+                     f"{cell(r, 'precision')} | {cell(r, 'accuracy')} | {cell(r, 'ra_f1')} |")
+    lines += ["", "## Paper claims, as observed in this run", ""]
+    for c in checks:
+        lines.append(f"- {'reproduced' if c['holds'] else 'NOT reproduced'}: {c['claim']} ({c['evidence']})")
+    lines += ["", "![curves](curves.png)", ""]
+    return "\n".join(lines)
+
+
 def write_outputs(cfg: AwarlConfig, results: list[RunResult], out_dir: str | os.PathLike) -> dict:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rows = _summary_rows(results)
-    claims = _claims(rows, dead_zone(cfg.reward))
-    summary = {"config": cfg.model_dump(mode="json"), "runs": rows, "claims": claims}
+    rows = summary_rows(results)
+    checks = claims(rows, dead_zone(cfg.reward))
+    summary = {"config": cfg.model_dump(mode="json"), "runs": rows, "claims": checks}
     atomic_write_json(out / "summary.json", summary)
-    atomic_write_json(out / "curves.json", {r.label: r.history for r in results})
+    atomic_write_json(out / "curves.json", mean_curves(results))
     save_resolved(cfg, out)
-    sc = cfg.simulate
-    lines = [f"# Reward-dynamics simulation ({sc.steps} steps, {sc.n_queries} queries, "
-             f"{sc.batch_queries}×{sc.group_size} completions/step, seed {sc.seed})", "",
-             "Final population values. ρ̂ is the AWA-RL expected refusal rate at the run's γ "
-             "(for baselines: at reward.gamma, for reference).", "",
-             "| run | refusal | ρ̂ | refusal − ρ̂ | precision | accuracy | RA-F1 |", "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['label']} | {r['refusal_rate']:.3f} | {r['rho_hat']:.3f} | {r['gap_to_rho_hat']:+.3f} | "
-                     f"{r['precision']:.3f} | {r['accuracy']:.3f} | {r['ra_f1']:.3f} |")
-    lines += ["", "## Paper claims, as observed in this run", ""]
-    for c in claims:
-        lines.append(f"- {'reproduced' if c['holds'] else 'NOT reproduced'}: {c['claim']} ({c['evidence']})")
-    lines += ["", "![curves](curves.png)", ""]
-    atomic_write_text(out / "summary.md", "\n".join(lines))
+    atomic_write_text(out / "summary.md", summary_markdown(cfg, rows, checks))
     plot_curves(results, out / "curves.png")
     return summary
 

@@ -65,7 +65,7 @@ def test_warmup_lowers_the_loss(parts, tiny_dir):
 def test_demo_small_end_to_end_and_resume(tmp_path):
     out = tmp_path / "demo"
     small = ["demo.warmup_steps=4", "demo.train_questions=4", "estimate.k=2", "eval.limit=1",
-             "train.max_steps=1", "train.save_steps=1", "train.num_generations=2",
+             "train.max_steps=2", "train.save_steps=2", "train.num_generations=2",
              "train.per_device_train_batch_size=4", "agent.max_new_tokens_per_turn=8",
              "agent.max_trajectory_tokens=600", "metrics.bootstrap_samples=20", "train.report_to=[none]"]
     assert main(["demo", "--out", str(out), *small]) == 0
@@ -79,7 +79,7 @@ def test_demo_small_end_to_end_and_resume(tmp_path):
     # training and evaluation questions are disjoint
     evald = {json.loads(x)["id"] for x in (out / "eval_before_rl" / "predictions.jsonl").read_text().splitlines()}
     assert not evald & {r["qid"].split("/", 1)[-1] for r in estimates}
-    assert (out / "checkpoint-1" / "awarl_reward_state.json").exists()
+    assert (out / "checkpoint-2" / "awarl_reward_state.json").exists()
     assert (out / "final" / "config.json").exists() and (out / "model" / "warmup" / "config.json").exists()
     report = (out / "REPORT.md").read_text()
     assert "after AWA-RL GRPO" in report and "resolved_config.yaml" in report
@@ -90,8 +90,48 @@ def test_demo_small_end_to_end_and_resume(tmp_path):
     assert delta == pytest.approx(after["macro"]["ra_f1"] - before["macro"]["ra_f1"])
     assert f"RA-F1 {delta:+.3f}" in report
 
+    # The dynamics plot's data are the trainer's own logged values, step by step (not recomputed elsewhere).
+    dyn = json.loads((out / "dynamics.json").read_text())
+    logged = [h for h in json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
+              if "awarl/rho" in h]
+    assert dyn["trainer"]["step"] == [h["step"] for h in logged] == [1, 2]
+    for key in ("rho", "rho_hat", "E_bar", "penalty"):
+        assert dyn["trainer"][key] == [h[f"awarl/{key}"] for h in logged], key
+    assert dyn["replay_max_abs_diff"] < 1e-6  # Ē and P recomputed from the logged E match the logged ones
+    assert len(dyn["simulator"]["rho_hat"]["mean"]) == 2 and dyn["simulator"]["assumed"]["group_size"] == 2
+    assert (out / "dynamics.png").stat().st_size > 10_000
+    assert "## The AWA-RL mechanism, step by step" in report and dyn["words"] in report
+
     # A rerun finds every stage done: nothing is rebuilt, the estimate file is not extended.
     stamp = (out / "model" / "warmup" / "model.safetensors").stat().st_mtime_ns
     assert main(["demo", "--out", str(out), *small]) == 0
     assert (out / "model" / "warmup" / "model.safetensors").stat().st_mtime_ns == stamp
     assert len((out / "p_estimates.jsonl").read_text().splitlines()) == 4
+    # the resumed trainer restores its log history from the checkpoint: the plot keeps every step
+    assert json.loads((out / "dynamics.json").read_text())["trainer"]["step"] == [1, 2]
+
+
+def _log(step, rho, rho_hat, e, e_bar, pen, **extra):
+    return {"step": step, "awarl/rho": rho, "awarl/rho_hat": rho_hat, "awarl/E": e, "awarl/E_bar": e_bar,
+            "awarl/penalty": pen, "awarl/r_ref_mean": 0.5, "awarl/share_invalid": 0.1, **extra}
+
+
+def test_dynamics_come_from_the_log_and_the_replay_catches_a_wrong_value():
+    from awarl.config import RewardConfig
+    from awarl.stages.demo_dynamics import dynamics_words, replay_error, trainer_dynamics
+
+    rc = RewardConfig()  # β = 0.9, zero start: Ē_1 = 0.1·E_1, Ē_2 = 0.9·Ē_1 + 0.1·E_2
+    history = [_log(1, 0.0, 1.0, -1.0, -0.1, -0.2), {"step": 1, "loss": 0.3}, _log(2, 0.5, 1.0, -0.5, -0.14, -0.2),
+               {"step": 2, "eval/macro_ra_f1": 0.1}]
+    dyn = trainer_dynamics(history)
+    assert dyn["step"] == [1, 2] and dyn["rho"] == [0.0, 0.5] and dyn["E_bar"] == [-0.1, -0.14]
+    assert replay_error(dyn, rc) == pytest.approx(0.0, abs=1e-12)
+    wrong = trainer_dynamics([_log(1, 0.0, 1.0, -1.0, -0.1, -0.2), _log(2, 0.5, 1.0, -0.5, -0.2, -0.5)])
+    assert replay_error(wrong, rc) == pytest.approx(0.06)
+    words = dynamics_words(dyn, {}, rc, 0.0)
+    assert "from 0.00" in words and "-0.20 (from step 1)" in words and "left the dead zone" in words
+    # a baseline logs no E, Ē, P: nothing to replay, and the words say only what was logged
+    base = trainer_dynamics([{k: v for k, v in _log(1, 0.2, 0.5, 0, 0, 0).items() if k[6:] not in ("E", "E_bar",
+                                                                                                   "penalty")}])
+    assert "E_bar" not in base and replay_error(base, rc) is None
+    assert "penalty" not in dynamics_words(base, {}, rc, None)

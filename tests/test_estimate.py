@@ -59,7 +59,7 @@ def test_cli_writes_p_per_question_and_resolved_config(tmp_path, tiny_dir, index
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 3 and len({r["qid"] for r in rows}) == 3
     for r in rows:
-        assert set(r) == {"qid", "dataset", "question", "k", "correct", "p_i", "outcomes"}
+        assert set(r) == {"qid", "dataset", "question", "k", "correct", "p_i", "p_answered", "outcomes"}
         assert r["k"] == 3 and sum(r["outcomes"].values()) == 3
         assert r["p_i"] == pytest.approx(r["correct"] / 3) and r["correct"] == r["outcomes"]["correct"]
         assert r["dataset"] == "hotpotqa"

@@ -181,3 +181,118 @@ def test_reward_config_rejects_inverted_clip_and_negative_penalty(override, msg)
 
     with pytest.raises(ConfigError, match=msg):
         load_config(None, [override])
+
+
+# ------------------------------------------------------------------- outcome rewards and reconstruction options
+def test_expected_rate_follows_the_configured_outcome_rewards():
+    # γ = 1, p_min = 0.1: R_base = 1 − p for p >= 0.1. Answering is worth r_wrong + p·(r_correct − r_wrong).
+    assert A.answer_value(0.3) == pytest.approx(0.3)
+    assert A.answer_value(0.3, r_correct=1.0, r_wrong=-0.5) == pytest.approx(-0.05)
+    assert A.answer_value(0.3, r_correct=2.0, r_wrong=0.0) == pytest.approx(0.6)
+    # default rewards: abstain iff 1 − p > p, p < 0.5; r_wrong = −0.5: iff 1 − p > −0.5 + 1.5p, p < 0.6;
+    # r_correct = 2: iff 1 − p > 2p, p < 1/3
+    batch = [0.2, 0.3, 0.4, 0.55]
+    assert A.expected_refusal_rate(batch, 1.0, 0.1) == 0.75
+    assert A.expected_refusal_rate(batch, 1.0, 0.1, r_correct=1.0, r_wrong=-0.5) == 1.0
+    assert A.expected_refusal_rate(batch, 1.0, 0.1, r_correct=2.0, r_wrong=0.0) == 0.5
+    assert [A.prefers_abstain(p, 1.0, 0.1, 1.0, -0.5) for p in (0.59, 0.61)] == [True, False]
+    # soft: σ((R_base − V)/τ) with the same V
+    got = A.expected_abstain(0.3, 1.0, 0.1, "soft", 0.05, r_correct=1.0, r_wrong=-0.5)
+    assert got == pytest.approx(1 / (1 + math.exp(-(0.7 - (-0.05)) / 0.05)))
+    # r_base_mean is a failure share, not a comparison with the answer's value: the rewards do not enter it
+    assert A.expected_abstain(0.3, 1.0, 0.1, "r_base_mean", r_correct=2.0, r_wrong=-0.5) == pytest.approx(0.7)
+
+
+def test_r_base_mean_moves_with_gamma_where_the_threshold_cannot():
+    # K = 8: p takes multiples of 1/8. The abstain line falls at p ≈ 0.38 (γ = 0.5), 0.43 (0.75), 0.5 (1): all
+    # between 3/8 and 4/8, so the threshold ρ̂ is identical for the three; the mean of R_base is not.
+    ps = [k / 8 for k in range(9)]
+    thr = [A.expected_refusal_rate(ps, g, 0.1, "threshold") for g in (0.5, 0.75, 1.0)]
+    assert thr[0] == thr[1] == thr[2] == pytest.approx(4 / 9)  # p = 0, 1/8, 2/8, 3/8
+    mean = [A.expected_refusal_rate(ps, g, 0.1, "r_base_mean") for g in (0.5, 0.75, 1.0)]
+    assert mean[0] < mean[1] < mean[2]
+    assert mean[2] == pytest.approx(sum(1 - max(p, 0.1) for p in ps) / 9)
+    # hand-computed at γ = 0.5: p = 0.04 -> 1 − sqrt(0.1); p = 0.81 -> 0.1
+    assert A.expected_refusal_rate([0.04, 0.81], 0.5, 0.1, "r_base_mean") == pytest.approx((1 - math.sqrt(0.1) + 0.1) / 2)
+
+
+@given(ps=st.lists(probs, min_size=1, max_size=12), g1=gammas, g2=gammas,
+       mode=st.sampled_from(A.EXPECTED_RATES), rw=st.floats(-1.0, 0.0), rc=st.floats(0.5, 2.0))
+def test_expected_rate_never_falls_as_gamma_rises(ps, g1, g2, mode, rw, rc):
+    lo, hi = sorted((g1, g2))
+    a = A.expected_refusal_rate(ps, lo, 0.1, mode, 0.05, rc, rw)
+    b = A.expected_refusal_rate(ps, hi, 0.1, mode, 0.05, rc, rw)
+    assert a <= b + 1e-12 and 0.0 <= a <= 1.0
+
+
+def test_refusal_cap_hand_computed():
+    assert A.refusal_cap(1.0, None) is None
+    assert A.refusal_cap(1.0, 0.1) == pytest.approx(0.9)
+    # sustained under-refusal, P = −1: without the cap any query pays the clip's top, 1 = a correct answer
+    assert A.refusal_reward(0.1, -1.0) == 1.0
+    assert A.refusal_reward(0.1, -1.0, (-1.0, 1.0), A.refusal_cap(1.0, 0.1)) == pytest.approx(0.9)
+    assert A.refusal_reward(0.3, 0.0, (-1.0, 1.0), 0.9) == pytest.approx(0.3)  # below the cap: unchanged
+    with pytest.raises(ValueError, match="r_ref_margin"):
+        A.refusal_cap(1.0, 0.0)
+
+
+@given(r_base=probs, penalty=st.floats(-1.0, 1.0), r_correct=st.floats(0.2, 2.0), margin=st.floats(0.001, 0.2))
+def test_capped_refusal_reward_never_reaches_a_correct_answer(r_base, penalty, r_correct, margin):
+    r = A.refusal_reward(r_base, penalty, (-1.0, 2.0), A.refusal_cap(r_correct, margin))
+    assert r < r_correct
+
+
+def test_ema_start_zero_ramps_in_and_bias_corrected_does_not():
+    # a persistent excess of 0.35 with β = 0.9: Ē_t = 0.35·(1 − 0.9^t) passes 0.30 (full penalty) at t = 19
+    m, zero, corrected = 0.0, [], []
+    for t in range(1, 21):
+        m = A.ema(m, 0.35, 0.9)
+        zero.append(A.smoothed_excess(m, t, 0.9, "zero"))
+        corrected.append(A.smoothed_excess(m, t, 0.9, "bias_corrected"))
+    assert zero[17] == pytest.approx(0.35 * (1 - 0.9 ** 18)) and zero[17] <= 0.30 < zero[18]
+    assert [A.stepwise_penalty(e, STEPS, 1.0) for e in (zero[0], zero[18])] == [0.0, 1.0]
+    assert corrected == pytest.approx([0.35] * 20)
+    assert A.stepwise_penalty(corrected[0], STEPS, 1.0) == 1.0
+    # a changing excess: m_1 = 0.02 -> Ē_1 = 0.02/0.1 = 0.2; m_2 = 0.018 -> Ē_2 = 0.018/0.19
+    m1 = A.ema(0.0, 0.2, 0.9)
+    m2 = A.ema(m1, 0.0, 0.9)
+    assert A.smoothed_excess(m1, 1, 0.9, "bias_corrected") == pytest.approx(0.2)
+    assert A.smoothed_excess(m2, 2, 0.9, "bias_corrected") == pytest.approx(0.018 / 0.19)
+    assert A.smoothed_excess(0.0, 0, 0.9, "bias_corrected") == 0.0
+    with pytest.raises(ValueError, match="ema_start"):
+        A.smoothed_excess(0.1, 1, 0.9, "warm")
+
+
+def test_p_definitions_from_counts():
+    # K = 8: 2 correct, 1 wrong, 4 abstain, 1 invalid -> 2/8 of all samples, 2/4 of the answered ones
+    assert A.success_estimate(2, 4, 8, "share_of_k") == 0.25
+    assert A.success_estimate(2, 4, 8, "among_answered") == 0.5
+    assert A.success_estimate(0, 0, 8, "among_answered") is None
+    assert A.estimate_p(0, 0, 8, "among_answered") == 0.0  # never answered: keeps its share of K
+    with pytest.raises(ValueError, match="counts"):
+        A.success_estimate(3, 2, 8)
+    with pytest.raises(ValueError, match="p_definition"):
+        A.success_estimate(1, 2, 8, "mean")
+    # online update from a group with 1 correct of 2 answered (the others abstained), β_p = 0.5: abstentions
+    # are the policy's own choices during RL, so they never count as failures here
+    assert A.online_p(0.3, 1, 2, 0.5) == pytest.approx(0.5 * 0.3 + 0.5 * 0.5)
+    assert A.online_p(0.3, 0, 0, 0.5) == 0.3  # the group abstained: nothing learned
+    assert A.online_p(0.9, 3, 3, 0.0) == 1.0
+
+
+@given(c=st.integers(0, 8), extra=st.integers(0, 8), k_extra=st.integers(0, 8))
+def test_among_answered_never_below_share_of_k(c, extra, k_extra):
+    answered, k = c + extra, c + extra + k_extra
+    if k == 0:
+        return
+    assert A.estimate_p(c, answered, k, "among_answered") >= A.estimate_p(c, answered, k, "share_of_k")
+
+
+@pytest.mark.parametrize("override,msg", [({"r_ref_margin": 0.0}, "r_ref_margin"),
+                                          ({"r_ref_margin": 2.5}, "below r_clip"),
+                                          ({"expected_rate": "median"}, "expected_rate"),
+                                          ({"ema_start": "one"}, "ema_start"),
+                                          ({"p_definition": "all"}, "p_definition")])
+def test_reward_config_rejects_bad_reconstruction_options(override, msg):
+    with pytest.raises(ValueError, match=msg):
+        RewardConfig(**override)

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import pytest
+
 from awarl.cli import main
-from awarl.config import RewardConfig
+from awarl.config import RewardConfig, SimulateConfig
 from awarl.metrics import ra_f1
-from awarl.simulate import dead_zone
+from awarl.rewards.trl_reward import AwaRLReward
+from awarl.simulate import dead_zone, make_population, population_from_counts, simulate_run
 
 
 def test_simulate_penalty_pulls_toward_rho_hat_and_plateau_rises_with_gamma(tmp_path):
@@ -43,3 +47,99 @@ def test_simulate_penalty_pulls_toward_rho_hat_and_plateau_rises_with_gamma(tmp_
 def test_simulate_bad_override_is_a_clear_error(tmp_path, capsys):
     assert main(["simulate", "--out", str(tmp_path), "simulate.stepz=3"]) == 2
     assert "simulate.stepz" in capsys.readouterr().err
+
+
+SMALL = ["simulate.steps=60", "simulate.n_queries=200", "simulate.batch_queries=8", "simulate.group_size=4"]
+
+
+@pytest.mark.parametrize("option", ["reward.expected_rate=r_base_mean", "reward.expected_rate=soft",
+                                    "reward.r_ref_margin=0.1", "reward.ema_start=bias_corrected",
+                                    "reward.p_definition=among_answered", "reward.p_online=ema"])
+def test_every_reconstruction_option_runs_from_the_command_line(tmp_path, option):
+    out = tmp_path / "sim"
+    assert main(["simulate", "--out", str(out), "--no-progress", *SMALL, "simulate.seeds=2",
+                 "simulate.strategies=[none, awarl]", "simulate.gammas=[0.5, 1.0]", option]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    key, value = option.split("=")
+    assert str(summary["config"]["reward"][key.split(".")[1]]) == value
+    md = (out / "summary.md").read_text()
+    assert f"{key.split('.')[1]}={value}" in md.split("\n")[2]  # the options line names it
+    assert "refusal plateaus by γ" in md and "AWA-RL raises precision and RA-F1" in md
+    runs = {r["label"]: r for r in summary["runs"]}
+    assert runs["awarl γ=1"]["seeds"] == 2 and runs["awarl γ=1"]["refusal_rate_sd"] >= 0.0
+
+
+REPLAY_CASES = [
+    {},
+    {"expected_rate": "r_base_mean", "r_ref_margin": 0.1, "ema_start": "bias_corrected", "beta": 0.5},
+    {"p_online": "ema", "p_online_beta": 0.5, "p_definition": "among_answered", "expected_rate": "soft"},
+    {"p_online": "ema", "p_online_beta": 0.8},
+    {"r_wrong": -0.5, "r_correct": 1.5, "beta": 0.0},
+    {"strategy": "bapo"},
+    {"strategy": "static", "static_value": 0.3},
+]
+
+
+@pytest.mark.parametrize("opts", REPLAY_CASES, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "spec")
+def test_simulator_rewards_are_what_the_training_reward_gives_for_the_same_batches(opts):
+    """Every simulated generation batch, fed to the real `AwaRLReward` as a TRL call would be, gets the same
+    rewards, Ē and penalty: the simulator composes the training reward's steps, not a copy of them."""
+    sc = SimulateConfig(n_queries=120, batch_queries=6, group_size=4, steps=40, init_abstain_rate=0.3,
+                        invalid_rate=0.1)
+    rc = RewardConfig(**{k: v for k, v in opts.items() if k != "strategy"})
+    strategy = opts.get("strategy", "awarl")
+    pop = make_population(sc, np.random.default_rng(3))
+    batches: list[dict] = []
+    simulate_run(pop, sc, rc, strategy, gamma=0.5, seed=5, on_batch=batches.append)
+    reward = AwaRLReward(rc.model_copy(update={"strategy": strategy, "gamma": 0.5}))
+    pre_rl = pop.p_hat(rc.p_definition)
+    for b in batches:
+        qids = [str(i) for i in b["idx"] for _ in range(sc.group_size)]
+        # the rollout passes the dataset's pre-RL p_i; AwaRLReward's own online table takes over (p_online)
+        p_col = [float(pre_rl[i]) for i in b["idx"] for _ in range(sc.group_size)]
+        got = reward(prompts=["p"] * len(qids), completions=["c"] * len(qids), outcome=b["outcomes"],
+                     qid=qids, p_i=p_col)
+        assert got == pytest.approx(b["rewards"].tolist(), abs=1e-12)
+        if strategy == "awarl":
+            assert reward.e_bar == pytest.approx(b["E_bar"]) and reward.last_stats["penalty"] == b["penalty"]
+        else:
+            assert "penalty" not in reward.last_stats and b["E_bar"] is None
+    assert len(batches) == sc.steps
+
+
+def test_baseline_runs_record_no_penalty_or_smoothed_excess():
+    sc = SimulateConfig(n_queries=100, batch_queries=4, group_size=4, steps=5)
+    pop = make_population(sc, np.random.default_rng(0))
+    for strategy in ("none", "static", "bapo"):
+        h = simulate_run(pop, sc, RewardConfig(), strategy, gamma=0.5).history
+        assert not {"E", "E_bar", "penalty"} & set(h) and len(h["r_ref_mean"]) == 5
+    h = simulate_run(pop, sc, RewardConfig(), "awarl", gamma=0.5).history
+    assert len(h["E_bar"]) == len(h["penalty"]) == 5
+
+
+def test_pre_rl_estimate_counts_abstentions_and_format_failures():
+    sc = SimulateConfig(n_queries=4000, init_abstain_rate=0.3, invalid_rate=0.2, k_estimate=8)
+    pop = make_population(sc, np.random.default_rng(0))
+    assert (pop.counts.sum(axis=1) == 8).all()
+    shares = pop.counts.sum(axis=0) / pop.counts.sum()
+    assert shares[2] == pytest.approx(0.3, abs=0.01) and shares[3] == pytest.approx(0.7 * 0.2, abs=0.01)
+    k_share, answered = pop.p_hat("share_of_k"), pop.p_hat("among_answered")
+    assert (answered >= k_share).all() and answered.mean() == pytest.approx(k_share.mean() / 0.7, rel=0.05)
+    # an estimate file's counts become the population's estimate unchanged
+    counts = np.array([[2, 1, 1, 0], [0, 0, 4, 0], [0, 1, 0, 3]])
+    made = population_from_counts(counts, sc, np.random.default_rng(0))
+    assert made.p_hat("share_of_k").tolist() == [0.5, 0.0, 0.0]
+    assert made.p_hat("among_answered").tolist() == pytest.approx([2 / 3, 0.0, 0.0])
+    assert made.success.tolist() == pytest.approx([2 / 3, 0.0, 0.0])
+
+
+def test_population_configs_are_valid_and_differ_only_in_the_environment():
+    from awarl.config import load_config
+    from awarl.io import repo_root
+
+    cfgs = {p.stem: load_config(p) for p in sorted((repo_root() / "configs" / "simulate").glob("*.yaml"))}
+    assert {"default", "paper_like", "format_failures", "skill_gain", "cautious_base"} <= set(cfgs)
+    base = load_config(repo_root() / "configs" / "base.yaml")
+    for name, cfg in cfgs.items():
+        assert cfg.reward == base.reward, name  # the recipe's reward: the yardstick varies, the method does not
+    assert cfgs["format_failures"].simulate.invalid_rate == 0.25 and cfgs["skill_gain"].simulate.skill_gain > 0

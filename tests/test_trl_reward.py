@@ -85,7 +85,7 @@ def test_p_online_ema_moves_estimate_for_next_step():
     first = reward(**batch(outcome=["correct", "correct", "correct", "abstain"]))
     assert first[3] == pytest.approx(R_EASY)  # this step still uses the pre-RL p
     assert reward.p_online["h"] == pytest.approx(0.5 * 0.04 + 0.5 * 1.0)
-    assert reward.p_online["e"] == pytest.approx(0.5 * 0.81 + 0.5 * 0.5)
+    assert reward.p_online["e"] == pytest.approx(0.5 * 0.81 + 0.5 * 1.0)  # 1 correct of the 1 answered
 
 
 PASSAGES = [{"number": 1, "id": "w1", "title": "Paris", "text": "Paris is the capital of France."},
@@ -181,3 +181,82 @@ def test_state_is_saved_on_every_node_when_checkpoints_are_node_local(tmp_path):
         args = TrainingArguments(output_dir=str(out), report_to=[], save_on_each_node=each_node)
         cb.on_save(args, state, TrainerControl())
         assert (out / "checkpoint-3" / STATE_FILE).is_file() is expect
+
+
+# ---------------------------------------------------------------------------------- reconstruction options
+def test_rho_hat_follows_non_default_outcome_rewards():
+    # γ = 1: R_base = 1 − p. Default rewards: abstain iff p < 0.5 -> only the p = 0.3 query (ρ̂ = 0.5).
+    # r_wrong = −0.5: answering p = 0.55 is worth −0.5 + 0.55·1.5 = 0.325 < R_base 0.45 -> both (ρ̂ = 1).
+    kw = batch(p_i=[0.3, 0.3, 0.55, 0.55])
+    default = AwaRLReward(RewardConfig(gamma=1.0))
+    default(**kw)
+    assert default.last_stats["rho_hat"] == 0.5
+    harsh = AwaRLReward(RewardConfig(gamma=1.0, r_wrong=-0.5))
+    out = harsh(**kw)
+    assert harsh.last_stats["rho_hat"] == 1.0 and harsh.last_stats["E"] == pytest.approx(0.75 - 1.0)
+    assert out[2] == 1.0  # the correct answer still earns r_correct
+    generous = AwaRLReward(RewardConfig(gamma=1.0, r_correct=2.0))
+    generous(**kw)
+    assert generous.last_stats["rho_hat"] == 0.5  # p < 1/3 only
+
+
+def test_r_base_mean_rho_hat_is_the_batch_mean_of_r_base():
+    reward = AwaRLReward(RewardConfig(expected_rate="r_base_mean"))
+    reward(**batch())
+    assert reward.last_stats["rho_hat"] == pytest.approx((2 * R_HARD + 2 * R_EASY) / 4)
+
+
+def test_margin_keeps_refusal_below_a_correct_answer_under_under_refusal():
+    # ρ = 0 vs ρ̂ = 0.5 with no smoothing: P = −1, so r_ref = clip(R_base + 1) = 1 without the cap
+    under = batch(outcome=["wrong", "wrong", "correct", "correct"])
+    for margin, top in ((None, 1.0), (0.1, 0.9)):
+        reward = AwaRLReward(RewardConfig(beta=0.0, r_ref_margin=margin))
+        reward(**under)
+        assert reward.last_stats["penalty"] == -1.0
+        out = reward(**batch(training=[False] * 4))  # score abstentions with that state
+        assert out == pytest.approx([top, top, 1.0, top])
+
+
+def test_bias_corrected_ema_is_full_size_from_the_first_step_and_resumes(tmp_path):
+    cfg = RewardConfig(ema_start="bias_corrected")
+    reward = AwaRLReward(cfg)
+    r1 = reward(**batch())  # E = 0.25: Ē_1 = 0.025 / (1 − 0.9) = 0.25 -> penalty 0.5 at once
+    assert reward.e_bar == pytest.approx(0.25) and reward.e_ema == pytest.approx(0.025)
+    assert reward.last_stats["penalty"] == 0.5
+    assert r1 == pytest.approx([R_HARD - 0.5, R_HARD - 0.5, 1.0, R_EASY - 0.5])
+    reward(**batch(outcome=["correct", "correct", "correct", "abstain"]))  # E_2 = 0.25 − 0.5 = −0.25
+    m2 = 0.9 * 0.025 + 0.1 * -0.25
+    assert reward.e_bar == pytest.approx(m2 / (1 - 0.81))
+    from awarl.rewards.trl_reward import save_reward_state
+
+    save_reward_state(reward, tmp_path)
+    fresh = AwaRLReward(cfg)
+    load_reward_state(fresh, tmp_path)
+    assert fresh(**batch()) == pytest.approx(reward(**batch()))
+    assert fresh.e_bar == pytest.approx(reward.e_bar) and fresh.updates == 3
+
+
+def test_state_written_before_ema_start_loads_as_zero_start(tmp_path):
+    (tmp_path / STATE_FILE).write_text(json.dumps({"format": "awarl-reward-state/1", "e_bar": 0.2, "updates": 4}))
+    reward = AwaRLReward(RewardConfig())
+    assert load_reward_state(reward, tmp_path)
+    assert reward.e_ema == 0.2 and reward.e_bar == 0.2
+
+
+@pytest.mark.parametrize("strategy", ["none", "static", "bapo"])
+def test_baselines_log_no_penalty_or_smoothed_excess(strategy):
+    reward = AwaRLReward(RewardConfig(strategy=strategy, beta=0.0))
+    logged: dict[str, float] = {}
+    for _ in range(2):
+        reward(**batch(outcome=["wrong"] * 4), log_metric=lambda k, v: logged.__setitem__(k, v))
+    assert not {"awarl/E", "awarl/E_bar", "awarl/penalty"} & set(logged)
+    assert {"awarl/rho", "awarl/rho_hat", "awarl/r_ref_mean"} <= set(logged)  # ρ̂ stays, as the reference
+    assert reward.e_bar == 0.0 and reward.updates == 2
+
+
+@pytest.mark.parametrize("definition", ["share_of_k", "among_answered"])
+def test_p_online_ignores_the_policys_own_abstentions(definition):
+    reward = AwaRLReward(RewardConfig(p_online="ema", p_online_beta=0.5, p_definition=definition))
+    reward(**batch(outcome=["abstain", "abstain", "correct", "abstain"]))
+    assert reward.p_online["h"] == pytest.approx(0.04)  # group h answered nothing: unchanged
+    assert reward.p_online["e"] == pytest.approx(0.5 * 0.81 + 0.5 * 1.0)  # 1 correct of 1 answered

@@ -9,10 +9,11 @@ def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
     p = sub.add_parser(
         "demo", help=help_text, formatter_class=argparse.RawDescriptionHelpFormatter,
         description=help_text + ".\n\nBuilds a tiny model and tokenizer locally, the BM25 index of the shipped "
-        "closed corpus,\nwarms the model up on the agent protocol, estimates p_i, runs a few AWA-RL GRPO steps "
-        "and\nevaluates before and after RL on held-out HotpotQA / 2WikiMultiHopQA / MuSiQue questions.\n"
+        "closed corpus,\nwarms the model up on the agent protocol, estimates p_i, runs AWA-RL GRPO (40 steps; "
+        "REPORT.md plots\nthe reward's ρ, ρ̂, Ē and P per step from the trainer's log beside the simulator's "
+        "prediction) and\nevaluates before and after RL on held-out HotpotQA / 2WikiMultiHopQA / MuSiQue questions.\n"
         "A rerun with the same --out continues where it stopped (finished stages are kept: use a new --out\nto run with other settings).",
-        epilog="example:\n  awarl demo --out runs/demo\n  awarl demo --out runs/demo-g25 reward.gamma=0.25 train.max_steps=8")
+        epilog="example:\n  awarl demo --out runs/demo\n  awarl demo --out runs/demo-g5 reward.gamma=0.5 train.max_steps=8")
     p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
     p.add_argument("--config", "-c", metavar="YAML", help="demo config (default: configs/demo_cpu.yaml)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides")

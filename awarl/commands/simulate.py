@@ -13,18 +13,25 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
         "simulate", help=help_text,
         description="Simulate GRPO training of an answer/abstain policy under every refusal-reward strategy "
                     "(none, static, bapo, AWA-RL over simulate.gammas, AWA-RL without penalty) and write "
-                    "curves.png, summary.md and summary.json. Reward constants come from `reward:`, the "
-                    "population and policy from `simulate:` (see docs/simulator.md).")
+                    "curves.png, summary.md and summary.json, with the paper's claims checked. Reward constants "
+                    "and reconstruction options come from `reward:` (e.g. reward.expected_rate=r_base_mean), the "
+                    "population and policy from `simulate:`; populations: configs/simulate/*.yaml "
+                    "(docs/simulator.md).",
+        epilog="examples:\n  awarl simulate reward.expected_rate=r_base_mean\n"
+               "  awarl simulate --config configs/simulate/paper_like.yaml --seeds 3 --out runs/simulate/paper_like",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_args(p)
     p.add_argument("--out", metavar="DIR", help="output folder (default: <run.out_dir>/simulate)")
     p.add_argument("--steps", type=int, metavar="N", help="steps per run (overrides simulate.steps)")
-    p.add_argument("--seed", type=int, metavar="S", help="seed (overrides simulate.seed)")
+    p.add_argument("--seed", type=int, metavar="S", help="first seed (overrides simulate.seed)")
+    p.add_argument("--seeds", type=int, metavar="N", help="number of seeds (overrides simulate.seeds)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = config_from_args(args, {"simulate.steps": args.steps, "simulate.seed": args.seed})
+    cfg = config_from_args(args, {"simulate.steps": args.steps, "simulate.seed": args.seed,
+                                  "simulate.seeds": args.seeds})
     from awarl.simulate import run_simulation
 
     out = Path(args.out) if args.out else Path(cfg.run.out_dir) / "simulate"

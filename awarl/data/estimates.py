@@ -3,8 +3,11 @@
 `awarl estimate` writes it and `awarl train` reads it; both go through this module, so they can never
 disagree on the file's place or format. One JSON line per question (docs/training.md)::
 
-    {"qid", "dataset", "question", "k", "correct", "p_i",
+    {"qid", "dataset", "question", "k", "correct", "p_i", "p_answered",
      "outcomes": {"correct", "wrong", "abstain", "invalid"}}
+
+`p_i` is correct / K (SPEC); `p_answered` is correct / answered (null when all K abstained). Which one
+training uses is `reward.p_definition`, applied when the file is read (`join_p`), from the stored counts.
 
 Questions are keyed by (dataset, qid): ids are only unique within a dataset (Search-R1's parquet reuses
 `train_N` across NQ and HotpotQA).
@@ -22,6 +25,7 @@ from typing import Any
 from awarl.data.types import QAExample, example_key
 from awarl.io import DataError, iter_jsonl
 from awarl.metrics import Outcome
+from awarl.rewards.abstention import estimate_p, success_estimate
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +52,25 @@ def estimate_row(ex: QAExample, outcomes: Sequence[str]) -> dict[str, Any]:
     if k == 0:
         raise ValueError(f"question {ex.id!r}: no trajectories to estimate p_i from")
     correct = counts[Outcome.CORRECT.value]
+    answered = k - counts[Outcome.ABSTAIN.value]
     return {"qid": ex.id, "dataset": ex.dataset, "question": ex.question, "k": k, "correct": correct,
-            "p_i": correct / k, "outcomes": {o: counts[o] for o in OUTCOME_KEYS}}
+            "p_i": success_estimate(correct, answered, k, "share_of_k"),
+            "p_answered": success_estimate(correct, answered, k, "among_answered"),
+            "outcomes": {o: counts[o] for o in OUTCOME_KEYS}}
+
+
+def row_p(row: dict, definition: str = "share_of_k") -> float:
+    """p_i of one estimate row under `reward.p_definition`. `among_answered` needs the row's outcome counts;
+    a question the checkpoint never answered keeps its share of K (no evidence about answering it)."""
+    if definition == "share_of_k":
+        return float(row["p_i"])
+    outcomes = row.get("outcomes")
+    if not isinstance(outcomes, dict) or "k" not in row:
+        raise ValueError(f"estimate row of {row.get('dataset')}/{row.get('qid')} has no outcome counts "
+                         f"(needed by reward.p_definition={definition}); rerun `awarl estimate`")
+    k = int(row["k"])
+    answered = k - int(outcomes.get(Outcome.ABSTAIN.value, 0))
+    return estimate_p(int(outcomes.get(Outcome.CORRECT.value, 0)), answered, k, definition)
 
 
 def read_estimates(path: str | os.PathLike) -> dict[str, dict]:
@@ -81,21 +102,34 @@ def read_estimates(path: str | os.PathLike) -> dict[str, dict]:
     return out
 
 
-def join_p(examples: Sequence[QAExample], estimates: dict[str, dict]) -> tuple[list[float | None], int]:
-    """p_i per example (None where the estimate file has no row) and how many are missing."""
+def join_p(examples: Sequence[QAExample], estimates: dict[str, dict],
+           definition: str = "share_of_k") -> tuple[list[float | None], int]:
+    """p_i per example under `definition` (None where the estimate file has no row) and how many are missing."""
     ps: list[float | None] = []
     for ex in examples:
         row = estimates.get(example_key(ex.dataset, ex.id))
-        ps.append(float(row["p_i"]) if row is not None else None)
+        ps.append(row_p(row, definition) if row is not None else None)
     return ps, sum(p is None for p in ps)
 
 
 def estimates_summary(rows: dict[str, dict]) -> str:
-    """One paragraph on an estimate file's p_i: how many questions, their mean, and how many the standard
-    checkpoint never / always solves (those are where AWA-RL's refusal reward is largest / smallest)."""
+    """One paragraph on an estimate file's p_i under both `reward.p_definition`s: how many questions, the
+    means, how many the standard checkpoint never / always solves (where AWA-RL's refusal reward is largest /
+    smallest), and how much it abstained (the gap between the two definitions)."""
     ps = [float(r["p_i"]) for r in rows.values()]
     if not ps:
         return "no estimates"
+    n = len(ps)
     never, always = sum(p == 0 for p in ps), sum(p == 1 for p in ps)
-    return (f"{len(ps)} questions, mean p_i {sum(ps) / len(ps):.3f}; never solved (p_i = 0): {never} "
-            f"({never / len(ps):.0%}), always solved (p_i = 1): {always} ({always / len(ps):.0%})")
+    text = (f"{n} questions, mean p_i {sum(ps) / n:.3f}; never solved (p_i = 0): {never} "
+            f"({never / n:.0%}), always solved (p_i = 1): {always} ({always / n:.0%})")
+    counted = [r for r in rows.values() if isinstance(r.get("outcomes"), dict) and "k" in r]
+    if counted:
+        answered = [row_p(r, "among_answered") for r in counted]
+        k_total = sum(int(r["k"]) for r in counted)
+        abstained = sum(int(r["outcomes"].get(Outcome.ABSTAIN.value, 0)) for r in counted)
+        never_answered = sum(int(r["outcomes"].get(Outcome.ABSTAIN.value, 0)) == int(r["k"]) for r in counted)
+        text += (f"; mean p_i among answered {sum(answered) / len(answered):.3f} (reward.p_definition="
+                 f"among_answered); the checkpoint abstained in {abstained / k_total:.1%} of the samples, "
+                 f"on every sample of {never_answered} question(s)")
+    return text

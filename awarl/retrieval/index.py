@@ -120,8 +120,7 @@ def build_index(corpus_path: str | os.PathLike, kind: str, out_dir: str | os.Pat
         }
         if kind == "bm25":
             meta["build"] = {"memory_mb": builder.memory_mb, "shards": builder.shards_written}
-        atomic_write_json(tmp / META_FILE, meta)
-        os.chmod(tmp / META_FILE, 0o644)  # mkstemp made it owner-only; a shared index must be readable
+        atomic_write_json(tmp / META_FILE, meta)  # the mode of a plain open() (awarl.io.FILE_MODE): shareable
         _move_into_place(tmp, out_dir, overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

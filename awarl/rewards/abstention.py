@@ -12,6 +12,11 @@ from collections.abc import Iterable, Sequence
 
 from awarl.metrics import Outcome
 
+# The reconstruction options of docs/method.md "Reconstruction choices"; the first of each is the SPEC reading.
+EXPECTED_RATES = ("threshold", "soft", "r_base_mean")
+P_DEFINITIONS = ("share_of_k", "among_answered")
+EMA_STARTS = ("zero", "bias_corrected")
+
 
 def check_prob(name: str, p: float) -> float:
     """`p` as a float, or a ValueError naming `name` when it is not a probability in [0, 1]."""
@@ -19,6 +24,47 @@ def check_prob(name: str, p: float) -> float:
     if not (0.0 <= p <= 1.0) or math.isnan(p):
         raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
     return p
+
+
+def success_estimate(correct: float, answered: float, k: float, definition: str = "share_of_k") -> float | None:
+    """Step 1: p_i from the outcome counts of K samples (`reward.p_definition`).
+
+    - `share_of_k`: correct / K (SPEC): an abstention counts as not correct;
+    - `among_answered`: correct / answered, answered = correct + wrong + invalid (invalid counts as answered
+      and wrong, as in the metrics). The estimate runs with the abstaining template, so a standard checkpoint
+      that abstains often would otherwise get a low p_i and a large refusal reward for its own caution.
+      None when nothing was answered (no evidence about answering; callers keep what they had).
+    """
+    if k <= 0 or not 0 <= correct <= answered <= k:
+        raise ValueError(f"counts must satisfy 0 <= correct <= answered <= k, k > 0; got correct={correct}, "
+                         f"answered={answered}, k={k}")
+    if definition == "share_of_k":
+        return float(correct) / float(k)
+    if definition == "among_answered":
+        return float(correct) / float(answered) if answered else None
+    raise ValueError(f"p_definition must be one of {P_DEFINITIONS}, got {definition!r}")
+
+
+def estimate_p(correct: float, answered: float, k: float, definition: str = "share_of_k") -> float:
+    """Step 1 for the pre-RL estimate: `success_estimate`, where a question never answered in its K samples
+    keeps its share of K (0: no evidence the checkpoint can answer it)."""
+    p = success_estimate(correct, answered, k, definition)
+    return float(correct) / float(k) if p is None else p
+
+
+def online_p(prev: float, correct: float, answered: float, beta: float) -> float:
+    """Step 4, `p_online: ema`: p_q ← β_p·p_q + (1 − β_p)·(correct / answered in the query's group), clipped to
+    [0, 1]; a group that answered nothing leaves p_q as it was.
+
+    Always among the answered, whatever `p_definition` says of the pre-RL estimate: during RL the abstentions
+    are the policy's own choices, which the refusal reward shapes. Counting them as failures closes a loop
+    (more refusal -> lower p -> larger refusal reward -> more refusal): in the simulator it lifted the
+    refusal rate of every γ by 0.02-0.07 over no online estimate (docs/method.md "Reconstruction notes").
+    """
+    if answered <= 0:
+        return float(prev)
+    obs = success_estimate(correct, answered, answered, "among_answered")
+    return min(1.0, max(0.0, ema(prev, float(obs), beta)))
 
 
 def clip_p(p: float, p_min: float) -> float:
@@ -38,20 +84,35 @@ def base_refusal_reward(p: float, gamma: float, p_min: float) -> float:
     return 1.0 - courage(clip_p(p, p_min), gamma)
 
 
-def prefers_abstain(p: float, gamma: float, p_min: float) -> bool:
-    """Step 4: a reward-maximising policy abstains iff R_base > p (answering earns p in expectation).
+def answer_value(p: float, r_correct: float = 1.0, r_wrong: float = 0.0) -> float:
+    """Step 4: the expected outcome reward of answering a query answered correctly with probability p,
+    r_wrong + p·(r_correct − r_wrong).
 
-    The right-hand side is the raw p, not the clipped one: the clip shapes the refusal reward only, the
-    expected value of answering is still the true success rate.
+    `invalid` does not enter: a format failure is a protocol fault the policy must unlearn by formatting,
+    not a capability boundary to abstain at (pricing it in would raise ρ̂, and so reward refusing, exactly
+    where the policy still breaks the protocol: the lazy-refusal escape the paper warns about). p_i from K
+    samples already counts an invalid sample as not correct, i.e. at r_wrong, as the metrics do.
     """
-    return base_refusal_reward(p, gamma, p_min) > p
+    p = check_prob("p_i", p)
+    return float(r_wrong) + p * (float(r_correct) - float(r_wrong))
 
 
-def soft_abstain_probability(p: float, gamma: float, p_min: float, tau: float) -> float:
-    """Step 4, `soft`: σ((R_base − p) / τ). Smooth in p, so ρ̂ does not jump when one p_i crosses the line."""
+def prefers_abstain(p: float, gamma: float, p_min: float, r_correct: float = 1.0, r_wrong: float = 0.0) -> bool:
+    """Step 4: a reward-maximising policy abstains iff R_base > the expected value of answering.
+
+    With r_correct = 1, r_wrong = 0 that is R_base > p (SPEC). The right-hand side uses the raw p, not the
+    clipped one: the clip shapes the refusal reward only, answering still earns the true success rate.
+    """
+    return base_refusal_reward(p, gamma, p_min) > answer_value(p, r_correct, r_wrong)
+
+
+def soft_abstain_probability(p: float, gamma: float, p_min: float, tau: float, r_correct: float = 1.0,
+                             r_wrong: float = 0.0) -> float:
+    """Step 4, `soft`: σ((R_base − V)/τ), V = `answer_value`. Smooth in p, so ρ̂ does not jump when one p_i
+    crosses the line."""
     if tau <= 0:
         raise ValueError(f"soft_tau must be > 0, got {tau!r}")
-    gap = (base_refusal_reward(p, gamma, p_min) - p) / tau
+    gap = (base_refusal_reward(p, gamma, p_min) - answer_value(p, r_correct, r_wrong)) / tau
     # Written in the overflow-safe form for both signs of the gap.
     if gap >= 0:
         return 1.0 / (1.0 + math.exp(-gap))
@@ -59,19 +120,30 @@ def soft_abstain_probability(p: float, gamma: float, p_min: float, tau: float) -
     return z / (1.0 + z)
 
 
-def expected_abstain(p: float, gamma: float, p_min: float, mode: str = "threshold", tau: float = 0.05) -> float:
-    """One completion's contribution to ρ̂: the indicator (threshold) or its sigmoid (soft)."""
+def expected_abstain(p: float, gamma: float, p_min: float, mode: str = "threshold", tau: float = 0.05,
+                     r_correct: float = 1.0, r_wrong: float = 0.0) -> float:
+    """One completion's contribution to ρ̂ (`reward.expected_rate`):
+
+    - `threshold`: 1 if abstaining pays more than the expected value of answering, else 0 (SPEC);
+    - `soft`: the sigmoid of that gap with temperature τ;
+    - `r_base_mean`: R_base itself, so ρ̂ is the batch mean of R_base = 1 − p*: the failure share the
+      courage-inflated confidence p* expects. It moves continuously with γ (the threshold does not between
+      two K-sample values of p) and, being a share rather than a reward comparison, does not involve the
+      outcome rewards.
+    """
     if mode == "threshold":
-        return 1.0 if prefers_abstain(p, gamma, p_min) else 0.0
+        return 1.0 if prefers_abstain(p, gamma, p_min, r_correct, r_wrong) else 0.0
     if mode == "soft":
-        return soft_abstain_probability(p, gamma, p_min, tau)
-    raise ValueError(f"expected_rate must be 'threshold' or 'soft', got {mode!r}")
+        return soft_abstain_probability(p, gamma, p_min, tau, r_correct, r_wrong)
+    if mode == "r_base_mean":
+        return base_refusal_reward(p, gamma, p_min)
+    raise ValueError(f"expected_rate must be one of {EXPECTED_RATES}, got {mode!r}")
 
 
 def expected_refusal_rate(ps: Iterable[float], gamma: float, p_min: float, mode: str = "threshold",
-                          tau: float = 0.05) -> float:
+                          tau: float = 0.05, r_correct: float = 1.0, r_wrong: float = 0.0) -> float:
     """Step 4: ρ̂_t = mean over the batch's completions of `expected_abstain` (0 for an empty batch)."""
-    vals = [expected_abstain(p, gamma, p_min, mode, tau) for p in ps]
+    vals = [expected_abstain(p, gamma, p_min, mode, tau, r_correct, r_wrong) for p in ps]
     return sum(vals) / len(vals) if vals else 0.0
 
 
@@ -91,6 +163,23 @@ def ema(prev: float, value: float, beta: float) -> float:
     if not 0.0 <= beta < 1.0:
         raise ValueError(f"beta must be in [0, 1), got {beta!r}")
     return beta * float(prev) + (1.0 - beta) * float(value)
+
+
+def smoothed_excess(e_ema: float, updates: int, beta: float, start: str = "zero") -> float:
+    """Step 6, `reward.ema_start`: Ē_t from the running EMA m_t (m_0 = 0) after `updates` = t steps.
+
+    - `zero`: Ē_t = m_t (SPEC): the penalty ramps in, a persistent excess of 0.35 needs 19 steps at β = 0.9
+      to pass 0.30;
+    - `bias_corrected`: Ē_t = m_t / (1 − β^t) (as Adam's moments): the average of the excesses seen so far
+      with the EMA's weights, full size from the first step; 0 before any step.
+    """
+    if start == "zero":
+        return float(e_ema)
+    if start == "bias_corrected":
+        if updates <= 0:
+            return 0.0
+        return float(e_ema) / (1.0 - float(beta) ** int(updates))
+    raise ValueError(f"ema_start must be one of {EMA_STARTS}, got {start!r}")
 
 
 def stepwise_penalty(e_bar: float, steps: Sequence[tuple[float, float]], penalty_max: float) -> float:
@@ -118,9 +207,24 @@ def clip(x: float, lo: float, hi: float) -> float:
     return min(max(float(x), lo), hi)
 
 
-def refusal_reward(r_base: float, penalty: float, r_clip: tuple[float, float] = (-1.0, 1.0)) -> float:
-    """Step 8: r_ref = clip(R_base − P(Ē), r_clip). Over-refusal (P > 0) lowers it, under-refusal raises it."""
-    return clip(r_base - penalty, r_clip[0], r_clip[1])
+def refusal_cap(r_correct: float, margin: float | None) -> float | None:
+    """Step 8 option `reward.r_ref_margin`: the most an abstention may pay, r_correct − margin (None: no cap)."""
+    if margin is None:
+        return None
+    if margin <= 0:
+        raise ValueError(f"r_ref_margin must be > 0 (abstaining must pay less than a correct answer), got {margin!r}")
+    return float(r_correct) - float(margin)
+
+
+def refusal_reward(r_base: float, penalty: float, r_clip: tuple[float, float] = (-1.0, 1.0),
+                   r_max: float | None = None) -> float:
+    """Step 8: r_ref = clip(R_base − P(Ē), r_clip), then at most `r_max` (`refusal_cap`) when given.
+
+    Over-refusal (P > 0) lowers it, under-refusal raises it. Without the cap, sustained under-refusal
+    (P = −1) pays clip(R_base + 1) = 1 for refusing any query, even one answered correctly every time.
+    """
+    r = clip(r_base - penalty, r_clip[0], r_clip[1])
+    return min(r, float(r_max)) if r_max is not None else r
 
 
 def outcome_reward(outcome: Outcome | str, r_ref: float, r_correct: float = 1.0, r_wrong: float = 0.0,

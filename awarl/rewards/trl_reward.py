@@ -105,7 +105,8 @@ class AwaRLReward:
         self.judge = judge
         self.p_table = {str(k): A.check_prob(f"p_table[{k!r}]", v) for k, v in (p_table or {}).items()}
         self.__name__ = "awarl_reward"  # TRL names the logged reward column after this
-        self.e_bar = 0.0  # Ē_0 = 0: the penalty starts inactive and ramps in as evidence accumulates
+        self.e_ema = 0.0  # the running EMA m_t of the excess, m_0 = 0; Ē_t derives from it (reward.ema_start)
+        self.e_bar = 0.0
         self.updates = 0
         self.p_online: dict[str, float] = {}
         self.judge_failures_total = 0
@@ -156,10 +157,8 @@ class AwaRLReward:
         update = self._should_update(kwargs)
         groups = self._group_counts(qids, outcomes, ps)
         rates = self._batch_rates(outcomes, ps, unknown)
-        # Steps 6-8: smoothed excess -> stepwise penalty -> clipped refusal reward. An evaluation batch is
-        # scored with the training state as it stands; it does not feed Ē.
-        e_bar = A.ema(self.e_bar, rates["E"], cfg.beta) if (rates["n"] and update) else self.e_bar
-        penalty = A.stepwise_penalty(e_bar, cfg.penalty_steps, cfg.penalty_max)
+        smoothing = self._smoothing(rates, update and bool(rates["n"]))
+        penalty = smoothing["penalty"] if smoothing else 0.0
         abstain_r = self._abstain_rewards(qids, ps, penalty, groups)
         r_cite, failures, cite_counts = self._citations(kwargs, outcomes, n)
         rewards = [A.total_reward(o, A.outcome_reward(o, r_ab, cfg.r_correct, cfg.r_wrong, cfg.r_invalid),
@@ -170,9 +169,11 @@ class AwaRLReward:
         r_ref_sum, cite_sum, cite_n, fail_sum, judged_sum, *cite_extra = all_reduce_sum(
             [sum(abstain_r), sum(cite_vals), len(cite_vals), failures, n_judged, *cite_counts.values()])
         if update and rates["n"]:
-            self._update_state(e_bar, groups, fail_sum, rates["unknown_p"])
+            self._update_state(smoothing, groups, fail_sum, rates["unknown_p"])
         tot = rates["n"]
-        stats = {**{k: rates[k] for k in ("rho", "rho_hat", "E")}, "E_bar": e_bar, "penalty": penalty,
+        # E, Ē and P exist for AWA-RL only; ρ̂ is logged for every strategy as the reference refusal rate.
+        stats = {"rho": rates["rho"], "rho_hat": rates["rho_hat"],
+                 **({"E": rates["E"], "E_bar": smoothing["e_bar"], "penalty": penalty} if smoothing else {}),
                  "r_ref_mean": r_ref_sum / tot if tot else 0.0,
                  **{k: rates[k] for k in ("share_correct", "share_wrong", "share_abstain", "share_invalid")},
                  "r_cite_mean": cite_sum / cite_n if cite_n else 0.0, "judged": judged_sum,
@@ -206,23 +207,26 @@ class AwaRLReward:
         return outcomes, qids, ps, unknown
 
     def _group_counts(self, qids: list[str], outcomes: list[Outcome], ps: list[float]) -> dict[str, tuple]:
-        """Per-query (correct, completions, sum of the p used) over the whole generation batch (groups may
-        straddle processes), so every rank derives the same BAPO rule and online p. Empty when unused."""
+        """Per-query (correct, answered, completions, sum of the p used) over the whole generation batch
+        (groups may straddle processes), so every rank derives the same BAPO rule and online p. Empty when
+        unused."""
         if self.cfg.strategy != "bapo" and self.cfg.p_online != "ema":
             return {}
         local: dict[str, list[float]] = {}
         for q, o, p in zip(qids, outcomes, ps, strict=True):
-            acc = local.setdefault(q, [0.0, 0.0, 0.0])
+            acc = local.setdefault(q, [0.0, 0.0, 0.0, 0.0])
             acc[0] += o is Outcome.CORRECT
-            acc[1] += 1
-            acc[2] += p
+            acc[1] += o is not Outcome.ABSTAIN
+            acc[2] += 1
+            acc[3] += p
         return gather_group_counts({q: tuple(v) for q, v in local.items()})
 
     def _batch_rates(self, outcomes: list[Outcome], ps: list[float], unknown: int) -> dict[str, float]:
         """Steps 4-5 over the whole generation batch (counts summed across processes): ρ_t, ρ̂_t, E_t, and
         the outcome shares."""
         cfg = self.cfg
-        exp_sum = sum(A.expected_abstain(p, cfg.gamma, cfg.p_min, cfg.expected_rate, cfg.soft_tau) for p in ps)
+        exp_sum = sum(A.expected_abstain(p, cfg.gamma, cfg.p_min, cfg.expected_rate, cfg.soft_tau, cfg.r_correct,
+                                         cfg.r_wrong) for p in ps)
         counts = [float(len(outcomes)), exp_sum, float(unknown)] + [
             float(sum(o is kind for o in outcomes))
             for kind in (Outcome.ABSTAIN, Outcome.CORRECT, Outcome.WRONG, Outcome.INVALID)]
@@ -236,27 +240,42 @@ class AwaRLReward:
                 "share_correct": share(n_c), "share_wrong": share(n_w), "share_abstain": rho,
                 "share_invalid": share(n_inv)}
 
+    def _smoothing(self, rates: dict[str, float], update: bool) -> dict[str, float] | None:
+        """Steps 6-7 for AWA-RL (None for the baselines, which have no penalty): the EMA m_t, Ē_t and P(Ē_t).
+        An evaluation batch is scored with the training state as it stands; it does not feed Ē."""
+        cfg = self.cfg
+        if cfg.strategy != "awarl":
+            return None
+        e_ema, updates = (A.ema(self.e_ema, rates["E"], cfg.beta), self.updates + 1) if update else \
+            (self.e_ema, self.updates)
+        e_bar = A.smoothed_excess(e_ema, updates, cfg.beta, cfg.ema_start)
+        return {"e_ema": e_ema, "e_bar": e_bar,
+                "penalty": A.stepwise_penalty(e_bar, cfg.penalty_steps, cfg.penalty_max)}
+
     def _abstain_rewards(self, qids: list[str], ps: list[float], penalty: float,
                          groups: dict[str, tuple]) -> list[float]:
         """What an abstention earns per completion under the strategy (step 8 for `awarl`)."""
         cfg = self.cfg
+        r_max = A.refusal_cap(cfg.r_correct, cfg.r_ref_margin)
         out = []
         for q, p in zip(qids, ps, strict=True):
-            r_ref = A.refusal_reward(A.base_refusal_reward(p, cfg.gamma, cfg.p_min), penalty, cfg.r_clip)
+            r_ref = A.refusal_reward(A.base_refusal_reward(p, cfg.gamma, cfg.p_min), penalty, cfg.r_clip, r_max)
             out.append(abstain_reward(cfg.strategy, cfg, r_ref, groups.get(q, (0.0,))[0] > 0))
         return out
 
-    def _update_state(self, e_bar: float, groups: dict[str, tuple], failures: float, unknown: float) -> None:
+    def _update_state(self, smoothing: dict[str, float] | None, groups: dict[str, tuple], failures: float,
+                      unknown: float) -> None:
         """Advance Ē, the online p estimates and the counters by one training step."""
-        self.e_bar = e_bar
+        if smoothing is not None:
+            self.e_ema, self.e_bar = smoothing["e_ema"], smoothing["e_bar"]
         self.updates += 1
         if self.cfg.p_online == "ema":
             # The group's own outcomes do not change its own reward this step (p was read above): the
             # estimate only moves for the next time the query is drawn.
-            for q, (c, t, p_sum) in groups.items():
+            for q, (c, answered, t, p_sum) in groups.items():
                 if t:
                     prev = self.p_online.get(q, p_sum / t)
-                    self.p_online[q] = min(1.0, max(0.0, A.ema(prev, c / t, self.cfg.p_online_beta)))
+                    self.p_online[q] = A.online_p(prev, c, answered, self.cfg.p_online_beta)
         self.judge_failures_total += int(failures)
         self.unknown_p_total += int(unknown)
 
@@ -301,7 +320,7 @@ class AwaRLReward:
 
     # ------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        return {"format": STATE_FORMAT, "e_bar": self.e_bar, "updates": self.updates,
+        return {"format": STATE_FORMAT, "e_bar": self.e_bar, "e_ema": self.e_ema, "updates": self.updates,
                 "p_online": dict(self.p_online), "judge_failures_total": self.judge_failures_total,
                 "unknown_p_total": self.unknown_p_total, "last_stats": dict(self.last_stats)}
 
@@ -311,11 +330,16 @@ class AwaRLReward:
         e_bar = state.get("e_bar")
         if not isinstance(e_bar, (int, float)) or not math.isfinite(e_bar):
             raise ValueError(f"{source}: key 'e_bar' must be a finite number, got {e_bar!r}")
+        # States written before reward.ema_start existed hold only Ē, which then equalled the EMA itself.
+        e_ema = state.get("e_ema", e_bar)
+        if not isinstance(e_ema, (int, float)) or not math.isfinite(e_ema):
+            raise ValueError(f"{source}: key 'e_ema' must be a finite number, got {e_ema!r}")
         p_online = state.get("p_online") or {}
         if not isinstance(p_online, Mapping):
             raise ValueError(f"{source}: key 'p_online' must be a mapping qid -> p")
         self.p_online = {str(k): A.check_prob(f"{source}: p_online[{k!r}]", v) for k, v in p_online.items()}
         self.e_bar = float(e_bar)
+        self.e_ema = float(e_ema)
         self.updates = int(state.get("updates", 0))
         self.judge_failures_total = int(state.get("judge_failures_total", 0))
         self.unknown_p_total = int(state.get("unknown_p_total", 0))

@@ -7,7 +7,8 @@ It runs the same stage functions as a GPU run, on small real parts:
    BM25 index (`awarl data corpus`, `awarl index build`),
 3. a supervised protocol warm-up (awarl/training/warmup.py), so the policy emits searches and answers,
 4. p_i estimation with K samples per training question (`awarl estimate`),
-5. a few AWA-RL GRPO steps through TRL with the multi-turn rollout engine (`awarl train`),
+5. AWA-RL GRPO through TRL with the multi-turn rollout engine (`awarl train`), 40 steps: enough for the
+   report to plot the reward's ρ, ρ̂, Ē and P per step from the trainer's own log (demo_dynamics.py),
 6. evaluation of the policy before and after RL on held-out questions of the three datasets, scored
    with RA-F1 (`awarl eval`), and a report.
 
@@ -28,6 +29,7 @@ from typing import Any
 from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig, load_config, save_resolved
 from awarl.data.corpus import shipped_closed_corpus
+from awarl.data.estimates import read_estimates
 from awarl.data.loaders import load_shipped
 from awarl.data.questions import load_eval_set
 from awarl.data.types import example_key
@@ -35,6 +37,7 @@ from awarl.io import atomic_write_text, repo_root
 from awarl.models.tiny import build_tiny_model
 from awarl.retrieval import load_index
 from awarl.stages.compare import compare_runs, write_comparison
+from awarl.stages.demo_dynamics import write_dynamics
 from awarl.stages.estimate import run_estimate
 from awarl.stages.evaluate import run_eval
 from awarl.stages.resources import ensure_index
@@ -74,10 +77,11 @@ def plan_text(cfg: AwarlConfig, out: Path) -> str:
         f"  2. closed corpus of the shipped dev samples + BM25 index\n"
         f"  3. supervised protocol warm-up: {d.warmup_steps} steps\n"
         f"  4. p_i estimate: {d.train_questions} training questions x K={cfg.estimate.k} trajectories\n"
-        f"  5. AWA-RL GRPO: {t.max_steps} steps, groups of {t.num_generations}, γ={cfg.reward.gamma}\n"
+        f"  5. AWA-RL GRPO: {t.max_steps} steps, groups of {t.num_generations}, γ={cfg.reward.gamma}; its logged "
+        f"ρ, ρ̂, Ē, P per step are plotted beside the simulator's prediction (dynamics.png)\n"
         f"  6. evaluation before and after RL: {n_eval} held-out questions per dataset "
         f"({', '.join(cfg.eval.datasets)})\n"
-        f"  expected time: about 4-8 minutes on 2 CPU cores; everything is offline.\n")
+        f"  expected time: about 5-8 minutes on 2 idle CPU cores; everything is offline.\n")
 
 
 def split_questions(cfg: AwarlConfig) -> tuple[list, list, list]:
@@ -132,8 +136,12 @@ def run_demo(out_dir: str | Path, config: str | Path | None = None, overrides: l
                         resume="latest" if newest_complete(train_dir) else None)
     timer.done("AWA-RL training", t)
     after, comparison = _before_after(cfg, out, train_dir / "eval" / "final" / "results.json")
+    # The mechanism as the trainer ran it: its own logged ρ, ρ̂, Ē, P per step, beside the simulator's prediction.
+    estimates = read_estimates(out / "p_estimates.jsonl")
+    rows = [estimates[k] for k in (example_key(e.dataset, e.id) for e in train_qs) if k in estimates]
+    dynamics = write_dynamics(out, cfg, summary["trainer"].state.log_history, rows)
 
-    report = write_demo_report(out, cfg, before, after, summary, warm_info, timer, comparison)
+    report = write_demo_report(out, cfg, before, after, summary, warm_info, timer, comparison, dynamics)
     _say(final_message(out, before, after, timer))
     return {"before": before, "after": after, "train": summary, "report": str(report)}
 
@@ -192,16 +200,16 @@ def _row(name: str, res: dict | None) -> str:
 
 
 def reward_line(state: dict) -> str:
-    """The reward statistics of the last GRPO step, in words (the full series is in the tensorboard logs)."""
+    """The reward statistics of the last GRPO step, in words (every step: dynamics.json, tensorboard)."""
     st = state.get("last_stats") or {}
     if not st:
         return "No reward statistics recorded."
+    penalty = (f"excess E = {st['E']:+.3f}, smoothed Ē = {st['E_bar']:+.3f}, penalty P(Ē) = {st['penalty']:+.2f}, "
+               if "E_bar" in st else "no penalty (baseline strategy), ")
     return (f"Last step: observed refusal rate ρ = {st['rho']:.3f}, expected ρ̂ = {st['rho_hat']:.3f}, "
-            f"excess E = {st['E']:+.3f}, smoothed Ē = {st['E_bar']:+.3f}, penalty P(Ē) = {st['penalty']:+.2f}, "
-            f"mean refusal reward r_ref = {st['r_ref_mean']:.3f}; outcomes correct {st['share_correct']:.3f}, "
+            f"{penalty}mean refusal reward r_ref = {st['r_ref_mean']:.3f}; outcomes correct {st['share_correct']:.3f}, "
             f"wrong {st['share_wrong']:.3f}, abstain {st['share_abstain']:.3f}, invalid {st['share_invalid']:.3f}; "
-            f"mean citation reward {st['r_cite_mean']:+.3f}. A negative Ē means the policy refuses less than the "
-            "p_i estimates say it should, so the penalty raises the refusal reward.")
+            f"mean citation reward {st['r_cite_mean']:+.3f}.")
 
 
 def paired_line(comparison: dict | None) -> str:
@@ -220,8 +228,23 @@ def paired_line(comparison: dict | None) -> str:
             "contains 0 means the change is within what resampling the questions alone produces.")
 
 
+def dynamics_section(cfg: AwarlConfig, dynamics: dict | None) -> list[str]:
+    """The report's section on the reward mechanism per step (from the trainer's own log)."""
+    if not dynamics:
+        return []
+    r = cfg.reward
+    return ["## The AWA-RL mechanism, step by step", "",
+            f"Reward: {r.strategy}, γ = {r.gamma:g}, expected_rate = {r.expected_rate}, p_definition = "
+            f"{r.p_definition}, ema_start = {r.ema_start}, r_ref_margin = {r.r_ref_margin}. Points: the values the "
+            f"trainer logged ({dynamics['source']}); line and band: the simulator (`awarl simulate`'s model, "
+            f"{dynamics['simulator'].get('seeds', 0)} seeds) on these training questions' own p_i estimates and "
+            "this batch shape. The numbers are in `dynamics.json`.", "",
+            "![dynamics](dynamics.png)", "", dynamics["words"], ""]
+
+
 def write_demo_report(out: Path, cfg: AwarlConfig, before: dict, after: dict | None, summary: dict,
-                      warm: dict, timer: Timer, comparison: dict | None = None) -> Path:
+                      warm: dict, timer: Timer, comparison: dict | None = None,
+                      dynamics: dict | None = None) -> Path:
     rs = summary.get("reward_state", {})
     lines = [
         "# awarl demo report", "",
@@ -237,11 +260,14 @@ def write_demo_report(out: Path, cfg: AwarlConfig, before: dict, after: dict | N
         "| stage | seconds |", "|---|---|", *[f"| {k} | {v} |" for k, v in timer.stages.items()], "",
         f"Warm-up: {json.dumps(warm)}", "",
         f"GRPO: {summary.get('global_step')} steps. {reward_line(rs)}", "",
+        *dynamics_section(cfg, dynamics),
         "## Files", "",
         "- `model/init`, `model/warmup`: the tiny model before and after the protocol warm-up",
         "- `corpus.jsonl`, `index/`: closed corpus of the shipped dev samples and its BM25 index",
         "- `p_estimates.jsonl`: p_i per training question (K samples of the warm-up policy)",
         "- `checkpoint-*`, `final/`, `runs/` (tensorboard logs with rho, rho_hat, E, Ē, penalty, r_ref)",
+        "- `dynamics.json`, `dynamics.png`: ρ_t, ρ̂_t, Ē_t, P(Ē_t) per step from the trainer's log, and the "
+        "simulator's prediction",
         "- `eval_before_rl/`, `eval/final/`: predictions with full trajectories, manifest, results.{json,md,png}",
         "- `compare/`: the paired before/after comparison (`awarl compare`)",
         "- `resolved_config.yaml`: every setting of this run",

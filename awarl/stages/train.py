@@ -68,7 +68,7 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
         if needs_p:
             log.warning("%s; every question would use reward.default_p=%.3g", msg, cfg.reward.default_p)
     estimates = read_estimates(path)
-    ps, missing = join_p(examples, estimates)
+    ps, missing = join_p(examples, estimates, cfg.reward.p_definition)
     if missing and needs_p and path.exists():
         log.warning("%d of %d training questions have no p_i in %s; the reward uses reward.default_p=%.3g "
                     "for them", missing, len(examples), path, cfg.reward.default_p)
@@ -147,7 +147,8 @@ def make_plan(cfg: AwarlConfig, info: dict[str, Any], reward: Any, *, cpu: bool,
                       "status": retrieval_status(cfg)},
         "reward": {"strategy": r.strategy, "gamma": r.gamma, "p_min": r.p_min, "beta": r.beta,
                    "penalty_steps": [list(s) for s in r.penalty_steps], "penalty_max": r.penalty_max,
-                   "expected_rate": r.expected_rate, "p_online": r.p_online,
+                   "expected_rate": r.expected_rate, "p_definition": r.p_definition, "ema_start": r.ema_start,
+                   "r_ref_margin": r.r_ref_margin, "p_online": r.p_online,
                    "outcome_rewards": {"correct": r.r_correct, "wrong": r.r_wrong, "invalid": r.r_invalid},
                    "lambda_cite": r.lambda_cite,
                    "judge": type(reward.judge).__name__ if getattr(reward, "judge", None) else "none",
