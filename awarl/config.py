@@ -148,9 +148,11 @@ class GenerationConfig(Section):
                                                         "vLLM (GPU extra) or scripted replay (tests).")
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0 = greedy).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
-    batch_size: int = Field(32, ge=1, description="Trajectories generated together.")
-    static_cache: bool = Field(False, description="transformers only: static KV cache + torch.compile "
-                               "(GPU; ~6x faster decoding after a compile).")
+    batch_size: int = Field(32, ge=1, description="Trajectories generated together (transformers: the KV-cache "
+                            "slots; a finished trajectory hands its slot to the next waiting one).")
+    static_cache: bool = Field(False, description="transformers only: fixed-shape KV cache (slots x length, kept "
+                               "between rollouts) and a decode step compiled with torch.compile + CUDA graphs "
+                               "(for GPUs; on CPU it only fixes the shapes).")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Model dtype "
                                                                       "(auto: bf16 on GPU, fp32 on CPU).")
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="vLLM only: GPU memory share "

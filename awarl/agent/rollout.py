@@ -1,10 +1,17 @@
 """Multi-turn search rollouts, shared by evaluation and TRL training (`rollout_func`).
 
-All active trajectories generate together until `</search>`, `</answer>` or eos. The searches of the
-whole batch go to the retriever in ONE `retriever.search(queries, k)` call per turn, and each result
-comes back as an information block appended as token ids with env_mask 0 (masked out of the policy
-loss). The ids the model produced are kept as produced: generated text is never decoded and
-re-encoded, so the trainer scores exactly the tokens that were sampled.
+Each search's result comes back as an information block appended as token ids with env_mask 0 (masked
+out of the policy loss). The ids the model produced are kept as produced: generated text is never decoded
+and re-encoded, so the trainer scores exactly the tokens that were sampled.
+
+Two ways to drive a backend, with the same trajectories (tests/test_rollout_equivalence.py):
+- continuous, for a backend that opens a `Session` (the transformers backend): every trajectory advances on
+  its own, its context kept between turns (only the new information block is prefilled); a turn that ends
+  with `</search>` pauses it while the others keep generating; the searches that became ready in one tick
+  go to the retriever in ONE `retriever.search(queries, k)` call on a worker thread; a finished
+  trajectory's slot goes to the next waiting question;
+- one `generate` per turn for the others (scripted, vLLM): all active trajectories generate together until
+  `</search>`, `</answer>` or eos, and the turn's searches go out in one call.
 
 Endings (`stop_reason`): "answer" (the model closed `</answer>`), "eos" (it ended its message),
 "max_turns" (a search beyond `agent.max_turns`: no retrieval, invalid), "token_budget" (the turn hit
@@ -14,6 +21,9 @@ Endings (`stop_reason`): "answer" (the model closed `</answer>`), "eos" (it ende
 from __future__ import annotations
 
 import logging
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -48,6 +58,7 @@ class _State:
     logprobs: list[float] = field(default_factory=list)
     passages: list[dict] = field(default_factory=list)
     searches: int = 0
+    budget: int = 0             # max new tokens of the current turn
     stop_reason: str | None = None
     # The response as the parser reads it, one piece per model turn / information block: a turn that ended
     # at a stop string is cut right after it (the token that completed it may carry more text, `>.`).
@@ -70,6 +81,44 @@ def _as_passage(p: Any) -> Passage:
     raise TypeError(f"retriever returned {type(p).__name__}, expected Passage or dict")
 
 
+class _Searches:
+    """The searches of paused trajectories: those that became ready since the last call go out together, one
+    `retriever.search` call at a time, on a worker thread (generation goes on meanwhile)."""
+
+    def __init__(self, search: Callable[[list[str]], list[list[Passage]]]) -> None:
+        self.search = search
+        self.ready: list[tuple[int, str]] = []
+        self.flight: tuple[list[tuple[int, str]], Future] | None = None
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="awarl-search")
+
+    def __enter__(self) -> _Searches:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def put(self, key: int, query: str) -> None:
+        self.ready.append((key, query))
+
+    def in_flight(self) -> bool:
+        return self.flight is not None
+
+    def dispatch(self) -> None:
+        if self.ready and self.flight is None:
+            batch, self.ready = self.ready, []
+            self.flight = (batch, self.pool.submit(self.search, [q for _, q in batch]))
+
+    def collect(self, *, wait: bool) -> list[tuple[int, str, list[Passage]]]:
+        """The results of the call in flight once it is back (waiting for it when `wait`), else nothing."""
+        if self.flight is None or (not wait and not self.flight[1].done()):
+            return []
+        batch, future = self.flight
+        self.flight = None
+        hits = future.result()
+        self.dispatch()   # what became ready meanwhile goes out at once
+        return [(key, query, h) for (key, query), h in zip(batch, hits, strict=True)]
+
+
 class RolloutEngine:
     def __init__(self, backend: Any, tokenizer: Any, retriever: Any, template: Template, agent_cfg: Any,
                  topk: int) -> None:
@@ -87,6 +136,8 @@ class RolloutEngine:
         self.abstention_phrases = abstention_phrases(template, agent_cfg.abstention_phrases)
         self._tag_map = {r: getattr(tags, r) for r in ("think", "search", "information", "cite", "answer")}
         self._number_re = template.passage_number_pattern()
+        # Counters of the latest run (engine kind; decode steps, slot use, ... for a session), for benchmarks.
+        self.last_stats: dict[str, Any] = {}
 
     @classmethod
     def from_config(cls, cfg: Any, tokenizer: Any, retriever: Any, *, model: Any = None, backend: Any = None,
@@ -112,6 +163,20 @@ class RolloutEngine:
         prompts = prompt_ids if prompt_ids is not None else [render_prompt(self.template, q, self.tokenizer)
                                                              for q in questions]
         states = [_State(list(p)) for p in prompts]
+        session = self._open_session(states, temperature, top_p, seed)
+        if session is None:
+            self._run_turns(states, temperature, top_p, seed)
+            self.last_stats = {"engine": "turns"}
+        else:
+            try:
+                self._run_continuous(states, session)
+            finally:
+                self.last_stats = {"engine": "continuous", **session.close()}
+        return [self._finish(s) for s in states]
+
+    # ------------------------------------------------------------------ one generate per turn
+    def _run_turns(self, states: list[_State], temperature: float, top_p: float, seed: int | None) -> None:
+        """All active trajectories generate one turn together; the turn's searches go out in one call."""
         turn = 0
         while True:
             active = [s for s in states if s.stop_reason is None]
@@ -121,32 +186,99 @@ class RolloutEngine:
             active = [s for s in active if s.stop_reason is None]
             if not active:
                 break
-            budgets = [min(self.cfg.max_new_tokens_per_turn, self._left(s)) for s in active]
+            for s in active:
+                s.budget = self._turn_budget(s)
             gens = self.backend.generate(
-                [s.prompt + s.completion for s in active], max_new_tokens=max(budgets), temperature=temperature,
-                top_p=top_p, stop_strings=self.stop_strings,
+                [s.prompt + s.completion for s in active], max_new_tokens=max(s.budget for s in active),
+                temperature=temperature, top_p=top_p, stop_strings=self.stop_strings,
                 seed=None if seed is None else seed + 7919 * turn)
             if len(gens) != len(active):
                 raise RuntimeError(f"backend returned {len(gens)} generations for {len(active)} prompts")
             pending: list[tuple[_State, str]] = []
-            for s, g, budget in zip(active, gens, budgets, strict=True):
-                ids, lps, reason = list(g.token_ids), list(g.logprobs), g.finish_reason
-                if len(lps) != len(ids):  # env_mask and logprobs must stay aligned with completion_ids
-                    raise RuntimeError(f"{type(self.backend).__name__} returned {len(lps)} logprobs for "
-                                       f"{len(ids)} tokens")
-                if len(ids) > budget:
-                    ids, lps, reason = ids[:budget], lps[:budget], "length"
-                s.add(ids, lps, model=True)
-                query = self._turn_action(s, ids, reason)
+            for s, g in zip(active, gens, strict=True):
+                query = self._model_turn(s, g.token_ids, g.logprobs, g.finish_reason)
                 if query is not None:
                     pending.append((s, query))
-            self._retrieve(pending)
+            if pending:
+                for (s, q), hits in zip(pending, self._search([q for _, q in pending]), strict=True):
+                    self._insert(s, q, hits)
             turn += 1
-        return [self._finish(s) for s in states]
+
+    # ------------------------------------------------------------------ continuous
+    def _open_session(self, states: list[_State], temperature: float, top_p: float, seed: int | None) -> Any:
+        opener = getattr(self.backend, "open_session", None)
+        if opener is None or not states:
+            return None
+        budget = self.cfg.max_trajectory_tokens
+        return opener(n_sequences=len(states), max_len=max(len(s.prompt) for s in states) + budget,
+                      max_new_total=budget, temperature=temperature, top_p=top_p, stop_strings=self.stop_strings,
+                      seed=seed)
+
+    def _run_continuous(self, states: list[_State], session: Any) -> None:
+        """Each trajectory advances on its own: a turn that ends with a search pauses it until its passages
+        are back, the others keep generating, and a finished trajectory's slot goes to the next waiting one.
+        The searches that became ready in one tick go out together, on a worker thread."""
+        waiting = deque(range(len(states)))
+        live = 0
+        with _Searches(self._search) as searches:
+            while waiting or live:
+                live += self._admit(states, waiting, session)
+                for end in session.step():
+                    s = states[end.key]
+                    query = self._model_turn(s, end.token_ids, end.logprobs, end.finish_reason)
+                    if query is None:
+                        session.release(end.key)
+                        live -= 1
+                    else:
+                        searches.put(end.key, query)
+                searches.dispatch()
+                idle = not session.busy() and not (waiting and session.free_slots())
+                if idle and not searches.in_flight():
+                    if live:
+                        raise RuntimeError(f"rollout: {live} trajectories neither running nor searching")
+                    continue
+                for key, query, hits in searches.collect(wait=idle):
+                    live -= self._resume(states[key], key, query, hits, session)
+
+    def _admit(self, states: list[_State], waiting: deque, session: Any) -> int:
+        admitted = 0
+        while waiting and session.free_slots():
+            key = waiting.popleft()
+            s = states[key]
+            s.budget = self._turn_budget(s)
+            session.add(key, s.prompt, max_new_tokens=s.budget)
+            admitted += 1
+        return admitted
+
+    def _resume(self, s: _State, key: int, query: str, hits: list[Passage], session: Any) -> int:
+        """Append the search's block; 1 when that ends the trajectory (its slot is released), else 0."""
+        block = self._insert(s, query, hits)
+        if s.stop_reason is None and self._left(s) <= 0:
+            s.stop_reason = "token_budget"
+        if s.stop_reason is not None:
+            session.release(key)
+            return 1
+        s.budget = self._turn_budget(s)
+        session.add(key, block, max_new_tokens=s.budget)
+        return 0
 
     # ------------------------------------------------------------------ steps
     def _left(self, s: _State) -> int:
         return self.cfg.max_trajectory_tokens - len(s.completion)
+
+    def _turn_budget(self, s: _State) -> int:
+        return min(self.cfg.max_new_tokens_per_turn, self._left(s))
+
+    def _model_turn(self, s: _State, token_ids: list[int], logprobs: list[float], reason: str) -> str | None:
+        """Record a model turn (cut to its budget); returns its search query, or None when it ended the
+        trajectory."""
+        ids, lps = list(token_ids), list(logprobs)
+        if len(lps) != len(ids):  # env_mask and logprobs must stay aligned with completion_ids
+            raise RuntimeError(f"{type(self.backend).__name__} returned {len(lps)} logprobs for {len(ids)} tokens")
+        if len(ids) > s.budget:
+            ids, lps, reason = ids[:s.budget], lps[:s.budget], "length"
+        s.add(ids, lps, model=True)
+        return self._turn_action(s, ids, reason)
 
     def _turn_action(self, s: _State, ids: list[int], reason: str) -> str | None:
         """Set the stop reason of a finished trajectory, or return the query of a search turn."""
@@ -187,30 +319,32 @@ class RolloutEngine:
         ends = [text.find(stop) + len(stop) for stop in self.stop_strings if stop in text]
         return text[:min(ends)] if ends else text
 
-    def _retrieve(self, pending: list[tuple[_State, str]]) -> None:
-        if not pending:
-            return
-        # An empty query is not sent: it gets an empty block and the parser marks it invalid.
-        queries = [q for _, q in pending if q]
-        found = self.retriever.search(queries, self.topk) if queries else []
-        if len(found) != len(queries):
-            raise RuntimeError(f"retriever returned {len(found)} result lists for {len(queries)} queries")
+    def _search(self, queries: list[str]) -> list[list[Passage]]:
+        """The passages of each query, from ONE retriever call. An empty query is not sent: it gets an empty
+        block and the parser marks it invalid."""
+        sent = [q for q in queries if q]
+        found = self.retriever.search(sent, self.topk) if sent else []
+        if len(found) != len(sent):
+            raise RuntimeError(f"retriever returned {len(found)} result lists for {len(sent)} queries")
         results = iter(found)
-        for s, q in pending:
-            hits = [_as_passage(p) for p in next(results)][: self.topk] if q else []
-            numbered = []
-            cumulative = self.template.information.numbering == "cumulative"
-            for j, p in enumerate(hits):
-                number = len(s.passages) + 1 if cumulative else j + 1
-                s.passages.append({"number": number, "id": p.id, "title": p.title, "text": p.text})
-                numbered.append((number, p.title, p.text, p.id))
-            block = self.tokenizer.encode(self.template.information_block(numbered), add_special_tokens=False)
-            left = self._left(s)
-            if len(block) > left:
-                block = block[:max(left, 0)]
-                s.stop_reason = "token_budget"
-            s.add(block, None, model=False)
-            s.text_parts.append(self.tokenizer.decode(block, skip_special_tokens=True))
+        return [[_as_passage(p) for p in next(results)][: self.topk] if q else [] for q in queries]
+
+    def _insert(self, s: _State, query: str, hits: list[Passage]) -> list[int]:
+        """Append a search's information block (cut at the trajectory budget); returns its ids."""
+        numbered = []
+        cumulative = self.template.information.numbering == "cumulative"
+        for j, p in enumerate(hits):
+            number = len(s.passages) + 1 if cumulative else j + 1
+            s.passages.append({"number": number, "id": p.id, "title": p.title, "text": p.text})
+            numbered.append((number, p.title, p.text, p.id))
+        block = self.tokenizer.encode(self.template.information_block(numbered), add_special_tokens=False)
+        left = self._left(s)
+        if len(block) > left:
+            block = block[:max(left, 0)]
+            s.stop_reason = "token_budget"
+        s.add(block, None, model=False)
+        s.text_parts.append(self.tokenizer.decode(block, skip_special_tokens=True))
+        return block
 
     def _finish(self, s: _State) -> Trajectory:
         text = self.tokenizer.decode(s.completion, skip_special_tokens=True)

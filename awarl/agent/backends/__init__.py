@@ -32,7 +32,7 @@ def make_backend(gen_cfg: Any, model_path_or_obj: Any, tokenizer: Any, *, kind: 
             # The caller's tokenizer wins (it may carry a chat template override).
             backend.tokenizer = tokenizer if tokenizer is not None else backend.tokenizer
             return backend
-        return HFBackend(model_path_or_obj, tokenizer, **opts)
+        return HFBackend.for_model(model_path_or_obj, tokenizer, **opts)
     if kind == "vllm":
         if isinstance(model_path_or_obj, str):
             backend = VLLMBackend.from_pretrained(model_path_or_obj, **engine_kwargs(gen_cfg))

@@ -5,6 +5,9 @@ log-probabilities and why generation ended:
 - "stop":   a stop string was produced; ids end right after it (anything after is trimmed),
 - "eos":    an end-of-sequence token was produced (it is kept, as the last id),
 - "length": `max_new_tokens` ran out.
+
+A backend may also open a `Session` (continuous decoding: contexts kept between turns, sequences advancing
+each at its own pace); the rollout engine then uses it instead of one `generate` per turn.
 """
 
 from __future__ import annotations
@@ -80,3 +83,88 @@ def finish(ids: Sequence[int], logprobs: Sequence[float], tokenizer: Any, stop_s
     if end_eos is not None:
         return Generation(ids[:end_eos], lps[:end_eos], "eos")
     return Generation(ids, lps, "length")
+
+
+# ------------------------------------------------------------------------------ continuous decoding
+@dataclass
+class TurnEnd:
+    """One model turn of a session's sequence that ended: its ids, their log-probs and why it ended (the
+    reasons of `Generation`)."""
+
+    key: int
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+
+
+class Session(Protocol):
+    """Many sequences decoded together, each at its own pace, with its context kept between turns (the
+    transformers backend keeps its KV cache; a vLLM engine would keep its prefix cache). The rollout engine
+    drives it: `add` starts a sequence (its prompt) or continues a paused one (the information block its
+    search returned), `step` advances every running sequence by one forward and returns the turns that
+    ended there (those sequences pause until `add` or `release`), `release` frees the sequence's slot.
+    Sampling (temperature, top-p, each sequence's own random stream from `stream_seed(seed, key)`) and the
+    stop strings are fixed when the session is opened."""
+
+    def free_slots(self) -> int: ...
+
+    def busy(self) -> bool: ...   # any sequence running (prefilling or decoding)
+
+    def add(self, key: int, ids: Sequence[int], *, max_new_tokens: int) -> None: ...
+
+    def step(self) -> list[TurnEnd]: ...
+
+    def release(self, key: int) -> None: ...
+
+    def close(self) -> dict[str, Any]: ...   # counters of the session (decode steps, slot use, ...)
+
+
+class SessionBackend(Protocol):
+    """A backend that can also decode continuously. `open_session` returns None where it cannot (the
+    engine then runs one `generate` per turn)."""
+
+    def open_session(self, *, n_sequences: int, max_len: int, max_new_total: int, temperature: float,
+                     top_p: float, stop_strings: Sequence[str], seed: int | None) -> Session | None:
+        ...
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def stream_seed(seed: int, index: int) -> int:
+    """The seed of sequence `index`'s own random stream in a call seeded `seed` (splitmix64 of both): a
+    trajectory's samples depend on its run seed and its position, never on which others share its batch,
+    and neighbouring (seed, index) pairs get unrelated streams (evaluation seeds batches with seed + start)."""
+    x = (int(seed) * 0x9E3779B97F4A7C15 + int(index) + 1) & _MASK64
+    for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+        x = ((x ^ (x >> shift)) * mult) & _MASK64
+    return (x ^ (x >> 31)) & ((1 << 63) - 1)
+
+
+class StopMatcher:
+    """The stop-string test of one (tokenizer, stop strings), built once per backend: which token ids can
+    complete a stop string (their text holds a stop string's last character, or an incomplete byte sequence
+    that a later token may finish), and whether a turn's ids contain one. Only candidate tokens pay for a
+    decode, and only of the turn's tail, which always covers a stop string just completed. It answers what
+    `first_stop` answers, one token at a time: the first prefix whose text holds a stop string."""
+
+    def __init__(self, tokenizer: Any, stop_strings: Sequence[str], vocab_size: int) -> None:
+        self.tokenizer = tokenizer
+        self.stops = [s for s in stop_strings if s]
+        # A token holds at least one character (or byte) of a stop string it helps to form.
+        self.tail = max([16] + [2 * len(s) for s in self.stops])
+        n_tok = min(int(vocab_size), len(tokenizer))
+        lasts = {s[-1] for s in self.stops}
+        self.candidate = [False] * int(vocab_size)   # ids the tokenizer lacks never decode to text
+        if lasts:
+            single = [[i] for i in range(n_tok)]
+            # The Rust tokenizer of a fast tokenizer decodes Qwen's 152k ids in a fraction of a second.
+            rust = getattr(tokenizer, "_tokenizer", None)
+            texts = (rust.decode_batch(single, skip_special_tokens=False) if hasattr(rust, "decode_batch")
+                     else tokenizer.batch_decode(single, skip_special_tokens=False))
+            self.candidate[:n_tok] = [any(c in t for c in lasts) or "\ufffd" in t for t in texts]
+
+    def ends(self, ids: Sequence[int]) -> bool:
+        """True when the text of `ids` (a turn so far, whose last id is a candidate) holds a stop string."""
+        text = self.tokenizer.decode(list(ids[-self.tail:]), skip_special_tokens=False)
+        return any(s in text for s in self.stops)

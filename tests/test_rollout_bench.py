@@ -1,0 +1,91 @@
+"""benchmarks/rollout_bench.py on CPU at a tiny size: the agent rollout (the transformers backend's slot
+cache, BM25 over the shipped closed corpus) and plain `generate` really run side by side; the figures must
+agree with each other (plain generates the agent's mean model tokens per row over its mean context, the ratio
+is the medians' ratio, the engine's counters match the trajectories), the output is steered as asked, and the
+last printed line is the ratio. Also the static-cache path the GPU variant uses, and Qwen's full output width."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "rollout_bench.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("rollout_bench", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bench = _load()
+
+
+def run(tmp_path, tiny_dir, shipped_bm25_dir, *extra, runs=2):
+    out = tmp_path / "rollout.json"
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = bench.main(["--runs", str(runs), "--batch", "6", "--turn-tokens", "10", "--trajectory-tokens", "600",
+                         "--rates", "0.08", "0.04", "0.02", "--tiny-dir", str(tiny_dir), "--index",
+                         str(shipped_bm25_dir), "--out", str(out), *extra])
+    return rc, json.loads(out.read_text()), buf.getvalue().strip().splitlines()
+
+
+def check_report(rep, lines, n=2):
+    w, s, eng = rep["workload"], rep["summary"], rep["engine"]
+    assert lines[-1] == f"ratio={s['ratio']:.3f}"
+    runs = rep["runs"]
+    assert all(len(v["seconds"]) == n and min(v["seconds"]) > 0 for v in runs.values())
+    assert s["ratio"] == pytest.approx(bench.median(runs["agent"]["seconds"]) / bench.median(runs["plain"]["seconds"]))
+    # plain generates exactly the agent's mean model tokens per row, over the agent's mean context
+    assert rep["plain_new_tokens"] == round(w["mean_model_tokens"])
+    assert runs["plain"]["tokens"] == [6 * rep["plain_new_tokens"]] * n
+    assert rep["plain_context_tokens"] == round(w["mean_context_tokens"])
+    # the seeded agent reruns the warm-up's trajectories; the engine's counters match them
+    assert runs["agent"]["tokens"] == [w["model_tokens"]] * n
+    assert eng["engine"] == "continuous" and eng["model_tokens"] == w["model_tokens"]
+    # each turn's first token comes from its prefill, the others from decode steps
+    assert eng["decode_steps"] >= w["max_model_tokens"] - (rep["settings"]["turns"] + 1)
+    assert 0 < s["slot_use"] <= 1 and eng["slots"] == 6
+    assert w["searches"] > 0 and sum(w["stop_reasons"].values()) == 6
+
+
+def test_cpu_run_tiny(tmp_path, tiny_dir, shipped_bm25_dir):
+    rc, rep, lines = run(tmp_path, tiny_dir, shipped_bm25_dir, "--shape", "tiny")
+    assert rc == 0
+    check_report(rep, lines)
+    assert rep["vocab"] == 4106 and rep["settings"]["bias"]["</search>"] > rep["settings"]["bias"]["</answer>"]
+    assert not rep["engine"]["static"]
+
+
+def test_static_cache_path_at_qwen_output_width(tmp_path, tiny_dir, shipped_bm25_dir):
+    """The GPU variant's path (static cache; compiled only on CUDA) on the tiny layers with a 151,936-wide
+    output: ids the tokenizer lacks are never sampled."""
+    rc, rep, lines = run(tmp_path, tiny_dir, shipped_bm25_dir, "--shape", "tiny-152k", "--static-cache", runs=1)
+    assert rc == 0
+    check_report(rep, lines, n=1)
+    assert rep["vocab"] == 151936 and rep["engine"]["static"] and rep["engine"]["cache_length"] % 256 == 0
+
+
+def test_plain_contexts_and_workload_are_the_agents_tokens():
+    from types import SimpleNamespace
+
+    t = SimpleNamespace(prompt_ids=[1, 2, 3], completion_ids=[7, 8, 9, 10, 11], env_mask=[1, 0, 0, 1, 1],
+                        stop_reason="answer")
+    assert bench.plain_contexts([t], 4) == [[1, 2, 3, 8]]
+    assert bench.plain_contexts([t], 12) == [[1, 2, 3, 8, 9] * 2 + [1, 2]]
+    w = bench.workload([t, t])
+    assert (w["model_tokens"], w["context_tokens"], w["searches"], w["max_model_tokens"]) == (6, 10, 2, 3)
+    # turns of 1 and 2 tokens: a barrier per turn runs 1 + 2 steps with both rows, 6 of 6 slot-steps used
+    assert (w["barrier_decode_steps"], w["barrier_slot_use"]) == (3, 1.0)
+    u = SimpleNamespace(prompt_ids=[1], completion_ids=[5] * 4, env_mask=[1, 1, 1, 1], stop_reason="eos")
+    w = bench.workload([t, u])
+    assert (w["barrier_decode_steps"], w["barrier_slot_use"]) == (4 + 2, 7 / (2 * 4 + 1 * 2))

@@ -1,0 +1,220 @@
+"""The continuous engine's own guarantees, on the tiny model with the real BM25 retriever: per-trajectory
+random streams (a sampled trajectory depends on its run seed and position only), searches batched per tick
+and overlapped with generation, the stop test equal to `first_stop` token by token (merged stop tokens
+included), the model's attention and mode restored, the backend kept per live model, and transformers'
+`generate` per turn for a model the slot cache does not fit."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from awarl.agent.backends import make_backend
+from awarl.agent.backends.base import StopMatcher, first_stop
+from awarl.agent.backends.hf import HFBackend
+from awarl.agent.rollout import RolloutEngine
+from awarl.agent.templates import load_template, render_prompt
+from awarl.config import AgentConfig, GenerationConfig
+from awarl.data.loaders import load_shipped
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "rollout_bench.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("rollout_bench_helpers", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_dir)
+
+
+@pytest.fixture(scope="module")
+def questions():
+    return [ex.question for ex in load_shipped("hotpotqa", limit=10, seed=1)]
+
+
+@pytest.fixture(scope="module")
+def model(tiny_dir, tok, questions):
+    """The tiny model steered (benchmarks/rollout_bench.py) to search, answer and end at set rates, float64 so
+    that different batch compositions cannot move a sample across a floating-point boundary."""
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
+    prompts = [render_prompt(load_template("awarl"), q, tok) for q in questions]
+    _bench().steer(m, tok, prompts, (0.06, 0.03, 0.02))
+    return m.double()
+
+
+@pytest.fixture(scope="module")
+def retriever(shipped_bm25_dir):
+    from awarl.retrieval import load_index
+
+    return load_index(shipped_bm25_dir)
+
+
+def engine(model, tok, retriever, slots=None, **agent):
+    cfg = AgentConfig(**{"max_turns": 2, "max_new_tokens_per_turn": 24, "max_trajectory_tokens": 700, **agent})
+    return RolloutEngine(HFBackend(model, tok, batch_size=slots), tok, retriever, load_template("awarl"), cfg, topk=2)
+
+
+def ids(trajs):
+    return [t.completion_ids for t in trajs]
+
+
+def test_sampled_trajectories_depend_on_seed_and_position_only(model, tok, retriever, questions):
+    import torch
+
+    eng = engine(model, tok, retriever)
+    state = torch.get_rng_state()
+    base = eng.run(questions[:6], temperature=1.0, seed=11)
+    assert torch.equal(torch.get_rng_state(), state)   # a seeded run leaves the caller's stream alone
+    assert {t.stop_reason for t in base} >= {"answer", "token_budget"} and any(t.passages for t in base)
+    assert ids(eng.run(questions[:6], temperature=1.0, seed=11)) == ids(base)
+    # other companions, fewer slots than questions (slots handed on): each trajectory is the same
+    others = eng.run(questions[:3] + questions[6:9], temperature=1.0, seed=11)
+    assert ids(others)[:3] == ids(base)[:3]
+    assert ids(engine(model, tok, retriever, slots=2).run(questions[:6], temperature=1.0, seed=11)) == ids(base)
+    assert ids(eng.run(questions[:6], temperature=1.0, seed=12)) != ids(base)
+    # unseeded (training): drawn from the caller's stream, so reproducible under its seed
+    torch.manual_seed(0)
+    a = ids(eng.run(questions[:4], temperature=1.0))
+    torch.manual_seed(0)
+    assert ids(eng.run(questions[:4], temperature=1.0)) == a != ids(eng.run(questions[:4], temperature=1.0))
+
+
+class SlowRetriever:
+    """The real BM25 retriever behind a latency: each call returns only once the model has run 3 more forwards
+    (or after 10 s), noting how many ran meanwhile."""
+
+    def __init__(self, inner, model):
+        self.inner, self.calls, self.forwards, self.thread = inner, [], 0, set()
+        model.register_forward_pre_hook(self._count)
+
+    def _count(self, module, args):
+        self.forwards += 1
+
+    def search(self, queries, k):
+        self.thread.add(threading.current_thread().name)
+        before, deadline = self.forwards, time.monotonic() + 10
+        while self.forwards < before + 3 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        self.calls.append((list(queries), self.forwards - before))
+        return self.inner.search(queries, k)
+
+
+def test_searches_run_on_a_worker_while_the_others_generate(tiny_dir, tok, retriever, questions):
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
+    _bench().steer(m, tok, [render_prompt(load_template("awarl"), q, tok) for q in questions], (0.06, 0.01, 0.01))
+    slow = SlowRetriever(retriever, m)
+    trajs = engine(m, tok, slow, max_new_tokens_per_turn=40).run(questions, temperature=1.0, seed=3)
+    sent = [q for qs, _ in slow.calls for q in qs]
+    blocks = sum(sum(1 for i, x in enumerate(t.env_mask) if x == 0 and (i == 0 or t.env_mask[i - 1])) for t in trajs)
+    assert 0 < len(sent) <= blocks                  # each search once (an empty query is not sent)
+    assert any(n >= 3 for _, n in slow.calls)       # the model ran while a search was out
+    assert slow.thread == {"awarl-search_0"}
+
+
+def test_searches_ready_together_go_out_in_one_call_one_call_at_a_time():
+    from awarl.agent.rollout import _Searches
+
+    release, calls = threading.Event(), []
+
+    def search(queries):
+        calls.append(list(queries))
+        release.wait(10)
+        return [[q.upper()] for q in queries]
+
+    with _Searches(search) as s:
+        s.put(0, "a")
+        s.put(1, "b")
+        s.dispatch()
+        s.put(2, "c")     # ready while the first call is out: waits for it
+        s.dispatch()
+        s.put(3, "d")
+        assert s.collect(wait=False) == [] and s.in_flight()
+        release.set()
+        assert s.collect(wait=True) == [(0, "a", ["A"]), (1, "b", ["B"])]
+        assert s.collect(wait=True) == [(2, "c", ["C"]), (3, "d", ["D"])]
+        assert not s.in_flight() and s.collect(wait=True) == []
+    assert calls == [["a", "b"], ["c", "d"]]
+
+
+def test_stop_test_finds_what_first_stop_finds(tok, tiny_dir):
+    """Token by token, the matcher ends a turn exactly where `first_stop` cuts it, on the tiny tokenizer and on
+    a byte-level BPE whose merges complete a stop string and carry more (`>.`, `><`)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    texts = ["<answer> Genentech </answer>.", "<search> Evan Morris </search><", "<think> hm </think>"] * 50
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, special_tokens=["<|im_end|>"],
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    merged = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>")
+    stops = ["</search>", "</answer>"]
+    rng = random.Random(0)
+    for tk in (tok, merged):
+        matcher = StopMatcher(tk, stops, len(tk))
+        pieces = ["<answer> Genentech </answer>.", "</search><", " Evan é Morris ", "</", "search>", "<think>", "x"]
+        for _ in range(200):
+            seq = tk.encode("".join(rng.choice(pieces) for _ in range(rng.randint(1, 6))), add_special_tokens=False)
+            seq += [rng.randrange(len(tk)) for _ in range(rng.randint(0, 3))]
+            found = next((k + 1 for k in range(len(seq))
+                          if matcher.candidate[seq[k]] and matcher.ends(seq[:k + 1])), None)
+            assert found == first_stop(seq, tk, stops), tk.decode(seq)
+
+
+def test_attention_and_train_mode_restored_and_backend_kept_per_model(tiny_dir, tok, retriever, questions):
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(tiny_dir, attn_implementation="eager")
+    m.train()
+    gen = GenerationConfig(backend="hf", batch_size=4)
+    backend = make_backend(gen, m, tok)
+    assert make_backend(gen, m, tok) is backend   # one per live model: its caches outlive a training step
+    assert make_backend(GenerationConfig(backend="hf", batch_size=2), m, tok) is not backend
+    eng = RolloutEngine(backend, tok, retriever, load_template("awarl"), AgentConfig(max_new_tokens_per_turn=8),
+                        topk=2)
+    (t,) = eng.run(questions[:1], temperature=1.0, seed=0)
+    assert eng.last_stats["engine"] == "continuous" and t.completion_ids
+    assert m.training and m.config._attn_implementation == "eager"
+
+
+def test_a_sliding_window_model_runs_transformers_generate_per_turn(tok, retriever, questions):
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, use_sliding_window=True, sliding_window=64,
+                      max_window_layers=1, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    m = Qwen2ForCausalLM(cfg).eval()
+    backend = HFBackend(m, tok)
+    assert "sliding_attention" in backend.session_support()
+    eng = RolloutEngine(backend, tok, retriever, load_template("awarl"), AgentConfig(max_new_tokens_per_turn=6),
+                        topk=2)
+    trajs = eng.run(questions[:2], temperature=1.0, seed=0)
+    assert eng.last_stats == {"engine": "turns"}
+    for t in trajs:
+        assert len(t.completion_ids) == len(t.logprobs) == len(t.env_mask) and t.stop_reason == "token_budget"
+        full = torch.tensor([t.prompt_ids + t.completion_ids])
+        with torch.no_grad():
+            ref = torch.log_softmax(m(full).logits[0, len(t.prompt_ids) - 1:-1].float(), -1)
+        want = ref.gather(-1, full[0, len(t.prompt_ids):, None]).squeeze(-1).tolist()
+        assert t.logprobs == pytest.approx(want, abs=1e-4)
