@@ -30,7 +30,9 @@ lengths. Ids the tokenizer lacks (the big shapes have Qwen's 152k-wide output) a
 - `0.5b` / `7b` (GPU variant): the layer shapes and full output widths of Qwen2.5-0.5B / 7B (151,936 /
   152,064), bf16; with `--static-cache` the agent's backend runs static cache + compile
   (generation.static_cache) and plain `generate` uses transformers' static cache (compiled on CUDA).
-  `--vllm` adds vLLM rows (agent through awarl's VLLMBackend, plain `LLM.generate`) when vllm imports.
+  `--vllm` adds vLLM rows when vllm imports (CUDA, or vLLM's CPU build in process): the agent through
+  awarl's VLLMBackend per turn (one `LLM.generate` a turn) and as a session (each trajectory its own request,
+  resubmitted when its search returns), on one engine, and a plain `LLM.generate` of the prompts.
 
 On the H200 (the device tool copies the working tree; the image has torch and transformers; awarl needs
 pydantic, pyyaml, bm25s: see benchmarks/grpo_step_bench.py for carrying wheels):
@@ -41,6 +43,9 @@ pydantic, pyyaml, bm25s: see benchmarks/grpo_step_bench.py for carrying wheels):
 On CPU: `OMP_NUM_THREADS=1 python benchmarks/rollout_bench.py --shape tiny --out /tmp/rollout_tiny.json`;
 `--model runs/demo/model/warmup` rolls out the demo's warmed-up policy (it follows the protocol unsteered).
 Run it with PYTHONPATH at an older checkout to measure that engine (rows it cannot report are null).
+With vLLM's CPU build (`make install-vllm`): `OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rollout_bench.py
+--shape tiny --vllm --out /tmp/rollout_tiny_vllm.json` (`--vllm-temperature 0 --model DIR` for a policy that
+follows the protocol greedily: both vLLM paths then produce the same trajectories).
 """
 
 from __future__ import annotations
@@ -359,9 +364,15 @@ def summarize(result: dict) -> dict[str, Any]:
 
 def vllm_rows(args: argparse.Namespace, tok: Any, model: Any, questions: list[str], retriever: Any,
               work: Path, plain_new: int) -> dict[str, Any]:
-    """The agent through awarl's VLLMBackend and a plain `LLM.generate` of the same tokens (CUDA, when vllm
-    imports). vLLM loads the model without the output bias, so the bias goes in as `logit_bias` and
-    `allowed_token_ids`."""
+    """The agent through awarl's VLLMBackend two ways on one engine, alternating after a warm-up pair: the
+    per-turn path (`continuous=False`: one `LLM.generate` per turn, a barrier per turn) and the session
+    (each trajectory its own request, resubmitted with its history when its search returns), plus a plain
+    `LLM.generate` of the prompts sampling the agent's mean model tokens. On CUDA bf16; on CPU (vLLM's CPU
+    build, in process as the vLLM test tier runs it) float32 and eager. vLLM loads the model without the
+    output bias, so the bias goes in as `logit_bias` (and `allowed_token_ids` where the output is wider than
+    the tokenizer). At `--vllm-temperature 0` both
+    paths produce the same trajectories (checked: `same_trajectories`); sampled, each path seeds its own way,
+    so the model-token counts are reported with the times."""
     try:
         import functools
 
@@ -372,26 +383,75 @@ def vllm_rows(args: argparse.Namespace, tok: Any, model: Any, questions: list[st
     from awarl.agent.templates import load_template, render_prompt
 
     head = model.get_output_embeddings()
-    bias = {i: float(b) for i, b in enumerate(head.bias.tolist()) if b > 0 and i < len(tok)}
-    path = work / "vllm-model"
-    model.save_pretrained(path)   # lm_head.bias is not a Qwen2 weight: vLLM ignores it
-    tok.save_pretrained(path)
-    llm = vllm.LLM(model=str(path), dtype="bfloat16", gpu_memory_utilization=0.5, enable_prefix_caching=True)
-    params = functools.partial(vllm.SamplingParams, logit_bias=bias, allowed_token_ids=list(range(len(tok))))
-    engine = make_engine(args, VLLMBackend(llm, tok, sampling_params_cls=params), tok, retriever)
-    prompts = [{"prompt_token_ids": render_prompt(load_template("awarl"), q, tok)} for q in questions]
+    bias = {} if head.bias is None else {i: float(b) for i, b in enumerate(head.bias.tolist())
+                                         if b != 0 and i < len(tok)}
+    if args.model:
+        path = Path(args.model)
+    else:
+        path = work / "vllm-model"
+        model.save_pretrained(path)   # lm_head.bias is not a Qwen2 weight: vLLM ignores it
+        tok.save_pretrained(path)
+    prompts = [render_prompt(load_template("awarl"), q, tok) for q in questions]
+    cuda = args.device.startswith("cuda")
+    length = max(map(len, prompts)) + args.trajectory_tokens + 64
+    # On CPU a step takes every prompt whole: vLLM 0.32's CPU build fails a seeded request whose prefill is
+    # split over steps ("CPU Generator does not use offset", when it rewinds the request's generator).
+    kw = dict(dtype="bfloat16", gpu_memory_utilization=0.5) if cuda else \
+        dict(dtype="float32", enforce_eager=True, max_num_batched_tokens=len(prompts) * length)
+    base = VLLMBackend.from_pretrained(str(path), enable_prefix_caching=True, max_model_len=length, **kw)
+    llm = base.llm
+    # Only where the output is wider than the tokenizer: vLLM deep-copies the list into every request.
+    allowed = list(range(len(tok))) if head.weight.shape[0] > len(tok) else None
+    params = functools.partial(vllm.SamplingParams, logit_bias=bias or None, allowed_token_ids=allowed)
+    engines = {"per_turn": make_engine(args, VLLMBackend(llm, tok, sampling_params_cls=params, continuous=False),
+                                       tok, retriever),
+               "session": make_engine(args, VLLMBackend(llm, tok, sampling_params_cls=params), tok, retriever)}
+    steps = _count_steps(llm)
     plain = params(n=1, max_tokens=plain_new, min_tokens=plain_new, ignore_eos=True, temperature=1.0)
-    out: dict[str, list[float]] = {"agent": [], "plain_prompt_only": []}
-    for r in range(args.runs + 1):
+    rows: dict[str, dict[str, list]] = {k: {"seconds": [], "model_tokens": [], "engine_steps": []}
+                                        for k in (*engines, "plain_prompt_only")}
+    same, stats = [], {}
+    for r in range(args.runs + 1):   # the first round warms up
+        trajs = {}
+        for name, engine in engines.items():
+            steps["n"] = 0
+            t = time.perf_counter()
+            trajs[name] = engine.run(questions, temperature=args.vllm_temperature, seed=r)
+            if r:
+                _record_vllm(rows[name], time.perf_counter() - t, workload(trajs[name])["model_tokens"], steps["n"])
+            stats[name] = engine.last_stats
+        same.append([t.completion_ids for t in trajs["per_turn"]] == [t.completion_ids for t in trajs["session"]])
+        steps["n"] = 0
         t = time.perf_counter()
-        engine.run(questions, temperature=1.0, seed=r)
-        agent_s = time.perf_counter() - t
-        t = time.perf_counter()
-        llm.generate(prompts, sampling_params=plain, use_tqdm=False)
-        if r:   # the first pair warms up
-            out["agent"].append(round(agent_s, 4))
-            out["plain_prompt_only"].append(round(time.perf_counter() - t, 4))
-    return {"seconds": out, "ratio_prompt_only": median(out["agent"]) / median(out["plain_prompt_only"])}
+        llm.generate([{"prompt_token_ids": p} for p in prompts], sampling_params=plain, use_tqdm=False)
+        if r:
+            _record_vllm(rows["plain_prompt_only"], time.perf_counter() - t, plain_new * len(prompts), steps["n"])
+    med = {k: median(v["seconds"]) for k, v in rows.items()}
+    return {"engine": "cuda bf16" if cuda else "cpu float32 eager (vLLM's CPU build, in process)",
+            "vllm": getattr(vllm, "__version__", "?"), "temperature": args.vllm_temperature,
+            "runs": rows, "median_seconds": med, "same_trajectories": all(same[1:]),
+            "session_stats": stats["session"],
+            "per_turn_over_session": med["per_turn"] / med["session"] if med["session"] else None,
+            "session_over_plain_prompt_only": (med["session"] / med["plain_prompt_only"]
+                                               if med["plain_prompt_only"] else None)}
+
+
+def _count_steps(llm: Any) -> dict[str, int]:
+    """Count the engine's steps (both paths step the same engine: `LLM.generate` loops over them)."""
+    count, inner = {"n": 0}, llm.llm_engine.step
+
+    def step() -> Any:
+        count["n"] += 1
+        return inner()
+
+    llm.llm_engine.step = step
+    return count
+
+
+def _record_vllm(into: dict[str, list], seconds: float, tokens: int, steps: int) -> None:
+    into["seconds"].append(round(seconds, 4))
+    into["model_tokens"].append(tokens)
+    into["engine_steps"].append(steps)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -408,7 +468,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="per-token probabilities of </search>, </answer> and eos")
     ap.add_argument("--runs", type=int, default=5, help="measured runs of each, after one warm-up")
     ap.add_argument("--static-cache", action="store_true", help="static cache (+ compile on CUDA) for both")
-    ap.add_argument("--vllm", action="store_true", help="also vLLM rows (CUDA, when vllm imports)")
+    ap.add_argument("--vllm", action="store_true", help="also vLLM rows, per-turn path vs session (when vllm "
+                    "imports: CUDA, or vLLM's CPU build in process)")
+    ap.add_argument("--vllm-temperature", type=float, default=1.0, help="sampling temperature of the vLLM rows "
+                    "(0: both paths give the same trajectories)")
     ap.add_argument("--model", help="a saved model folder to roll out instead (e.g. the demo's warmed-up "
                     "runs/demo/model/warmup; not steered)")
     ap.add_argument("--tiny-dir", help="an existing tiny model folder (else built in --work)")
@@ -422,6 +485,10 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
 
     args = parse_args(argv)
+    if args.vllm and not args.device.startswith("cuda"):
+        # vLLM's CPU build: the engine in this process (as TRL's colocated one), a 1 GiB KV cache.
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with contextlib.ExitStack() as stack:
         work = Path(args.work) if args.work else Path(stack.enter_context(tempfile.TemporaryDirectory()))
@@ -467,7 +534,24 @@ def print_table(report: dict) -> None:
           f"{w['barrier_slot_use']:.2f}")
     if s["ratio_prompt_only"] is not None:
         print(f"agent / plain (prompt only) = {s['ratio_prompt_only']:.3f}")
+    if "vllm" in report:
+        print_vllm(report["vllm"])
     print(f"ratio={s['ratio']:.3f}")
+
+
+def print_vllm(v: dict) -> None:
+    if "median_seconds" not in v:
+        print(f"vLLM rows: {v}")
+        return
+    print(f"vLLM {v['vllm']} ({v['engine']}), temperature {v['temperature']}, same trajectories on both paths: "
+          f"{v['same_trajectories']}")
+    for name, row in v["runs"].items():
+        print(f"  {name:<18} {v['median_seconds'][name]:8.3f} s   {median(row['model_tokens']):.0f} model tokens, "
+              f"{median(row['engine_steps']):.0f} engine steps")
+    st = v["session_stats"]
+    print(f"  session: {st['requests']} requests, prefix cache {st['prefix_cached_tokens']}/{st['prompt_tokens']} "
+          f"prompt tokens; per-turn / session = {v['per_turn_over_session']:.3f}, session / plain (prompt only) = "
+          f"{v['session_over_plain_prompt_only']:.3f}")
 
 
 if __name__ == "__main__":

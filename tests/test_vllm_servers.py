@@ -133,7 +133,9 @@ def test_serve_vllm_sh_rollouts_through_trls_client_equal_the_transformers_backe
         adapter = RolloutAdapter(cfg, tok, retriever, load_template(cfg.agent.template), [])
         with adapter._backend(trainer) as backend:
             assert isinstance(backend, VLLMServerBackend)
-            got = RolloutEngine.from_config(cfg, tok, retriever, backend=backend).run(questions, temperature=0.0)
+            engine = RolloutEngine.from_config(cfg, tok, retriever, backend=backend)
+            got = engine.run(questions, temperature=0.0)
+            assert engine.last_stats["engine"] == "continuous"   # one request in flight per trajectory
             with pytest.raises(NotImplementedError, match="CUDA"):  # why server mode cannot train on CPU
                 backend.client.init_communicator(device="cpu")
     for h, v in zip(expected, got, strict=True):

@@ -118,7 +118,8 @@ def test_colocated_vllm_training_syncs_each_step_through_the_reload_api(tmp_path
         @contextlib.contextmanager
         def spy(tr):
             with original(tr) as be:
-                seen["rollout_backends"].append(type(be).__name__)
+                # (the backend's name, why it cannot open a session: None = the continuous path)
+                seen["rollout_backends"].append((type(be).__name__, be.session_support()))
                 yield be
 
         adapter._backend = spy
@@ -127,7 +128,7 @@ def test_colocated_vllm_training_syncs_each_step_through_the_reload_api(tmp_path
     assert summary["global_step"] == STEPS
     # The plan kept vLLM on this CPU (its CPU build), and rollouts went through the colocated engine.
     assert seen["method"] == weight_sync.RELOAD
-    assert seen["rollout_backends"] == [VLLMBackend.__name__] * STEPS
+    assert seen["rollout_backends"] == [(VLLMBackend.__name__, None)] * STEPS   # continuous (a session)
     assert seen["syncs"] >= 2 * STEPS  # TRL's sync before each step's rollouts, and the probe's
     # The recipe's vLLM options reached TRL's engine (through GRPOConfig and awarl's engine options).
     vc = seen["engine"]

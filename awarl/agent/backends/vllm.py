@@ -250,7 +250,8 @@ class VLLMBackend:
                      top_p: float, stop_strings: Sequence[str], seed: int | None) -> Session | None:
         why = self.session_support()
         if why is not None:
-            log.info("VLLMBackend: one generate per turn: %s", why)
+            if self.continuous:   # not asked for: say why
+                log.info("VLLMBackend: one generate per turn: %s", why)
             return None
         return EngineSession(self, n_sequences=n_sequences, temperature=temperature, top_p=top_p,
                              stop_strings=stop_strings, seed=seed)
