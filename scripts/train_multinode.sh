@@ -4,10 +4,10 @@
 #
 #   scripts/train_multinode.sh --config configs/qwen2.5-7b_cold_8gpu.yaml \
 #       [--accelerate-config configs/accelerate/zero3_8gpu.yaml] [--num-machines 1] [--machine-rank 0] \
-#       [--main-ip 127.0.0.1] [--main-port 29500] [--procs-per-node 7] [--gpus 1,2,3,4,5,6,7] \
+#       [--main-ip 127.0.0.1] [--main-port 29500] [--procs-per-node 6] [--gpus 2,3,4,5,6,7] \
 #       [--resume [CKPT]] [-- KEY=VALUE ...]
 #
-# --procs-per-node is the number of training processes per node (GPUs not serving vLLM); --gpus sets
+# --procs-per-node is the number of training processes per node (GPUs serving neither vLLM nor the judge); --gpus sets
 # CUDA_VISIBLE_DEVICES for them. Everything after `--` is passed to `awarl train` as config overrides
 # (each must look like key.path=value). Arguments are validated and never evaluated by the shell.
 set -euo pipefail

@@ -76,12 +76,12 @@ def test_accelerate_and_deepspeed_files_agree_with_run_configs():
             # "auto" lets accelerate take batch sizes / clipping from the GRPOConfig the run builds
             assert ds["train_micro_batch_size_per_gpu"] == "auto" and ds["gradient_accumulation_steps"] == "auto"
     assert acc["cpu_2proc"]["use_cpu"] is True and acc["cpu_2proc"]["num_processes"] == 2
-    # the 8-GPU recipes leave one GPU to `trl vllm-serve`: 7 training processes
-    assert acc["zero3_8gpu"]["num_processes"] == 7 and acc["zero3_8gpu"]["distributed_type"] == "DEEPSPEED"
+    # the 8-GPU recipes leave GPU 0 to `trl vllm-serve` and GPU 1 to the LLM judge: 6 training processes
+    assert acc["zero3_8gpu"]["num_processes"] == 6 and acc["zero3_8gpu"]["distributed_type"] == "DEEPSPEED"
     for cfg_name in ("qwen2.5-7b_cold_8gpu.yaml", "qwen2.5-7b_warm_8gpu.yaml"):
         cfg = load_config(CONFIGS / cfg_name)
         assert cfg.train.use_vllm and cfg.train.vllm_mode == "server"
-        per_step = cfg.train.per_device_train_batch_size * cfg.train.gradient_accumulation_steps * 7
+        per_step = cfg.train.per_device_train_batch_size * cfg.train.gradient_accumulation_steps * 6
         assert per_step % cfg.train.num_generations == 0
         assert "zero3_8gpu.yaml" in (CONFIGS / cfg_name).read_text()
     warm = load_config(CONFIGS / "qwen2.5-7b_warm_8gpu.yaml")
@@ -163,7 +163,7 @@ def test_train_multinode_builds_the_accelerate_command(tmp_path):
     assert r.returncode == 0, r.stderr
     argv = out.read_text().splitlines()
     assert argv[:2] == ["launch", "--config_file"]
-    assert argv[argv.index("--num_processes") + 1] == "14"  # 2 nodes x 7 training processes
+    assert argv[argv.index("--num_processes") + 1] == "12"  # 2 nodes x 6 training processes
     assert argv[argv.index("--machine_rank") + 1] == "1"
     assert argv[-2:] == ["reward.gamma=0.25", "run.name=a b"]  # one argument each, spaces intact
 

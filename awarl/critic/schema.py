@@ -121,16 +121,25 @@ class Judge(Protocol):
         ...
 
 
+# Bounds of a constrained reply: a weak judge model under constrained decoding (seen with vLLM's CPU build)
+# otherwise repeats claims or flags until max_tokens and the reply is cut (invalid JSON). Multi-hop answers
+# rest on 2-4 facts; 16 claims and 8 flags leave room for long answers. Only the request schema carries them:
+# local judges (lexical, gold) may return more.
+MAX_CLAIMS = 16
+MAX_FLAGS = 8
+
+
 def critic_output_json_schema() -> dict:
     """JSON schema of CriticOutput for `response_format` and the prompt.
 
     Written by hand rather than taken from pydantic so that it is plain, closed (additionalProperties false)
-    and accepted by constrained-decoding backends such as vLLM's guided JSON.
+    and accepted by constrained-decoding backends such as vLLM's guided JSON. `claim` has minLength 1 because
+    the pydantic model refuses an empty claim (constrained decoding otherwise produces "").
     """
     claim = {
         "type": "object",
         "properties": {
-            "claim": {"type": "string"},
+            "claim": {"type": "string", "minLength": 1},
             "status": {"type": "string", "enum": ["grounded", "inferred", "unsupported"]},
             "source_ids": {"type": "array", "items": {"type": "string"}},
             "confidence": {"type": "number", "minimum": 0, "maximum": 1},
@@ -141,9 +150,9 @@ def critic_output_json_schema() -> dict:
     return {
         "type": "object",
         "properties": {
-            "verified_claims": {"type": "array", "items": claim},
+            "verified_claims": {"type": "array", "items": claim, "maxItems": MAX_CLAIMS},
             "overall_groundedness": {"type": "number", "minimum": 0, "maximum": 1},
-            "flags": {"type": "array", "items": {"type": "string"}},
+            "flags": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_FLAGS},
         },
         "required": ["verified_claims", "overall_groundedness", "flags"],
         "additionalProperties": False,
