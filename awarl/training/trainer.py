@@ -13,7 +13,6 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 from awarl.agent.backends.vllm import check_engine_can_start, engine_kwargs, vllm_cpu_build
@@ -235,13 +234,3 @@ def build_trainer(cfg: AwarlConfig, *, model: Any, tokenizer: Any, train_dataset
     if colocate:
         weight_sync.install(trainer)
     return trainer
-
-
-def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    d = Path(out_dir)
-    if not d.is_dir():
-        return None
-    last = get_last_checkpoint(str(d))
-    return Path(last) if last else None
