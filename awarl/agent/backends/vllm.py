@@ -40,12 +40,13 @@ sessions against the per-turn path and the transformers backend.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import math
 import sys
 from collections.abc import Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
 from awarl.agent.backends.base import Generation, Session, TurnEnd, eos_ids, finish, stream_seed
@@ -159,11 +160,17 @@ def tokens_prompt(ids: Sequence[int]) -> Any:
     """A token-id prompt as the engine's `add_request` takes it: vLLM 0.32's rendered `TokensInput`, or the
     plain `{"prompt_token_ids": ...}` of earlier releases (which 0.32 still renders, with a deprecation
     warning)."""
+    return _tokens_input()(list(ids))
+
+
+@functools.cache
+def _tokens_input() -> Any:
+    """vLLM's `tokens_input`, looked up once (a failed import would search the path again on every request)."""
     try:
         from vllm.inputs.engine import tokens_input
     except ImportError:
-        return {"prompt_token_ids": list(ids)}
-    return tokens_input(list(ids))
+        return lambda ids: {"prompt_token_ids": ids}
+    return tokens_input
 
 
 class VLLMBackend:
@@ -260,20 +267,34 @@ class VLLMBackend:
 _SESSION_IDS = itertools.count()
 
 
-class _History:
-    """What a session keeps of each trajectory: its whole token history (the next request's prompt) and its
-    turn count, and the counters of `close`."""
+class _RequestSession:
+    """What both vLLM sessions share. A trajectory's turn is one request whose prompt is its whole token
+    history, so a session keeps each trajectory's history and turn count, the requests in flight (a slot is
+    a request in flight: a paused trajectory holds nothing), and the counters of `close`."""
 
     def __init__(self, n_sequences: int, slots: int) -> None:
         self.tag = f"awarl{next(_SESSION_IDS)}"
         self.ids: dict[int, list[int]] = {}
         self.turns: dict[int, int] = {}
+        self.flight: dict[Any, int] = {}   # the request's handle -> its trajectory's key
         self.n_sequences, self.slots = n_sequences, slots
         self.stats = dict(requests=0, steps=0, running=0, prompt_tokens=0, cached_tokens=0, model_tokens=0)
 
-    def extend(self, key: int, ids: Sequence[int]) -> tuple[list[int], int]:
+    def free_slots(self) -> int:
+        return max(0, self.slots - len(self.flight))
+
+    def busy(self) -> bool:
+        return bool(self.flight)
+
+    def release(self, key: int) -> None:
+        self.ids.pop(key, None)
+        self.turns.pop(key, None)
+
+    def _next_request(self, key: int, ids: Sequence[int]) -> tuple[list[int], int]:
         """Append a trajectory's new ids (its prompt, or the block its search returned); returns the request's
         prompt and turn number."""
+        if key in self.flight.values():
+            raise RuntimeError(f"session: sequence {key} is still running")
         hist = self.ids.setdefault(key, [])
         hist.extend(int(t) for t in ids)
         if not hist:
@@ -283,14 +304,14 @@ class _History:
         self.stats["prompt_tokens"] += len(hist)
         return list(hist), turn
 
-    def end(self, key: int, g: Generation) -> TurnEnd:
+    def _count_step(self) -> None:
+        self.stats["steps"] += 1
+        self.stats["running"] += len(self.flight)
+
+    def _end(self, key: int, g: Generation) -> TurnEnd:
         self.ids[key].extend(g.token_ids)
         self.stats["model_tokens"] += len(g.token_ids)
         return TurnEnd(key, g.token_ids, g.logprobs, g.finish_reason)
-
-    def drop(self, key: int) -> None:
-        self.ids.pop(key, None)
-        self.turns.pop(key, None)
 
     def summary(self) -> dict[str, Any]:
         st = self.stats
@@ -301,65 +322,51 @@ class _History:
                 "slot_use": st["running"] / (st["steps"] * width) if st["steps"] else 0.0}
 
 
-class EngineSession:
+class EngineSession(_RequestSession):
     """A `Session` over an in-process vLLM engine: `add` submits a request (the trajectory's history, its
     turn's budget, its own seed), `step` runs one `engine.step()` and turns the finished requests into
-    `TurnEnd`s. A paused trajectory holds no engine resources, so `free_slots` is the scheduler's
-    `max_num_seqs` minus the requests in flight."""
+    `TurnEnd`s. `free_slots` is the scheduler's `max_num_seqs` minus the requests in flight."""
 
     def __init__(self, backend: VLLMBackend, *, n_sequences: int, temperature: float, top_p: float,
                  stop_strings: Sequence[str], seed: int | None) -> None:
         self.backend = backend
         self.engine = backend.llm.llm_engine
         sched = getattr(getattr(self.engine, "vllm_config", None), "scheduler_config", None)
-        self.hist = _History(n_sequences, int(getattr(sched, "max_num_seqs", 0) or 256))
+        super().__init__(n_sequences, int(getattr(sched, "max_num_seqs", 0) or 256))
         self.temperature, self.top_p, self.seed = float(temperature), float(top_p), seed
         self.stop_strings = list(stop_strings)
-        self.running: dict[str, int] = {}   # request id -> trajectory key
-
-    def free_slots(self) -> int:
-        return max(0, self.hist.slots - len(self.running))
-
-    def busy(self) -> bool:
-        return bool(self.running)
 
     def add(self, key: int, ids: Sequence[int], *, max_new_tokens: int) -> None:
-        if key in self.running.values():
-            raise RuntimeError(f"session: sequence {key} is still running")
-        prompt, turn = self.hist.extend(key, ids)
+        prompt, turn = self._next_request(key, ids)
         params = self.backend.request_params(max_new_tokens=max_new_tokens, temperature=self.temperature,
                                              top_p=self.top_p, stop_strings=self.stop_strings,
                                              seed=turn_seed(self.seed, key, turn))
-        request_id = f"{self.hist.tag}-{key}-{turn}"
+        request_id = f"{self.tag}-{key}-{turn}"
         self.engine.add_request(request_id, tokens_prompt(prompt), params)
-        self.running[request_id] = key
+        self.flight[request_id] = key
 
     def step(self) -> list[TurnEnd]:
-        if not self.running:
+        if not self.flight:
             return []
-        self.hist.stats["steps"] += 1
-        self.hist.stats["running"] += len(self.running)
+        self._count_step()
         ends = []
         for out in self.engine.step():
             if not getattr(out, "finished", True):
                 continue
             # vLLM 0.32 reports the id it was given; it may append a suffix of its own to it.
-            rid = out.request_id if out.request_id in self.running else out.request_id.rsplit("-", 1)[0]
-            key = self.running.pop(rid, None)
+            rid = out.request_id if out.request_id in self.flight else out.request_id.rsplit("-", 1)[0]
+            key = self.flight.pop(rid, None)
             if key is None:   # not a request of this session
                 continue
-            self.hist.stats["cached_tokens"] += int(getattr(out, "num_cached_tokens", 0) or 0)
-            ends.append(self.hist.end(key, self.backend.read(out.outputs[0], self.stop_strings)))
+            self.stats["cached_tokens"] += int(getattr(out, "num_cached_tokens", 0) or 0)
+            ends.append(self._end(key, self.backend.read(out.outputs[0], self.stop_strings)))
         return ends
 
-    def release(self, key: int) -> None:
-        self.hist.drop(key)
-
     def close(self) -> dict[str, Any]:
-        if self.running:   # an interrupted rollout leaves no request behind in a shared engine
-            self.engine.abort_request(list(self.running))
-            self.running.clear()
-        return self.hist.summary()
+        if self.flight:   # an interrupted rollout leaves no request behind in a shared engine
+            self.engine.abort_request(list(self.flight))
+            self.flight.clear()
+        return self.summary()
 
 
 class VLLMServerBackend:
@@ -420,7 +427,7 @@ class VLLMServerBackend:
 _POLL_S = 0.005
 
 
-class ServerSession:
+class ServerSession(_RequestSession):
     """A `Session` over a vLLM server: one request (one prompt: the trajectory's history) in flight per
     running trajectory, sent from a thread pool, so the server batches whatever is in flight and a
     trajectory's next turn never waits for the others'."""
@@ -429,22 +436,13 @@ class ServerSession:
                  stop_strings: Sequence[str], seed: int | None) -> None:
         self.backend = backend
         workers = max(1, min(n_sequences, backend.max_concurrency))
-        self.hist = _History(n_sequences, workers)
+        super().__init__(n_sequences, workers)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="awarl-vllm-request")
         self.sampling = dict(temperature=float(temperature), top_p=float(top_p), stop_strings=list(stop_strings))
         self.seed = seed
-        self.flight: dict[Future, int] = {}
-
-    def free_slots(self) -> int:
-        return max(0, self.hist.slots - len(self.flight))
-
-    def busy(self) -> bool:
-        return bool(self.flight)
 
     def add(self, key: int, ids: Sequence[int], *, max_new_tokens: int) -> None:
-        if key in self.flight.values():
-            raise RuntimeError(f"session: sequence {key} is still running")
-        prompt, turn = self.hist.extend(key, ids)
+        prompt, turn = self._next_request(key, ids)
         future = self.pool.submit(self.backend.complete, [prompt], max_new_tokens=max_new_tokens,
                                   seed=turn_seed(self.seed, key, turn), **self.sampling)
         self.flight[future] = key
@@ -452,24 +450,20 @@ class ServerSession:
     def step(self) -> list[TurnEnd]:
         if not self.flight:
             return []
-        self.hist.stats["steps"] += 1
-        self.hist.stats["running"] += len(self.flight)
+        self._count_step()
         done, _ = wait(list(self.flight), timeout=_POLL_S, return_when=FIRST_COMPLETED)
         ends = []
         for future in sorted(done, key=self.flight.__getitem__):
             key = self.flight.pop(future)
             (g,) = future.result()
-            ends.append(self.hist.end(key, g))
+            ends.append(self._end(key, g))
         return ends
-
-    def release(self, key: int) -> None:
-        self.hist.drop(key)
 
     def close(self) -> dict[str, Any]:
         # Requests already sent finish on the server; none is left running against the client after close.
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.flight.clear()
-        summary = self.hist.summary()
+        summary = self.summary()
         summary.pop("prefix_cached_tokens")   # the server does not report it per request
         return summary
 
