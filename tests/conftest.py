@@ -88,6 +88,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def load_benchmark(name: str):  # noqa: ANN201 - a module
+    """benchmarks/NAME.py as a module (the scripts are not a package), loaded once per session: registered in
+    sys.modules under its name, which dataclasses also need to resolve string annotations."""
+    import sys
+
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
 @contextlib.contextmanager
 def serve_app(app) -> Iterator[str]:  # noqa: ANN001 - any ASGI app
     """Run `app` with uvicorn in a thread on 127.0.0.1; yields its base URL, stops it on exit."""

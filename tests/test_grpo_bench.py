@@ -5,31 +5,18 @@ run after its step and skips runs not started."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 import time
-from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "grpo_step_bench.py"
 STEPS, COMPLETIONS, GENS, NEW = 2, 4, 2, 24
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("grpo_step_bench", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses resolve string annotations through sys.modules
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _load()
+bench = load_benchmark("grpo_step_bench")
 
 
 @pytest.fixture(scope="module")

@@ -7,26 +7,13 @@ last printed line is the ratio. Also the static-cache path the GPU variant uses,
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
-import sys
-from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "rollout_bench.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("rollout_bench", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _load()
+bench = load_benchmark("rollout_bench")
 
 
 def run(tmp_path, tiny_dir, shipped_bm25_dir, *extra, runs=2):

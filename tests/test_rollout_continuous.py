@@ -6,14 +6,12 @@ included), the model's attention and mode restored, the backend kept per live mo
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
 from awarl.agent.backends import make_backend
 from awarl.agent.backends.base import StopMatcher, first_stop
@@ -22,16 +20,6 @@ from awarl.agent.rollout import RolloutEngine
 from awarl.agent.templates import load_template, render_prompt
 from awarl.config import AgentConfig, GenerationConfig
 from awarl.data.loaders import load_shipped
-
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "rollout_bench.py"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("rollout_bench_helpers", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +42,7 @@ def model(tiny_dir, tok, questions):
 
     m = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
     prompts = [render_prompt(load_template("awarl"), q, tok) for q in questions]
-    _bench().steer(m, tok, prompts, (0.06, 0.03, 0.02))
+    load_benchmark("rollout_bench").steer(m, tok, prompts, (0.06, 0.03, 0.02))
     return m.double()
 
 
@@ -119,7 +107,7 @@ def test_searches_run_on_a_worker_while_the_others_generate(tiny_dir, tok, retri
     from transformers import AutoModelForCausalLM
 
     m = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
-    _bench().steer(m, tok, [render_prompt(load_template("awarl"), q, tok) for q in questions], (0.06, 0.01, 0.01))
+    load_benchmark("rollout_bench").steer(m, tok, [render_prompt(load_template("awarl"), q, tok) for q in questions], (0.06, 0.01, 0.01))
     slow = SlowRetriever(retriever, m)
     trajs = engine(m, tok, slow, max_new_tokens_per_turn=40).run(questions, temperature=1.0, seed=3)
     sent = [q for qs, _ in slow.calls for q in qs]
