@@ -127,6 +127,41 @@ def serve_app(app) -> Iterator[str]:  # noqa: ANN001 - any ASGI app
         thread.join(timeout=10)
 
 
+def fake_vllm_app(tok, turn, on_request=None):  # noqa: ANN001, ANN201 - a tokenizer, callables, an ASGI app
+    """A FAKE vLLM OpenAI server (vLLM itself needs the vLLM tier): the routes TRL 1.16's `VLLMClient` calls
+    (/health, /v1/models, /v1/completions), answering each prompt with `turn(body, prompt_ids) -> text`, cut
+    to the request's max_tokens, in the shape vLLM's /v1/completions gives with return_token_ids (log-prob
+    -0.25 a token). `on_request(body, arrived)` is called once a request's reply is ready. Handlers are sync,
+    so FastAPI runs each request on its own worker thread."""
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @app.get("/health")
+    def health() -> dict:
+        return {}
+
+    @app.get("/v1/models")
+    def models() -> dict:
+        return {"data": [{"id": "tiny-policy"}]}
+
+    @app.post("/v1/completions")
+    def completions(body: dict) -> dict:
+        arrived = time.monotonic()
+        choices = []
+        for prompt in body["prompt"]:
+            ids = tok.encode(turn(body, prompt), add_special_tokens=False)[: body["max_tokens"]]
+            names = [f"token_id:{t}" for t in ids]
+            choices.append({"prompt_token_ids": prompt, "token_ids": ids, "finish_reason": "stop",
+                            "logprobs": {"tokens": names, "token_logprobs": [-0.25] * len(ids),
+                                         "top_logprobs": [{n: -0.25} for n in names]}})
+        if on_request is not None:
+            on_request(body, arrived)
+        return {"choices": choices}
+
+    return app
+
+
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny random-init Qwen2 model + tokenizer (`awarl model tiny`), built once per session."""

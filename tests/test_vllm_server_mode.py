@@ -12,40 +12,23 @@ from __future__ import annotations
 import math
 
 import pytest
-from conftest import serve_app
+from conftest import fake_vllm_app, serve_app
 
 EXTRA = " trailing words"  # vLLM may return tokens past the stop string; the backend must cut them
 
 
 def fake_vllm_server_app(tok, requests: list[dict]):
-    """Answers a search to the first request and an answer to every later one, with logprob -0.25 per token,
-    in the shape vLLM's /v1/completions gives with return_token_ids."""
-    from fastapi import FastAPI
+    """A FAKE vLLM server (conftest.fake_vllm_app) answering a search to the first request and an answer to
+    every later one, each with text past its stop string."""
 
-    app = FastAPI()
+    first: list[int] = []   # the id of the first request handled (all of its prompts get the search)
 
-    @app.get("/health")
-    def health() -> dict:
-        return {}
+    def turn(body: dict, prompt: list[int]) -> str:
+        first[:] = first or [id(body)]
+        return ("<search> capital of France </search>" if first == [id(body)] else "<answer> Paris </answer>") \
+            + EXTRA
 
-    @app.get("/v1/models")
-    def models() -> dict:
-        return {"data": [{"id": "tiny-policy"}]}
-
-    @app.post("/v1/completions")
-    def completions(body: dict) -> dict:
-        requests.append(body)
-        choices = []
-        for prompt in body["prompt"]:
-            text = "<search> capital of France </search>" if len(requests) == 1 else "<answer> Paris </answer>"
-            ids = tok.encode(text + EXTRA, add_special_tokens=False)[: body["max_tokens"]]
-            names = [f"token_id:{t}" for t in ids]
-            choices.append({"prompt_token_ids": prompt, "token_ids": ids, "finish_reason": "stop",
-                            "logprobs": {"tokens": names, "token_logprobs": [-0.25] * len(ids),
-                                         "top_logprobs": [{n: -0.25} for n in names]}})
-        return {"choices": choices}
-
-    return app
+    return fake_vllm_app(tok, turn, lambda body, arrived: requests.append(body))
 
 
 def adapter_backend(trainer, tok, cfg):

@@ -21,7 +21,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from conftest import serve_app
+from conftest import fake_vllm_app, serve_app
 
 from awarl.io import shipped_data_dir
 
@@ -253,40 +253,22 @@ def test_the_engine_keeps_stepping_while_a_search_is_out_and_leaves_no_request_b
 
 # ----------------------------------------------------------------------------------------- server
 def fake_server_app(tok, log: list, slow_marker: str, delay_s: float):
-    """A FAKE vLLM server: a prompt that ends with an information block gets an answer turn, any other a
-    search turn; a prompt containing `slow_marker` is answered after `delay_s`. Logs (arrival, reply) per request."""
-    from fastapi import FastAPI
+    """A FAKE vLLM server (conftest.fake_vllm_app): a prompt that ends with an information block gets an
+    answer turn, any other a search turn; a prompt containing `slow_marker` is answered after `delay_s`. Logs
+    (arrival, reply, thread) per request."""
 
-    app = FastAPI()
+    def turn(body: dict, prompt: list[int]) -> str:
+        text = tok.decode(prompt)
+        if slow_marker in text:
+            time.sleep(delay_s)
+        return "<answer> Paris </answer>" if text.rstrip().endswith("</information>") else \
+            "<search> capital of France </search>"
 
-    @app.get("/health")
-    def health() -> dict:
-        return {}
-
-    @app.get("/v1/models")
-    def models() -> dict:
-        return {"data": [{"id": "tiny-policy"}]}
-
-    @app.post("/v1/completions")
-    def completions(body: dict) -> dict:   # sync: FastAPI runs each request on its own worker thread
-        arrived = time.monotonic()
-        choices = []
-        for prompt in body["prompt"]:
-            text = tok.decode(prompt)
-            if slow_marker in text:
-                time.sleep(delay_s)
-            after_search = text.rstrip().endswith("</information>")
-            turn = "<answer> Paris </answer>" if after_search else "<search> capital of France </search>"
-            ids = tok.encode(turn, add_special_tokens=False)[: body["max_tokens"]]
-            names = [f"token_id:{t}" for t in ids]
-            choices.append({"prompt_token_ids": prompt, "token_ids": ids, "finish_reason": "stop",
-                            "logprobs": {"tokens": names, "token_logprobs": [-0.25] * len(ids),
-                                         "top_logprobs": [{n: -0.25} for n in names]}})
+    def record(body: dict, arrived: float) -> None:
         log.append({"body": body, "arrived": arrived, "replied": time.monotonic(),
                     "thread": threading.current_thread().name})
-        return {"choices": choices}
 
-    return app
+    return fake_vllm_app(tok, turn, record)
 
 
 def test_server_session_keeps_one_request_per_trajectory_in_flight(tiny_dir, shipped_bm25_dir, monkeypatch):
