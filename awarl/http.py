@@ -134,6 +134,13 @@ def retry_after_s(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time()) if when is not None else None
 
 
+def retry_delay(attempt: int, backoff_s: float, retry_after: float | None, max_retry_after_s: float) -> float:
+    """Seconds to wait before retry `attempt` (1, 2, ...): exponential backoff, or longer where the server's
+    `Retry-After` asked for it, capped at `max_retry_after_s` (a server must not park a client for hours)."""
+    delay = backoff_s * 2 ** (attempt - 1)
+    return delay if retry_after is None else max(delay, min(retry_after, max_retry_after_s))
+
+
 class CircuitBreaker:
     """Closed: calls go through. After `failures` failed attempts in a row it opens for `cooldown_s`: every
     call is refused at once. Then one probe is let through (half-open): its success closes the breaker, its

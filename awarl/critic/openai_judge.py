@@ -57,6 +57,7 @@ from awarl.http import (
     capped_request,
     deadline_client,
     retry_after_s,
+    retry_delay,
 )
 from awarl.io import atomic_write_json
 
@@ -274,10 +275,7 @@ class OpenAIJudge:
         last, wait = "", None
         for attempt in range(self.cfg.retries + 1):
             if attempt:
-                delay = self.cfg.backoff_s * 2 ** (attempt - 1)
-                if wait is not None:  # the endpoint said when to come back
-                    delay = max(delay, min(wait, self.cfg.max_retry_after_s))
-                time.sleep(delay)
+                time.sleep(retry_delay(attempt, self.cfg.backoff_s, wait, self.cfg.max_retry_after_s))
             status, got = self._attempt(body)
             if status == "retry":
                 last, wait = got

@@ -102,7 +102,6 @@ class BM25Retriever:
         self.data, self.indices, self.indptr, self.num_docs = load_bm25_arrays(index_dir, mmap=mmap)
         self.vocab: dict[str, int] = load_bm25_vocab(index_dir, len(self.indptr) - 1)
         self.docstore = docstore
-        self.mmap = mmap
         self.workers = workers
         self._tokenize = make_tokenizer(settings.get("stopwords", "en"), settings.get("stemmer", "s"))
         self._accumulators: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
@@ -115,17 +114,13 @@ class BM25Retriever:
 
     def score(self, term_ids: Sequence[int], k: int) -> list[tuple[int, float]]:
         """(passage index, score) of the k best passages for one query's term ids, best first."""
-        acc = self._accumulators.get()
-        try:
-            return self._score(term_ids, k, acc)
-        finally:
-            self._accumulators.put(acc)
+        return self._score_many([term_ids], k)[0]
 
     def _score(self, term_ids: Sequence[int], k: int, acc: np.ndarray) -> list[tuple[int, float]]:
         if not term_ids or k <= 0:
             return []
-        bounds = self.indptr[np.asarray(term_ids, dtype=np.int64)]
-        ends = self.indptr[np.asarray(term_ids, dtype=np.int64) + 1]
+        terms = np.asarray(term_ids, dtype=np.int64)
+        bounds, ends = self.indptr[terms], self.indptr[terms + 1]
         if int((ends - bounds).sum()) * DENSE_SHARE > self.num_docs:
             return self._score_dense(bounds.tolist(), ends.tolist(), k, acc)
         seen: list[np.ndarray] = []
@@ -254,15 +249,7 @@ def top_k_of(ids: np.ndarray, scores: np.ndarray, k: int) -> list[tuple[int, flo
 
 def top_k(scores: np.ndarray, k: int) -> list[tuple[int, float]]:
     """Indices and scores of the k best positive scores of a dense score array, best first, ties by index."""
-    k = min(k, len(scores))
-    if k <= 0:
-        return []
-    cand = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
-    # widen to every passage tied with the k-th score, so the tie-break does not depend on argpartition
-    kth = scores[cand].min()
-    cand = np.flatnonzero(scores >= kth) if kth > 0 else np.flatnonzero(scores > 0)
-    order = np.lexsort((cand, -scores[cand]))[:k]
-    return [(int(cand[j]), float(scores[cand[j]])) for j in order if scores[cand[j]] > 0]
+    return top_k_of(np.arange(len(scores)), scores, k) if k > 0 else []
 
 
 def read_bm25_num_docs(index_dir: Path) -> int:

@@ -100,11 +100,12 @@ class BM25Builder:
     """Feed passage texts in chunks with `add`, then `finish(out_dir)` writes the bm25s-format index.
 
     memory_mb: the build's memory target (posting buffers and merge blocks take half of it; the
-    vocabulary, one int32 per passage and the interpreter the rest). Shards go to `out_dir/.shards`."""
+    vocabulary, one int32 per passage and the interpreter the rest). Shards go to `work_dir`, removed by
+    `finish`."""
 
-    def __init__(self, k1: float = 0.9, b: float = 0.4, method: str = "lucene", stopwords: str = "en",
-                 stemmer: str = "s", show_progress: bool = False, memory_mb: int = DEFAULT_MEMORY_MB,
-                 work_dir: Path | None = None) -> None:
+    def __init__(self, *, work_dir: Path, k1: float = 0.9, b: float = 0.4, method: str = "lucene",
+                 stopwords: str = "en", stemmer: str = "s", show_progress: bool = False,
+                 memory_mb: int = DEFAULT_MEMORY_MB) -> None:
         if k1 <= 0 or not 0 <= b <= 1:
             raise ValueError(f"BM25 needs k1 > 0 and 0 <= b <= 1, got k1={k1}, b={b}")
         if method != "lucene":
@@ -158,14 +159,11 @@ class BM25Builder:
     def _spill(self) -> None:
         if not self._buffered:
             return
-        if self._work_dir is None:
-            raise RuntimeError("BM25Builder: no work_dir for shards (finish() sets it; pass work_dir to add)")
         tids, docs, tfs = (np.concatenate(parts) for parts in zip(*self._buf, strict=True))
         self._buf, self._buffered = [], 0
         shard = _Shard(self._work_dir / f"shard-{len(self._shards):05d}", tids, docs, tfs)
         del tids, docs, tfs
-        if len(self._df) < len(self.vocab):
-            self._df = np.concatenate([self._df, np.zeros(len(self.vocab) - len(self._df), dtype=np.int64)])
+        self._grow_df()
         self._df[shard.terms] += shard.counts
         self._shards.append(shard)
         self.shards_written += 1
@@ -176,8 +174,6 @@ class BM25Builder:
         n_docs = len(self.doc_len)
         if not n_docs:
             raise ValueError("cannot build a BM25 index from an empty corpus")
-        if self._work_dir is None:
-            self._work_dir = out_dir / ".shards"
         try:
             self._spill()
             self._write_arrays(out_dir, n_docs)
@@ -191,12 +187,14 @@ class BM25Builder:
         self.vocab, self.doc_len, self._shards = {"": 0}, array.array("i"), []
         return {**self.settings, "vocab_size": vocab_size}
 
+    def _grow_df(self) -> None:
+        """One document frequency per vocabulary term (terms seen since the last spill start at 0)."""
+        if len(self._df) < len(self.vocab):
+            self._df = np.concatenate([self._df, np.zeros(len(self.vocab) - len(self._df), dtype=np.int64)])
+
     def _idf(self, n_docs: int) -> np.ndarray:
         """float32 Lucene idf per term, computed like bm25s (Python float64 log, then rounded)."""
         df = self._df
-        if len(df) < len(self.vocab):
-            df = np.concatenate([df, np.zeros(len(self.vocab) - len(df), dtype=np.int64)])
-            self._df = df
         idf = np.zeros(len(df), dtype=np.float32)
         for start in range(0, len(df), 1 << 20):
             part = df[start:start + (1 << 20)].tolist()
@@ -207,6 +205,7 @@ class BM25Builder:
         from tqdm import tqdm
 
         k1, b = self.settings["k1"], self.settings["b"]
+        self._grow_df()   # indptr below needs a frequency for every term
         idf = self._idf(n_docs)
         doc_len = np.frombuffer(self.doc_len, dtype=np.int32)
         avg_len = doc_len.astype(np.int64).mean()  # bm25s: np.array(lengths).mean()

@@ -20,7 +20,7 @@ import logging
 import time
 from typing import Any
 
-from awarl.http import Answer, ResponseTooLarge, capped_request, deadline_client, retry_after_s
+from awarl.http import Answer, ResponseTooLarge, capped_request, deadline_client, retry_after_s, retry_delay
 from awarl.retrieval.types import Passage
 
 log = logging.getLogger(__name__)
@@ -84,9 +84,7 @@ class RetrievalClient:
         last, wait = "", None
         for attempt in range(self.retries + 1):
             if attempt:
-                delay = self.backoff_s * 2 ** (attempt - 1)
-                if wait is not None:  # the server said when to come back
-                    delay = max(delay, min(wait, self.max_retry_after_s))
+                delay = retry_delay(attempt, self.backoff_s, wait, self.max_retry_after_s)
                 log.warning("retrieval request failed (%s); retry %d/%d in %.1fs", last, attempt,
                             self.retries, delay)
                 time.sleep(delay)

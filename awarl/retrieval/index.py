@@ -303,7 +303,7 @@ def verify_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True, de
         if got != n:
             raise RetrievalIndexError(f"{index_dir}: meta says {n} passages but the BM25 index has {got}")
     if deep:
-        _open_kind(index_dir, meta, mmap=True, workers=1, device="cpu", load_encoder=False)
+        _open_kind(index_dir, meta, mmap=True, workers=1, device="cpu")   # no docstore: the files only
     corpus = Path(meta.get("corpus") or "")
     if verify_corpus and meta.get("corpus") and corpus.is_file() and (
             corpus.stat().st_size != meta.get("corpus_bytes") or file_sha256(corpus) != meta["corpus_sha256"]):
@@ -313,8 +313,8 @@ def verify_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True, de
 
 
 def _open_kind(index_dir: Path, meta: dict[str, Any], *, mmap: bool, workers: int, device: str | None,
-               load_encoder: bool = True, docstore: Docstore | None = None) -> Any:
-    """The BM25 or dense retriever of a verified folder (or, without load_encoder, just its checked index
+               docstore: Docstore | None = None) -> Any:
+    """The BM25 or dense retriever of a verified folder (or, without a docstore, just its checked index
     files); unreadable or inconsistent files raise RetrievalIndexError naming the folder."""
     if meta["kind"] == "bm25":
         from awarl.retrieval.bm25 import BM25Retriever, load_bm25_arrays, load_bm25_vocab
@@ -338,7 +338,7 @@ def _open_kind(index_dir: Path, meta: dict[str, Any], *, mmap: bool, workers: in
     if index.ntotal != meta["passage_count"]:
         raise RetrievalIndexError(f"{index_dir}: meta says {meta['passage_count']} passages but the faiss "
                                   f"index has {index.ntotal}")
-    if not load_encoder or docstore is None:
+    if docstore is None:
         return None
     return DenseRetriever(index_dir, meta["settings"], docstore, index=index, device=device)
 
