@@ -282,7 +282,8 @@ class RolloutEngine:
 
     def _turn_action(self, s: _State, ids: list[int], reason: str) -> str | None:
         """Set the stop reason of a finished trajectory, or return the query of a search turn."""
-        s.text_parts.append(self._turn_text(ids, reason))
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        s.text_parts.append(self._turn_text(text, reason))
         if reason == "length":
             s.stop_reason = "token_budget"
             return None
@@ -304,16 +305,14 @@ class RolloutEngine:
             s.stop_reason = "max_turns"
             return None
         s.searches += 1
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
         body = text[: text.rfind(self.search_close)]
         start = body.rfind(self.search_open)
         return (body[start + len(self.search_open):] if start >= 0 else body).strip()
 
-    def _turn_text(self, ids: list[int], reason: str) -> str:
-        """A model turn's text for the parser: cut right after its stop string when one ended it. The ids stay
-        as produced (the trainer scores the sampled tokens); only the trailing characters of the token that
-        completed the stop string are not protocol text (`</answer>.` is a valid answer)."""
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+    def _turn_text(self, text: str, reason: str) -> str:
+        """A model turn's text (decoded) for the parser: cut right after its stop string when one ended it. The
+        ids stay as produced (the trainer scores the sampled tokens); only the trailing characters of the token
+        that completed the stop string are not protocol text (`</answer>.` is a valid answer)."""
         if reason != "stop":
             return text
         ends = [text.find(stop) + len(stop) for stop in self.stop_strings if stop in text]

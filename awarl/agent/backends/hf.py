@@ -54,6 +54,7 @@ class HFBackend:
         self._criteria: dict[tuple[str, ...], Any] = {}
         self._static: Any = None      # the static-mode cache, kept across calls
         self._compiled: Any = None    # (cache, compiled decode step)
+        self._support: tuple[str | None] | None = None   # (session_support(),) once worked out
 
     @classmethod
     def for_model(cls, model: Any, tokenizer: Any, **kwargs: Any) -> HFBackend:
@@ -111,7 +112,16 @@ class HFBackend:
 
     # ------------------------------------------------------------------------------ sessions
     def session_support(self) -> str | None:
-        """Why the slot cache cannot serve this model, or None when it can."""
+        """Why the slot cache cannot serve this model, or None when it can (worked out once: it depends on the
+        model's architecture only, and `generate` asks on every turn of a model the cache cannot serve)."""
+        if self._support is None:
+            why = self._why_no_session()
+            if why is not None:
+                log.info("HFBackend: transformers generate per turn for %s: %s", type(self.model).__name__, why)
+            self._support = (why,)
+        return self._support[0]
+
+    def _why_no_session(self) -> str | None:
         cfg = getattr(self.model, "config", None)
         if cfg is None or getattr(cfg, "is_encoder_decoder", False):
             return "not a decoder-only transformers model"
@@ -126,9 +136,7 @@ class HFBackend:
 
     def open_session(self, *, n_sequences: int, max_len: int, max_new_total: int, temperature: float,
                      top_p: float, stop_strings: Sequence[str], seed: int | None) -> Session | None:
-        why = self.session_support()
-        if why is not None:
-            log.info("HFBackend: transformers generate per turn for %s: %s", type(self.model).__name__, why)
+        if self.session_support() is not None:
             return None
         from awarl.agent.backends.hf_slots import SlotSession
 
