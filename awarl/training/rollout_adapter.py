@@ -72,12 +72,35 @@ class RolloutAdapter:
         self._prompt_cache: dict[str, list[int]] = {}
         self.calls = 0
         self.last: list[Any] = []  # the trajectories of the latest call (tests, debugging)
+        self._vllm: tuple[tuple, Any] | None = None   # (what it drives, the backend over TRL's vLLM)
 
     def _prompt_ids(self, question: str) -> list[int]:
         ids = self._prompt_cache.get(question)
         if ids is None:
             ids = self._prompt_cache[question] = render_prompt(self.template, question, self.tokenizer)
         return ids
+
+    def _vllm_backend(self, trainer: Any, policy_gen_cfg: Any) -> Any:
+        """The backend over TRL's vLLM (its colocated engine, or `trl vllm-serve`), built once per engine or
+        server and kept across steps: building reads the model's generation config from disk (in process) or
+        health-checks the server and opens a connection pool (TRL's client)."""
+        args = trainer.args
+        if args.vllm_mode == "server":
+            base = args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
+            key: tuple = ("server", base)
+        else:
+            key = ("colocate", trainer.vllm_generation.llm)   # the engine object itself (compared by identity)
+        if self._vllm is None or self._vllm[0] != key:
+            if args.vllm_mode == "server":
+                from awarl.agent.backends.vllm import VLLMServerBackend
+
+                backend = VLLMServerBackend(base, self.tokenizer, generation_config=policy_gen_cfg,
+                                            connection_timeout=args.vllm_server_timeout)
+            else:
+                backend = make_backend(self.cfg.generation, trainer.vllm_generation.llm, self.tokenizer,
+                                       kind="vllm", generation_config=policy_gen_cfg)
+            self._vllm = (key, backend)
+        return self._vllm[1]
 
     @contextlib.contextmanager
     def _backend(self, trainer: Any) -> Iterator[Any]:
@@ -93,16 +116,7 @@ class RolloutAdapter:
             return
         policy_gen_cfg = getattr(getattr(trainer, "model", None), "generation_config", None)
         if getattr(trainer, "use_vllm", False):
-            args = trainer.args
-            if args.vllm_mode == "server":
-                from awarl.agent.backends.vllm import VLLMServerBackend
-
-                base = args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
-                yield VLLMServerBackend(base, self.tokenizer, generation_config=policy_gen_cfg,
-                                        connection_timeout=args.vllm_server_timeout)
-            else:
-                yield make_backend(gen, trainer.vllm_generation.llm, self.tokenizer, kind="vllm",
-                                   generation_config=policy_gen_cfg)
+            yield self._vllm_backend(trainer, policy_gen_cfg)
             return
         from trl.models import unwrap_model_for_generation
 
