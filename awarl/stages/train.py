@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from awarl.agent.backends.vllm import check_engine_options
+from awarl.agent.backends.vllm import check_engine_options, engine_kwargs
 from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig, ConfigError, save_resolved
 from awarl.critic import check_endpoints, make_judge
@@ -170,21 +170,16 @@ def vllm_engine_options(cfg: AwarlConfig) -> tuple[str, dict[str, tuple[str, Any
     (generation.backend=vllm); None when no vLLM engine is configured (a `trl vllm-serve` server takes its
     options from scripts/serve_vllm.sh)."""
     t, g = cfg.train, cfg.generation
-    opts: dict[str, tuple[str, Any]] = {
-        "generation.dtype": ("dtype", g.dtype),
-        "generation.gpu_memory_utilization": ("gpu_memory_utilization", g.gpu_memory_utilization),
-        "generation.tensor_parallel_size": ("tensor_parallel_size", g.tensor_parallel_size),
-        "generation.enable_prefix_caching": ("enable_prefix_caching", g.enable_prefix_caching),
-        "generation.enforce_eager": ("enforce_eager", g.enforce_eager)}
-    if t.use_vllm and t.vllm_mode == "colocate":
-        key = "generation.max_model_len" if g.max_model_len else \
-            "agent.max_trajectory_tokens (+ 2048 for the colocated engine)"
-        return t.model, {**opts, key: ("max_model_len", colocate_max_model_len(cfg))}
-    if g.backend == "vllm":
-        if g.max_model_len:
-            opts["generation.max_model_len"] = ("max_model_len", g.max_model_len)
-        return cfg.estimate.model or t.model, opts
-    return None
+    colocate = t.use_vllm and t.vllm_mode == "colocate"
+    if not colocate and g.backend != "vllm":
+        return None
+    # engine_kwargs: the mapping the engines themselves are built from, so the check sees what they get
+    kw = engine_kwargs(g, max_model_len=colocate_max_model_len(cfg) if colocate else None)
+    opts: dict[str, tuple[str, Any]] = {f"generation.{name}": (name, value) for name, value in kw.items()}
+    if colocate and not g.max_model_len:   # training derived it
+        opts["agent.max_trajectory_tokens (+ 2048 for the colocated engine)"] = \
+            ("max_model_len", opts.pop("generation.max_model_len")[1])
+    return (t.model if colocate else cfg.estimate.model or t.model), opts
 
 
 def check_vllm(cfg: AwarlConfig) -> str | None:
