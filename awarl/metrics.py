@@ -211,7 +211,8 @@ def _draws_at(outcomes: Sequence[Outcome], metric: str | Callable[[list[Outcome]
     return np.asarray(_rates(c, w, a, i)[metric], dtype=float)
 
 
-def _percentile_ci(draws: np.ndarray) -> tuple[float, float]:
+def percentile_ci(draws: np.ndarray) -> tuple[float, float]:
+    """The 95% percentile interval of bootstrap draws."""
     lo, hi = np.percentile(draws, [2.5, 97.5])
     return float(lo), float(hi)
 
@@ -222,7 +223,7 @@ def bootstrap_ci(outcomes: Sequence[Outcome], metric: str | Callable[[list[Outco
     list). em/f1/cover_em need their per-question `values`."""
     if n < 1:
         raise ValueError(f"bootstrap needs n >= 1 resamples, got {n}")
-    return _percentile_ci(_bootstrap_draws(outcomes, metric, n, np.random.default_rng(seed), values))
+    return percentile_ci(_bootstrap_draws(outcomes, metric, n, np.random.default_rng(seed), values))
 
 
 def bootstrap_macro_ci(per_dataset: dict[str, Sequence[Outcome]], metric: str, n: int = 1000, seed: int = 0,
@@ -235,7 +236,7 @@ def bootstrap_macro_ci(per_dataset: dict[str, Sequence[Outcome]], metric: str, n
     rng = np.random.default_rng(seed)
     draws = [_bootstrap_draws(outs, metric, n, rng, (values or {}).get(ds))
              for ds, outs in sorted(per_dataset.items())]
-    return _percentile_ci(np.mean(draws, axis=0))
+    return percentile_ci(np.mean(draws, axis=0))
 
 
 def paired_bootstrap_delta(a: dict[str, Sequence[Outcome]], b: dict[str, Sequence[Outcome]], metric: str,
@@ -262,7 +263,7 @@ def paired_bootstrap_delta(a: dict[str, Sequence[Outcome]], b: dict[str, Sequenc
         idx = rng.integers(0, len(a[ds]), size=(n, len(a[ds])))
         diffs.append(_draws_at(b[ds], metric, idx) - _draws_at(a[ds], metric, idx))
     draws = np.mean(diffs, axis=0)
-    lo, hi = _percentile_ci(draws)
+    lo, hi = percentile_ci(draws)
     return {"delta": float(np.mean(point)), "ci": [lo, hi], "p_le_0": float(np.mean(draws <= 0))}
 
 

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from awarl.critic.gold_judge import evidence_from, gold_verdict, refs_from_line
+from awarl.metrics import percentile_ci
 from awarl.rewards.citation import citation_reward
 
 MEANS = ("citation_precision", "citation_recall", "evidence_retrieved", "evidence_recall")
@@ -94,8 +95,7 @@ def _draws(values: list[float], n: int, seed: int) -> np.ndarray:
 
 
 def _ci(draws: np.ndarray) -> list[float]:
-    lo, hi = np.percentile(draws, [2.5, 97.5])
-    return [float(lo), float(hi)]
+    return list(percentile_ci(draws))   # a list: the JSON shape of every interval in results.json
 
 
 def _mean(values: list[float]) -> float | None:
