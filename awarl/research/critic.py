@@ -4,7 +4,6 @@ conflicts across sub-questions, which are flagged, never averaged."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,8 +11,7 @@ from awarl.critic.schema import CriticInput, CriticOutput, PassageRef
 from awarl.data.evidence import GoldEvidence, gold_evidence
 from awarl.data.types import QAExample
 from awarl.metrics import normalize_answer
-
-log = logging.getLogger(__name__)
+from awarl.rewards.citation import safe_verify
 
 
 def verify(judge: Any, inputs: Sequence[CriticInput]) -> list[CriticOutput | None]:
@@ -23,15 +21,7 @@ def verify(judge: Any, inputs: Sequence[CriticInput]) -> list[CriticOutput | Non
         return []
     if judge is None:
         return [None] * len(inputs)
-    try:
-        out = list(judge.verify(list(inputs)))
-    except Exception as e:  # noqa: BLE001 - an unreachable judge leaves everything unapproved, reported as such
-        log.warning("research critic: the judge failed on %d items: %s", len(inputs), e)
-        return [None] * len(inputs)
-    if len(out) != len(inputs):
-        log.warning("research critic: %d verdicts for %d items; treating all as unverified", len(out), len(inputs))
-        return [None] * len(inputs)
-    return out
+    return safe_verify(judge, inputs, "research critic")[0]
 
 
 def unsupported_claims(verdict: CriticOutput | None) -> list[str]:

@@ -155,10 +155,10 @@ def judged(outcome: Outcome | str) -> bool:
 
 
 def _inputs(judge: Any, items: Sequence[CitationItem], out: list[CitationJudgement | None]
-            ) -> tuple[list[int], list[CriticInput], list[list[PassageRef]], dict[int, str]]:
-    """The items to send to the judge (index, input, passages) and their route (`judge.route`, when the judge
-    has one: the gold judge's fallback); malformed and skipped items are settled in `out`."""
-    idx, inputs, refs, routes = [], [], [], {}
+            ) -> tuple[list[int], list[CriticInput], dict[int, str]]:
+    """The items to send to the judge (index, input) and their route (`judge.route`, when the judge has one:
+    the gold judge's fallback); malformed and skipped items are settled in `out`."""
+    idx, inputs, routes = [], [], {}
     route = getattr(judge, "route", None)
     for j, item in enumerate(items):
         if not judged(item.outcome):
@@ -176,9 +176,22 @@ def _inputs(judge: Any, items: Sequence[CitationItem], out: list[CitationJudgeme
                 continue
             routes[j] = r
         inputs.append(inp)
-        refs.append(refs_j)
         idx.append(j)
-    return idx, inputs, refs, routes
+    return idx, inputs, routes
+
+
+def safe_verify(judge: Any, inputs: Sequence[CriticInput], who: str) -> tuple[list[CriticOutput | None], str | None]:
+    """`judge.verify(inputs)` that never raises: (one verdict per input, None), or ([None] * n, why) when the
+    judge raised or returned another number of verdicts (logged once, as `who`). A judge must never fail
+    training, evaluation or the critic loop; its failures are returned for the caller to count."""
+    try:
+        verdicts = list(judge.verify(list(inputs)))
+        if len(verdicts) != len(inputs):
+            raise ValueError(f"judge returned {len(verdicts)} verdicts for {len(inputs)} inputs")
+    except Exception as e:  # noqa: BLE001 - see the docstring
+        log.warning("%s: the judge failed on a batch of %d: %s", who, len(inputs), e)
+        return [None] * len(inputs), str(e)
+    return verdicts, None
 
 
 def judge_citations(judge: Any, items: Sequence[CitationItem],
@@ -189,22 +202,18 @@ def judge_citations(judge: Any, items: Sequence[CitationItem],
     out: list[CitationJudgement | None] = [None] * len(items)
     if judge is None:
         return out
-    idx, inputs, refs, routes = _inputs(judge, items, out)
+    idx, inputs, routes = _inputs(judge, items, out)
     if not inputs:
         return out
-    try:
-        verdicts = list(judge.verify(inputs))
-        if len(verdicts) != len(inputs):
-            raise ValueError(f"judge returned {len(verdicts)} verdicts for {len(inputs)} answers")
-    except Exception as e:  # noqa: BLE001 - a judge must never fail training or evaluation
-        log.warning("citation judge failed on a batch of %d answers: %s", len(inputs), e)
+    verdicts, failed = safe_verify(judge, inputs, "citation judge")
+    if failed is not None:
         for j in idx:
-            out[j] = CitationJudgement(error=str(e)[:500])
+            out[j] = CitationJudgement(error=failed[:500])
         return out
     own = getattr(judge, "name", None)
-    for j, v, refs_j in zip(idx, verdicts, refs, strict=True):
+    for j, v, inp in zip(idx, verdicts, inputs, strict=True):
         via = routes.get(j)
         tag = {"judge": via, "fallback": True} if via is not None and via != own else {}
         out[j] = CitationJudgement(error="no valid verdict", **tag) if v is None else CitationJudgement(
-            verdict=v, score=citation_reward(v, items[j].citations, refs_j, inferred_weight), **tag)
+            verdict=v, score=citation_reward(v, items[j].citations, inp.passages, inferred_weight), **tag)
     return out
