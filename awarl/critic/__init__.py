@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from awarl.config import CriticConfig
@@ -14,7 +15,12 @@ from awarl.critic.gold_judge import GoldJudge
 from awarl.critic.lexical_judge import LexicalJudge
 from awarl.critic.openai_judge import JudgeUnavailable, OpenAIJudge
 
-__all__ = ["GoldJudge", "JudgeUnavailable", "LexicalJudge", "OpenAIJudge", "check_endpoints", "make_judge"]
+__all__ = ["GoldJudge", "JudgeUnavailable", "LexicalJudge", "OpenAIJudge", "check_endpoints", "critic_cache_dir", "make_judge"]
+
+
+def critic_cache_dir(cfg: CriticConfig, run_dir: str | os.PathLike) -> Path:
+    """Where a run's judge verdicts are cached: critic.cache_dir, else <run>/critic_cache."""
+    return Path(cfg.cache_dir) if cfg.cache_dir else Path(run_dir) / "critic_cache"
 
 
 def make_judge(cfg: CriticConfig, cache_dir: str | os.PathLike | None = None) -> Any:

@@ -25,7 +25,7 @@ from typing import Any
 
 from awarl.agent.rollout import RolloutEngine
 from awarl.config import AwarlConfig, save_resolved
-from awarl.critic import check_endpoints, make_judge
+from awarl.critic import check_endpoints, critic_cache_dir, make_judge
 from awarl.critic.correctness import close_grader, grade_trajectories, make_answer_grader
 from awarl.data.evidence import gold_evidence
 from awarl.data.questions import load_eval_set
@@ -138,7 +138,7 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
     eval_set = load_eval_set(cfg, datasets, limit)
     if not eval_set.examples:
         raise ValueError("no evaluation questions: check eval.datasets / data.eval")
-    judge = make_judge(cfg.critic, cfg.critic.cache_dir or out / "critic_cache")
+    judge = make_judge(cfg.critic, critic_cache_dir(cfg.critic, out))
     grader = make_answer_grader(cfg, out / "critic_cache")
     pred_path = out / PREDICTIONS
     try:

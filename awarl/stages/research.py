@@ -9,7 +9,7 @@ from typing import Any
 
 from awarl.agent.rollout import RolloutEngine
 from awarl.config import AwarlConfig, save_resolved
-from awarl.critic import check_endpoints, make_judge
+from awarl.critic import check_endpoints, critic_cache_dir, make_judge
 from awarl.data.loaders import SHIPPED_DEV, load_shipped
 from awarl.io import atomic_write_json
 from awarl.models.loading import load_tokenizer
@@ -28,7 +28,7 @@ class _Parts:
     """What research runs with: the engine (executor), the judge (critic), the planner, the retriever."""
 
     def __init__(self, cfg: AwarlConfig, model: str | None) -> None:
-        cache = Path(cfg.critic.cache_dir or Path(cfg.run.out_dir) / "critic_cache")
+        cache = critic_cache_dir(cfg.critic, cfg.run.out_dir)
         self.judge = make_judge(cfg.critic, cache)
         check_endpoints(cfg.critic, self.judge, None)  # dead endpoints fail before any model loads
         self.planner = make_planner(cfg, cache, check=True)

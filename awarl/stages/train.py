@@ -22,7 +22,7 @@ from typing import Any
 from awarl.agent.backends.vllm import check_engine_options, engine_kwargs
 from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig, ConfigError, save_resolved
-from awarl.critic import check_endpoints, make_judge
+from awarl.critic import check_endpoints, critic_cache_dir, make_judge
 from awarl.critic.correctness import make_answer_grader
 from awarl.critic.gold_judge import compact_evidence
 from awarl.data.estimates import estimates_path, join_p, read_estimates
@@ -102,8 +102,7 @@ def build_dataset(rows: list[dict]) -> Any:
 
 def build_reward(cfg: AwarlConfig, rows: list[dict]) -> Any:
     """AwaRLReward with the configured judge (none when reward.lambda_cite is 0) and the p table."""
-    cache = cfg.critic.cache_dir or str(Path(cfg.run.out_dir) / "critic_cache")
-    judge = make_judge(cfg.critic, cache) if cfg.reward.lambda_cite > 0 else None
+    judge = make_judge(cfg.critic, critic_cache_dir(cfg.critic, cfg.run.out_dir)) if cfg.reward.lambda_cite > 0 else None
     p_table = {r["qid"]: r["p_i"] for r in rows if r["p_i"] is not None}
     return AwaRLReward(cfg.reward, judge, p_table)
 
@@ -205,7 +204,7 @@ def critic_plan(cfg: AwarlConfig, info: dict[str, Any]) -> dict[str, Any]:
                      "api_key": f"${c.api_key_env} {key}",
                      "endpoint_check": ("not contacted in a dry run; a launch checks it before any model loads"
                                         if c.check_endpoint else "off (critic.check_endpoint: false)"),
-                     "cache": c.cache_dir or str(Path(cfg.run.out_dir) / "critic_cache")})
+                     "cache": str(critic_cache_dir(c, cfg.run.out_dir))})
     return plan
 
 
@@ -288,28 +287,27 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
     plan = make_plan(cfg, info, reward, cpu=cpu, n_procs=world_size())
     if dry_run or plan["device"]["use_vllm"]:  # before any weights load
         plan["generation"]["vllm_check"] = check_vllm(cfg)
-    if not dry_run:  # a dead judge endpoint fails here, before the policy loads
-        probe = make_answer_grader(cfg, None)
-        try:
-            check_endpoints(cfg.critic, reward.judge, probe)
-        finally:
-            if probe is not None:
-                probe.close()
     if dry_run:
         load_template(cfg.agent.template)  # a bad template name/path fails here, not hours into a launch
         check_report_to(list(t.report_to))  # so does a logger whose package is missing (e.g. wandb)
         if rows:
             build_dataset(rows)  # the dataset must build (column types), even though nothing trains
         return plan
-    ckpt = resolve_resume(cfg.run.out_dir, resume, reward_state_needed=reward_state_needed(cfg.reward),
-                          reset_reward_state=reset_reward_state)
-    return _train(cfg, plan, rows, reward, ckpt=ckpt, model=model, tokenizer=tokenizer,
-                  retriever=retriever, final_eval=final_eval, backend_factory=backend_factory,
-                  extra_callbacks=callbacks or [], on_trainer=on_trainer)
+    grader = make_answer_grader(cfg, Path(cfg.run.out_dir) / "critic_cache")
+    try:
+        check_endpoints(cfg.critic, reward.judge, grader)  # a dead endpoint fails here, before the policy loads
+        ckpt = resolve_resume(cfg.run.out_dir, resume, reward_state_needed=reward_state_needed(cfg.reward),
+                              reset_reward_state=reset_reward_state)
+        return _train(cfg, plan, rows, reward, grader, ckpt=ckpt, model=model, tokenizer=tokenizer,
+                      retriever=retriever, final_eval=final_eval, backend_factory=backend_factory,
+                      extra_callbacks=callbacks or [], on_trainer=on_trainer)
+    finally:
+        if grader is not None:
+            grader.close()
 
 
-def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, *, ckpt: Path | None, model: Any,
-           tokenizer: Any, retriever: Any, final_eval: bool, backend_factory: Any,
+def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, grader: Any, *, ckpt: Path | None,
+           model: Any, tokenizer: Any, retriever: Any, final_eval: bool, backend_factory: Any,
            extra_callbacks: list, on_trainer: Any) -> dict:
     from awarl.training.callbacks import PeriodicEval, RewardStateCallback
 
@@ -331,7 +329,6 @@ def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, *, ckpt:
         cfg = ensure_default_retrieval(cfg)
         retriever = load_retriever(cfg.retrieval)
     dataset = build_dataset(rows)
-    grader = make_answer_grader(cfg, out / "critic_cache")
     adapter = RolloutAdapter(cfg, tokenizer, retriever, load_template(cfg.agent.template), rows,
                              backend_factory=backend_factory, grader=grader)
 
