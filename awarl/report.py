@@ -33,11 +33,12 @@ def _rows(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return rows
 
 
-def _cell(m: dict[str, Any], key: str, with_ci: bool) -> str:
+def _cell(m: dict[str, Any], key: str, with_ci: bool, counts: set[str] | None = None) -> str:
+    """One table cell: a dash where missing, a count as an integer, else 3 decimals and the 95% CI if any."""
     v = m.get(key)
     if v is None:
         return "–"
-    if key in _COUNTS:
+    if key in (_COUNTS if counts is None else counts):
         return str(int(v))
     text = f"{v:.3f}"
     ci = (m.get("ci") or {}).get(key)
@@ -148,21 +149,12 @@ def _evidence_markdown(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _table(rows: list[tuple[str, dict[str, Any]]], columns: list[tuple[str, str]]) -> list[str]:
+def _table(rows: list[tuple[str, dict[str, Any]]], columns: list[tuple[str, str]],
+           counts: set[str] = _EVIDENCE_COUNTS) -> list[str]:
     out = ["| dataset | " + " | ".join(label for _, label in columns) + " |", "|---|" + "---:|" * len(columns)]
     for name, e in rows:
-        cells = []
-        for key, _ in columns:
-            v = e.get(key)
-            if v is None:
-                cells.append("–")
-            elif isinstance(v, str):
-                cells.append(_md_escape(v))
-            elif key in _EVIDENCE_COUNTS:
-                cells.append(str(int(v)))
-            else:
-                ci = (e.get("ci") or {}).get(key)
-                cells.append(f"{v:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""))
+        cells = [_md_escape(e[key]) if isinstance(e.get(key), str) else _cell(e, key, True, counts)
+                 for key, _ in columns]
         out.append(f"| {name} | " + " | ".join(cells) + " |")
     return out
 
@@ -179,15 +171,7 @@ def _critic_markdown(results: dict[str, Any]) -> list[str]:
              "answers a gold judge left to its fallback (no gold evidence); not judged = answers without gold "
              "evidence under `critic.gold_fallback: none`. Macro means are over the datasets with at least one "
              "judged answer.", ""]
-    lines.append("| dataset | " + " | ".join(label for _, label in CRITIC_COLUMNS) + " |")
-    lines.append("|---|" + "---:|" * len(CRITIC_COLUMNS))
-    for name, c in rows:
-        cells = []
-        for key, _ in CRITIC_COLUMNS:
-            v = c.get(key)
-            cells.append("–" if v is None else str(int(v)) if key in _CRITIC_COUNTS else f"{v:.3f}")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return lines
+    return lines + _table(rows, CRITIC_COLUMNS, _CRITIC_COUNTS)   # critic entries carry no CIs
 
 
 def plot_results(results: dict[str, Any], path: str | os.PathLike) -> Path:
