@@ -104,12 +104,14 @@ def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfi
         stats.add(r.get("outcome", ""))
     bar = tqdm(total=len(unique), initial=len(unique) - n_todo, desc="eval", unit="q")
     bar.set_postfix(stats.postfix())
+    if cfg.eval.agent == "critic_loop" and planner is None:
+        planner = make_planner(cfg)
     # Seeded by position in the whole list: a rerun after a kill draws what an uninterrupted run would.
     for start, batch in pending_batches(unique, batch_size, lambda ex: example_key(ex.dataset, ex.id) in done):
         if cfg.eval.agent == "critic_loop":
             rows = critic_loop_rows(engine, judge, grader, batch, cfg, temperature=temperature, top_p=top_p,
                                     seed=seed + start, label=critic_label(cfg),
-                                    planner=planner or make_planner(cfg))
+                                    planner=planner)
         else:
             rows = single_pass_rows(engine, judge, grader, batch, cfg, temperature=temperature, top_p=top_p,
                                     seed=seed + start)
