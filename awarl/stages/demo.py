@@ -126,7 +126,8 @@ def run_demo(out_dir: str | Path, config: str | Path | None = None, overrides: l
 
     # 5. p_i estimate
     t = time.time()
-    run_estimate(cfg, model=str(warm_dir), tokenizer=tokenizer, retriever=retriever, examples=train_qs)
+    estimates_file = run_estimate(cfg, model=str(warm_dir), tokenizer=tokenizer, retriever=retriever,
+                                  examples=train_qs)
     timer.done("p_i estimate", t)
 
     # 6. GRPO with the AWA-RL reward; its final evaluation is the "after RL" result
@@ -137,7 +138,7 @@ def run_demo(out_dir: str | Path, config: str | Path | None = None, overrides: l
     timer.done("AWA-RL training", t)
     after, comparison = _before_after(cfg, out, train_dir / "eval" / "final" / "results.json")
     # The mechanism as the trainer ran it: its own logged ρ, ρ̂, Ē, P per step, beside the simulator's prediction.
-    estimates = read_estimates(out / "p_estimates.jsonl")
+    estimates = read_estimates(estimates_file)
     rows = [estimates[k] for k in (example_key(e.dataset, e.id) for e in train_qs) if k in estimates]
     dynamics = write_dynamics(out, cfg, summary["trainer"].state.log_history, rows)
 

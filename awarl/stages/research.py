@@ -71,10 +71,16 @@ def _example_for(question: str) -> Any:
     return _Question(question)
 
 
-def _task_example(task: dict) -> Any:
+def _task_example(task: dict, shipped: dict[str, dict[str, Any]]) -> Any:
+    """The shipped record a task names (`shipped`: each dataset's records by id, loaded once), else the
+    question alone."""
     ds, eid = task.get("dataset"), task.get("example_id")
     if ds in SHIPPED_DEV and eid:
-        found = next((ex for ex in load_shipped(ds) if ex.id == str(eid)), None)
+        if ds not in shipped:
+            shipped[ds] = {}
+            for ex in load_shipped(ds):
+                shipped[ds].setdefault(ex.id, ex)
+        found = shipped[ds].get(str(eid))
         if found is None:
             raise ValueError(f"task {task['id']}: no {ds} example {eid!r} in the shipped sample")
         return found
@@ -94,7 +100,8 @@ def run_regression(cfg: AwarlConfig, tasks_path: str | Path, out_dir: str | Path
         check_snapshot(recorded, snapshot, tasks_path)
     out = Path(out_dir)
     save_resolved(parts.cfg, out)
-    reports = _research(parts, [t["question"] for t in tasks], [_task_example(t) for t in tasks])
+    shipped: dict[str, dict[str, Any]] = {}
+    reports = _research(parts, [t["question"] for t in tasks], [_task_example(t, shipped) for t in tasks])
     if record_mode:
         record(tasks_path, snapshot, tasks, reports)
     failures = {} if record_mode else {t["id"]: d for t, r in zip(tasks, reports, strict=True) if (d := check(t, r))}
