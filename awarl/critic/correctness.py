@@ -69,14 +69,28 @@ def grade_trajectories(grader: Any, questions: list[str], trajs: list[Any], gold
                                   for q, t, g in zip(questions, trajs, golds, strict=True)], phrases)
 
 
+def answer_outcome(answer: str | None, golds: list[str], cfg: AwarlConfig, phrases: list[str], *, valid: bool,
+                   grade: Grade | None = None) -> Outcome:
+    """The outcome of an answer under the run's correctness rule (`grade`: the LLM grader's verdict under
+    `metrics.correctness: judge`): the one rule for trajectories and the critic loop's reports."""
+    return classify_outcome(answer, golds, valid=valid, phrases=phrases, correctness=cfg.metrics.correctness,
+                            f1_threshold=cfg.metrics.f1_threshold, judge_correct=grade.correct if grade else None)
+
+
 def trajectory_outcome(parsed: Any, golds: list[str], cfg: AwarlConfig, phrases: list[str],
                        grade: Grade | None = None) -> Outcome:
     """The outcome of a parsed trajectory under the run's correctness rule, the same in evaluation,
     estimation and training. `phrases`: the engine's abstention phrases (template + config), so the outcome
     and the parser's `abstained` flag agree; `grade`: the LLM grader's verdict (`metrics.correctness: judge`)."""
-    return classify_outcome(parsed.answer, golds, valid=parsed.valid, phrases=phrases,
-                            correctness=cfg.metrics.correctness, f1_threshold=cfg.metrics.f1_threshold,
-                            judge_correct=grade.correct if grade else None)
+    return answer_outcome(parsed.answer, golds, cfg, phrases, valid=parsed.valid, grade=grade)
+
+
+def graded_fields(grade: Grade | None) -> dict[str, bool]:
+    """What a predictions line records of the grader's verdict: `judge_correct` (and `judge_failed` when the
+    grader gave none and exact match decided), nothing when no verdict was needed."""
+    if grade is None or grade.correct is None:
+        return {}
+    return {"judge_correct": grade.correct, **({"judge_failed": True} if grade.failed else {})}
 
 
 def close_grader(grader: Any, flagged_in: str | None = None) -> None:

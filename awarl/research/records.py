@@ -7,9 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from awarl.critic.correctness import grade_answers
+from awarl.critic.correctness import answer_outcome, grade_answers, graded_fields
 from awarl.data.types import QAExample
-from awarl.metrics import classify_outcome
 from awarl.research.loop import ResearchRun, run_research
 from awarl.research.planner import DecompositionPlanner, Planner
 from awarl.research.schema import ResearchReport
@@ -61,16 +60,11 @@ def critic_summary(run: ResearchRun, judge: Any, label: str, inferred_weight: fl
 def research_record(ex: QAExample, run: ResearchRun, report: ResearchReport, cfg: Any, phrases: Sequence[str],
                     grade: Any = None) -> dict[str, Any]:
     """One predictions.jsonl line of the critic loop."""
-    judge_correct = grade.correct if grade is not None else None
-    outcome = classify_outcome(report.answer, ex.answers, valid=True, phrases=list(phrases),
-                               correctness=cfg.metrics.correctness, f1_threshold=cfg.metrics.f1_threshold,
-                               judge_correct=judge_correct)
-    graded = {} if judge_correct is None else {"judge_correct": judge_correct,
-                                               **({"judge_failed": True} if grade.failed else {})}
+    outcome = answer_outcome(report.answer, ex.answers, cfg, list(phrases), valid=True, grade=grade)
     searches = [q for s in report.sub_questions for q in s["searches"]]
     return {
         "id": ex.id, "dataset": ex.dataset, "question": ex.question, "prediction": report.answer,
-        "answers": ex.answers, "valid": True, "outcome": outcome.value, **graded,
+        "answers": ex.answers, "valid": True, "outcome": outcome.value, **graded_fields(grade),
         "trajectory": {"searches": searches, "citations": [], "num_turns": sum(s["attempts"] for s in report.sub_questions)},
         "research": report.model_dump(mode="json"),
     }

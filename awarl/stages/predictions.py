@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from awarl.config import AwarlConfig
-from awarl.critic.correctness import Grade, grade_answers, trajectory_outcome
+from awarl.critic.correctness import Grade, answer_outcome, grade_answers, graded_fields, trajectory_outcome
 from awarl.critic.gold_judge import compact_evidence
 from awarl.data.evidence import gold_evidence
 from awarl.data.types import QAExample, example_key
 from awarl.io import atomic_write_text, iter_jsonl
-from awarl.metrics import classify_outcome
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +26,6 @@ def trajectory_record(ex: QAExample, traj: Any, cfg: AwarlConfig, phrases: list[
     `phrases`: the engine's abstention phrases, `grade`: the LLM grader's verdict (see trajectory_outcome)."""
     p = traj.parsed
     outcome = trajectory_outcome(p, ex.answers, cfg, phrases, grade)
-    graded = {} if grade is None or grade.correct is None else \
-        {"judge_correct": grade.correct, **({"judge_failed": True} if grade.failed else {})}
     return {
         "id": ex.id,
         "dataset": ex.dataset,
@@ -37,7 +34,7 @@ def trajectory_record(ex: QAExample, traj: Any, cfg: AwarlConfig, phrases: list[
         "answers": ex.answers,
         "valid": p.valid,
         "outcome": outcome.value,
-        **graded,
+        **graded_fields(grade),
         # for the report's citation precision/recall and evidence-retrieved share (titles and ids only)
         "gold_evidence": compact_evidence(gold_evidence(ex)),
         "trajectory": {
@@ -100,10 +97,8 @@ def regrade_failed(path: Path, grader: Any, cfg: AwarlConfig, phrases: list[str]
         settled += 1
         row.pop("judge_failed", None)
         row["judge_correct"] = g.correct
-        row["outcome"] = classify_outcome(row.get("prediction"), row.get("answers") or [],
-                                          valid=bool(row.get("valid", True)), phrases=phrases,
-                                          correctness=cfg.metrics.correctness,
-                                          f1_threshold=cfg.metrics.f1_threshold, judge_correct=g.correct).value
+        row["outcome"] = answer_outcome(row.get("prediction"), row.get("answers") or [], cfg, phrases,
+                                        valid=bool(row.get("valid", True)), grade=g).value
         lines[i] = json.dumps(row, ensure_ascii=False) + "\n"
     if settled:
         atomic_write_text(path, "".join(lines))
