@@ -180,10 +180,6 @@ class RolloutEngine:
         turn = 0
         while True:
             active = [s for s in states if s.stop_reason is None]
-            for s in active:
-                if self._left(s) <= 0:
-                    s.stop_reason = "token_budget"
-            active = [s for s in active if s.stop_reason is None]
             if not active:
                 break
             for s in active:
@@ -253,8 +249,6 @@ class RolloutEngine:
     def _resume(self, s: _State, key: int, query: str, hits: list[Passage], session: Any) -> int:
         """Append the search's block; 1 when that ends the trajectory (its slot is released), else 0."""
         block = self._insert(s, query, hits)
-        if s.stop_reason is None and self._left(s) <= 0:
-            s.stop_reason = "token_budget"
         if s.stop_reason is not None:
             session.release(key)
             return 1
@@ -329,7 +323,8 @@ class RolloutEngine:
         return [[_as_passage(p) for p in next(results)][: self.topk] if q else [] for q in queries]
 
     def _insert(self, s: _State, query: str, hits: list[Passage]) -> list[int]:
-        """Append a search's information block (cut at the trajectory budget); returns its ids."""
+        """Append a search's information block (cut at the trajectory budget); returns its ids. A block that
+        reaches the budget ends the trajectory (`token_budget`): no token is left for another turn."""
         numbered = []
         cumulative = self.template.information.numbering == "cumulative"
         for j, p in enumerate(hits):
@@ -338,7 +333,7 @@ class RolloutEngine:
             numbered.append((number, p.title, p.text, p.id))
         block = self.tokenizer.encode(self.template.information_block(numbered), add_special_tokens=False)
         left = self._left(s)
-        if len(block) > left:
+        if len(block) >= left:
             block = block[:max(left, 0)]
             s.stop_reason = "token_budget"
         s.add(block, None, model=False)
