@@ -127,10 +127,9 @@ class GoldJudge:
 
     name = "gold"
 
-    def __init__(self, cfg: CriticConfig | None = None, fallback: Any = None, fallback_name: str = "lexical") -> None:
+    def __init__(self, cfg: CriticConfig | None = None, fallback: Any = None) -> None:
         self.cfg = cfg or CriticConfig(judge="gold")
         self.fallback = fallback
-        self.fallback_name = fallback_name
         self.failures = 0
         self.fallbacks = 0  # items judged by the fallback (no gold evidence)
 
@@ -138,7 +137,7 @@ class GoldJudge:
         """`gold`, the fallback's name, or None when the item will not be judged."""
         if has_evidence(item.gold):
             return self.name
-        return self.fallback_name if self.fallback is not None else None
+        return None if self.fallback is None else getattr(self.fallback, "name", type(self.fallback).__name__)
 
     def verify(self, items: list[CriticInput]) -> list[CriticOutput | None]:
         out: list[CriticOutput | None] = [None] * len(items)
