@@ -102,7 +102,8 @@ def build_dataset(rows: list[dict]) -> Any:
 
 def build_reward(cfg: AwarlConfig, rows: list[dict]) -> Any:
     """AwaRLReward with the configured judge (none when reward.lambda_cite is 0) and the p table."""
-    judge = make_judge(cfg.critic, critic_cache_dir(cfg.critic, cfg.run.out_dir)) if cfg.reward.lambda_cite > 0 else None
+    judge = make_judge(cfg.critic, critic_cache_dir(cfg.critic, cfg.run.out_dir)) \
+        if cfg.reward.lambda_cite > 0 else None
     p_table = {r["qid"]: r["p_i"] for r in rows if r["p_i"] is not None}
     return AwaRLReward(cfg.reward, judge, p_table)
 
