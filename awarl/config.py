@@ -198,11 +198,19 @@ class RewardConfig(Section):
         description="Ordered (threshold, penalty) pairs: |Ē| <= threshold gives that penalty; above the last "
                     "threshold, `penalty_max`. Sign follows Ē. (R)")
     penalty_max: float = Field(1.0, ge=0.0, description="Penalty beyond the last threshold. (R)")
-    expected_rate: Literal["threshold", "soft", "r_base_mean"] = Field(
-        "threshold", description="ρ̂ per completion (docs/method.md \"Reconstruction choices\"): threshold = 1 if "
+    expected_rate: Literal["threshold", "soft", "r_base_mean", "posterior"] = Field(
+        "threshold", description="ρ̂ per completion (docs/method.md \"The penalty's target\"): threshold = 1 if "
         "R_base beats the expected value of answering, r_wrong + p_i·(r_correct − r_wrong) (SPEC; invalid "
         "does not enter); soft = the sigmoid of that gap; r_base_mean = R_base itself (ρ̂ = batch mean of "
-        "1 − p*, moves with γ). (R)")
+        "1 − p*, capped at 1 − p_min^γ); posterior = the probability, given the K samples behind p_i, that the "
+        "query's true success lies below what refusing pays (the threshold with the estimate's uncertainty: "
+        "smooth in γ, ~1 for a batch the model never solves). (R)")
+    posterior_prior: float = Field(0.5, gt=0.0, description="expected_rate=posterior: Beta(prior, prior) prior of "
+                                   "a query's success before its K samples (0.5: Jeffreys). (R)")
+    posterior_samples: int = Field(8, ge=0, description="expected_rate=posterior: samples assumed behind a p_i "
+                                   "that arrives without its count (a p table or rollout column without `p_n`); "
+                                   "rows of an estimate file carry their own count. A query with no p_i at all "
+                                   "(reward.default_p) counts 0 samples: the prior alone.")
     soft_tau: float = Field(0.05, gt=0.0, description="expected_rate=soft: sigmoid temperature.")
     p_definition: Literal["share_of_k", "among_answered"] = Field(
         "share_of_k", description="p_i from the estimate file's counts: correct / K (SPEC) or correct / answered "
@@ -214,6 +222,10 @@ class RewardConfig(Section):
         None, gt=0.0, description="Cap on the refusal reward: r_ref <= r_correct − r_ref_margin, so abstaining "
         "never pays as much as a correct answer, even under sustained under-refusal (P = −1). None = only "
         "r_clip (SPEC). (R)")
+    r_ref_floor_margin: float | None = Field(
+        None, ge=0.0, description="Floor on the refusal reward: r_ref >= r_wrong + r_ref_floor_margin, so refusing "
+        "never pays less than a wrong answer, even under sustained over-refusal (P = +1): the guard against "
+        "refusal collapse, the mirror of r_ref_margin. None = only r_clip (SPEC). (R)")
     p_online: Literal["off", "ema"] = Field("off", description="Re-estimate p_i during training from the "
                                             "query's group: correct / answered (the policy's own abstentions never "
                                             "count as failures). (R, off by default)")
@@ -249,9 +261,17 @@ class RewardConfig(Section):
 
     @model_validator(mode="after")
     def _cap_inside_clip(self) -> RewardConfig:
-        if self.r_ref_margin is not None and self.r_correct - self.r_ref_margin < self.r_clip[0]:
+        cap = self.r_correct - self.r_ref_margin if self.r_ref_margin is not None else None
+        floor = self.r_wrong + self.r_ref_floor_margin if self.r_ref_floor_margin is not None else None
+        if cap is not None and cap < self.r_clip[0]:
             raise ValueError(f"r_ref_margin={self.r_ref_margin} puts the refusal cap r_correct − r_ref_margin = "
-                             f"{self.r_correct - self.r_ref_margin:g} below r_clip's low end {self.r_clip[0]:g}")
+                             f"{cap:g} below r_clip's low end {self.r_clip[0]:g}")
+        if floor is not None and floor > self.r_clip[1]:
+            raise ValueError(f"r_ref_floor_margin={self.r_ref_floor_margin} puts the refusal floor r_wrong + "
+                             f"r_ref_floor_margin = {floor:g} above r_clip's high end {self.r_clip[1]:g}")
+        if cap is not None and floor is not None and floor > cap:
+            raise ValueError(f"the refusal floor r_wrong + r_ref_floor_margin = {floor:g} lies above the refusal "
+                             f"cap r_correct − r_ref_margin = {cap:g}")
         return self
 
 

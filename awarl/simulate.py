@@ -60,6 +60,14 @@ class Population:
         return np.array([A.estimate_p(int(c), int(a), int(kk), definition)
                          for c, a, kk in zip(self.counts[:, C], answered, k, strict=True)])
 
+    def p_samples(self, definition: str = "share_of_k") -> np.ndarray:
+        """How many samples each pre-RL p_i rests on (data.estimates.row_samples): K, or the answered ones."""
+        k = self.counts.sum(axis=1)
+        if definition == "share_of_k":
+            return k.astype(float)
+        answered = k - self.counts[:, AB]
+        return np.where(answered > 0, answered, k).astype(float)
+
 
 @dataclass
 class RunResult:
@@ -131,9 +139,10 @@ def current_success(pop: Population, sc: SimulateConfig, step: int) -> np.ndarra
 class _RewardModel:
     """Per-query reward quantities of one run (R_base, ρ̂ contribution), kept in step with p_est."""
 
-    def __init__(self, rc: RewardConfig, p_est: np.ndarray) -> None:
+    def __init__(self, rc: RewardConfig, p_est: np.ndarray, n_est: np.ndarray) -> None:
         self.rc = rc
         self.p_est = p_est.astype(float).copy()
+        self.n_est = n_est.astype(float).copy()  # samples behind each p (expected_rate=posterior)
         self.r_base = np.zeros_like(self.p_est)
         self.exp_ab = np.zeros_like(self.p_est)
         self.refresh(np.arange(len(self.p_est)))
@@ -144,7 +153,7 @@ class _RewardModel:
             p = float(self.p_est[i])
             self.r_base[i] = A.base_refusal_reward(p, rc.gamma, rc.p_min)
             self.exp_ab[i] = A.expected_abstain(p, rc.gamma, rc.p_min, rc.expected_rate, rc.soft_tau,
-                                                rc.r_correct, rc.r_wrong)
+                                                rc.r_correct, rc.r_wrong, float(self.n_est[i]), rc.posterior_prior)
 
 
 def _population_metrics(pi: np.ndarray, s: np.ndarray, invalid_rate: float) -> dict[str, float]:
@@ -179,8 +188,9 @@ def simulate_run(pop: Population, sc: SimulateConfig, rc: RewardConfig, strategy
     rc = rc.model_copy(update={"strategy": strategy, "gamma": gamma,
                                **({"static_value": static_value} if static_value is not None else {})})
     awarl = strategy == "awarl"
-    model = _RewardModel(rc, pop.p_hat(rc.p_definition))
+    model = _RewardModel(rc, pop.p_hat(rc.p_definition), pop.p_samples(rc.p_definition))
     r_max = A.refusal_cap(rc.r_correct, rc.r_ref_margin)
+    r_min = A.refusal_floor(rc.r_wrong, rc.r_ref_floor_margin)
     # Step 9 for the answered outcomes does not depend on r_ref: computed once.
     fixed = {o: A.outcome_reward(o, 0.0, rc.r_correct, rc.r_wrong, rc.r_invalid) for o in OUTCOMES}
     n = len(pop.success)
@@ -224,7 +234,7 @@ def simulate_run(pop: Population, sc: SimulateConfig, rc: RewardConfig, strategy
             h["E"].append(e)
             h["E_bar"].append(e_bar)
             h["penalty"].append(pen)
-        r_ab = [abstain_reward(strategy, rc, A.refusal_reward(float(model.r_base[i]), pen, rc.r_clip, r_max),
+        r_ab = [abstain_reward(strategy, rc, A.refusal_reward(float(model.r_base[i]), pen, rc.r_clip, r_max, r_min),
                                bool(cg > 0)) for i, cg in zip(idx, correct_g, strict=True)]
         table = np.array([[fixed[Outcome.CORRECT], fixed[Outcome.WRONG],
                            A.outcome_reward(Outcome.ABSTAIN, ra, rc.r_correct, rc.r_wrong, rc.r_invalid),

@@ -1,48 +1,116 @@
-"""The reconstruction study of docs/method.md ("Reconstruction choices"), with the simulator.
+"""The reconstruction study of docs/method.md ("Reconstruction choices"): which reading of the AWA-RL reward to
+ship, chosen on simulated populations it is then NOT judged on.
 
-Each reconstruction option of the AWA-RL reward (`reward.expected_rate`, `r_ref_margin`, `ema_start`,
-`p_definition`) is run, one at a time from the SPEC reading and combined, over the γ grid and every
-population of configs/simulate/, for several seeds, against plain GRPO, static refusal (0.05, 0.3) and BAPO.
-The populations' simulated environment (queries, policy model, learning rule) is the fixed yardstick: only
-`reward:` options differ between the rows of one population.
+Protocol (fixed in this file before any of its results were looked at; docs/reconstruction_study.md reports it):
+
+1. **Populations.** `draw_populations` draws `--populations` (default 16) simulator environments from one
+   documented distribution (`POPULATION_DISTRIBUTION`, seeded by `POPULATION_SEED`): success of answerable
+   queries ~ Beta(α, β) with α, β log-uniform on [0.3, 3]; unanswerable share ~ U(0, 0.8); perception noise
+   ~ U(0, 2.5); skill gain 0 with probability 1/2, else U(0, 0.003) logits per step; invalid rate 0 with
+   probability 1/2, else U(0, 0.3); the standard checkpoint's abstention rate log-uniform on [0.01, 0.3].
+2. **Split before looking.** Population k goes to the tuning half when k is even, to the held-out half when
+   k is odd. The five named populations of configs/simulate/ (the previous study's) are run too and reported
+   apart: they chose the previous default, so they are evidence for nothing.
+3. **Grid.** Every reward variant of `VARIANTS` (all reward options written out, so base.yaml cannot move a
+   row) × γ in `GAMMAS` (extended below 0.25, where the previous optimum sat at the grid's edge), against
+   plain GRPO, static 0.05 and 0.3, and BAPO (0.5); `--seeds` seeds (default 3), `--steps` (default the
+   simulator's 1000). Values are final population values, means over seeds.
+4. **Selection (tuning half only).** `select_default`: among the candidate variants (those with a guard in each
+   direction, the cap r_ref_margin against lazy refusal and the floor r_ref_floor_margin against refusal
+   collapse; the others are references and ablations, reported but not eligible), the (variant, γ) with the largest mean over tuning populations of RA-F1 minus that population's best baseline
+   RA-F1, excluding any that collapses refusal (< 0.02 while the best baseline refuses > 0.3) in a tuning
+   population. That pair becomes configs/base.yaml's reward.
+5. **Report both halves**, the held-out half as the evidence: per population the best γ of the chosen reading
+   against the best baseline (with the seed std), the chosen γ's distance to the best γ, refusal collapse,
+   and the late-phase refusal std against the baselines'.
 
     PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python scripts/reconstruction_study.py --out runs/study
 
-Writes OUT/study.json (every row, every claim check), OUT/study.md (the full tables, kept in the repo as
-docs/reconstruction_study.md) and OUT/docs_tables.md (the tables of docs/method.md); prints a summary. About 3 CPU-minutes with the defaults (5 populations x 10 variants x 4 γ x 3 seeds
-plus the 4 baselines, 1000 steps each).
+Writes OUT/pops/NAME.json per population as it finishes (a rerun skips those: the study resumes), then
+OUT/study.json and OUT/study.md (kept in the repo as docs/reconstruction_study.md), and prints the selection.
+About 15-20 CPU-minutes with the defaults (21 populations x 11 variants x 7 γ + 4 baselines, 3 seeds).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import shlex
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+import numpy as np
 
 from awarl.config import load_config
 from awarl.io import atomic_write_json, atomic_write_text, repo_root
-from awarl.simulate import claims, dead_zone, options_line, run_all, summary_rows
+from awarl.simulate import run_all, summary_rows
 
-POPULATIONS = ("default", "paper_like", "format_failures", "skill_gain", "cautious_base")
-SPEC = {"reward.expected_rate": "threshold", "reward.p_definition": "share_of_k", "reward.ema_start": "zero",
-        "reward.r_ref_margin": None, "reward.p_online": "off"}
-# name -> overrides on top of the SPEC reading (so a change of base.yaml's defaults cannot move a row), or, with
-# "_shipped", on top of configs/base.yaml's own reward section (the recipe as shipped).
+POPULATION_SEED = 20261201
+POPULATION_DISTRIBUTION = (
+    "success of answerable queries ~ Beta(α, β), α and β log-uniform on [0.3, 3]; unanswerable share ~ U(0, 0.8); "
+    "perception noise ~ U(0, 2.5) logits; skill gain 0 with probability 1/2, else ~ U(0, 0.003) logits per step; "
+    "invalid rate 0 with probability 1/2, else ~ U(0, 0.3); the standard checkpoint's abstention rate "
+    "log-uniform on [0.01, 0.3]")
+NAMED = ("default", "paper_like", "format_failures", "skill_gain", "cautious_base")
+GAMMAS = (0.05, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0)
+COLLAPSE_REFUSAL = 0.02      # "refusal collapsed": below this ...
+BASELINE_REFUSES = 0.3       # ... while the best baseline refuses more than this
+CLOSE_TO_BEST = 0.01         # "the shipped γ is within 0.01 RA-F1 of the best γ"
+
+# Every reward option a variant could move, written out in full for every variant.
+_COMMON = {"reward.p_definition": "share_of_k", "reward.ema_start": "zero", "reward.p_online": "off"}
+
+
+def _variant(rate: str, margin: float | None, floor: float | None, **extra: object) -> dict:
+    return {**_COMMON, "reward.expected_rate": rate, "reward.r_ref_margin": margin,
+            "reward.r_ref_floor_margin": floor, **extra}
+
+
+# name -> reward overrides; "_role" marks the references and ablations, which are not candidates for the default.
 VARIANTS: dict[str, dict] = {
-    "spec": {},
-    "spec, no penalty": {"_no_penalty": True},
-    "soft": {"reward.expected_rate": "soft"},
-    "r_base_mean": {"reward.expected_rate": "r_base_mean"},
-    "margin 0.1": {"reward.r_ref_margin": 0.1},
-    "bias_corrected": {"reward.ema_start": "bias_corrected"},
-    "among_answered": {"reward.p_definition": "among_answered"},
-    "p_online ema": {"reward.p_online": "ema"},
-    "base.yaml (γ from the grid)": {"_shipped": True},
-    "base.yaml + p_online ema": {"_shipped": True, "reward.p_online": "ema"},
+    "paper spec": {**_variant("threshold", None, None), "_role": "reference"},
+    "previous default": {**_variant("r_base_mean", 0.1, None), "_role": "reference"},
+    "threshold + guards": _variant("threshold", 0.1, 0.05),
+    "soft + guards": _variant("soft", 0.1, 0.05),
+    "r_base_mean + guards": _variant("r_base_mean", 0.1, 0.05),
+    "posterior + guards": _variant("posterior", 0.1, 0.05),
+    "posterior, cap only": {**_variant("posterior", 0.1, None), "_role": "ablation"},
+    "posterior + guards, floor 0": _variant("posterior", 0.1, 0.0),
+    "posterior + guards, floor 0.02": _variant("posterior", 0.1, 0.02),
+    "posterior + guards, floor 0.1": _variant("posterior", 0.1, 0.1),
+    "posterior + guards, no penalty": {**_variant("posterior", 0.1, 0.05), "_role": "ablation"},
 }
 BASELINES = "simulate.strategies=[none, static, bapo]"
+
+
+def draw_populations(count: int, seed: int = POPULATION_SEED) -> list[dict]:
+    """`count` simulator populations from POPULATION_DISTRIBUTION, each {name, half, overrides}; the split
+    (even index: tuning, odd: held-out) is part of the protocol, not of the results."""
+    rng = np.random.default_rng(seed)
+
+    def log_uniform(lo: float, hi: float) -> float:
+        return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+
+    pops = []
+    for k in range(count):
+        params = {"success_alpha": log_uniform(0.3, 3.0), "success_beta": log_uniform(0.3, 3.0),
+                  "unanswerable_share": float(rng.uniform(0.0, 0.8)),
+                  "perception_noise": float(rng.uniform(0.0, 2.5)),
+                  "skill_gain": 0.0 if rng.random() < 0.5 else float(rng.uniform(0.0, 0.003)),
+                  "invalid_rate": 0.0 if rng.random() < 0.5 else float(rng.uniform(0.0, 0.3)),
+                  "init_abstain_rate": log_uniform(0.01, 0.3)}
+        pops.append({"name": f"pop{k:02d}", "half": "tuning" if k % 2 == 0 else "held-out",
+                     "config": "configs/base.yaml",
+                     "overrides": [f"simulate.{key}={val:.4g}" for key, val in params.items()], "params": params})
+    return pops
+
+
+def named_populations() -> list[dict]:
+    return [{"name": n, "half": "named", "config": f"configs/simulate/{n}.yaml", "overrides": [], "params": {}}
+            for n in NAMED]
 
 
 def _overrides(options: dict) -> list[str]:
@@ -52,145 +120,233 @@ def _overrides(options: dict) -> list[str]:
     return [f"{k}={value(v)}" for k, v in options.items() if not k.startswith("_")]
 
 
-def run_population(pop: str, seeds: int, steps: int | None) -> list[dict]:
-    """Every variant of one population: rows (seed means) and the claim checks against its baselines."""
-    path = repo_root() / "configs" / "simulate" / f"{pop}.yaml"
-    common = [f"simulate.seeds={seeds}"] + ([f"simulate.steps={steps}"] if steps else [])
-    base_cfg = load_config(path, common + _overrides(SPEC) + [BASELINES])
-    base_rows = summary_rows(run_all(base_cfg, progress=False))
-    out = []
+def run_population(pop: dict, seeds: int, steps: int | None) -> dict:
+    """Baselines and every variant × γ of one population (seed means, std, late drift and sd)."""
+    path = repo_root() / pop["config"]
+    common = pop["overrides"] + [f"simulate.seeds={seeds}"] + ([f"simulate.steps={steps}"] if steps else [])
+    grid = "simulate.gammas=[" + ", ".join(f"{g:g}" for g in GAMMAS) + "]"
+    base_cfg = load_config(path, common + _overrides(VARIANTS["paper spec"]) + [BASELINES])
+    out = {**pop, "seeds": seeds, "baselines": summary_rows(run_all(base_cfg, progress=False)), "variants": {}}
     for name, opts in VARIANTS.items():
-        strat = "awarl_no_penalty" if opts.get("_no_penalty") else "awarl"
-        options = _overrides(opts if opts.get("_shipped") else {**SPEC, **opts})
-        cfg = load_config(path, common + options + [f"simulate.strategies=[{strat}]"])
-        rows = summary_rows(run_all(cfg, progress=False))
-        if strat == "awarl_no_penalty":  # judged as an AWA-RL reward that has no penalty
-            rows = [{**r, "penalty": True} for r in rows]
-        checks = claims(base_rows + rows, dead_zone(cfg.reward))
-        out.append({"population": pop, "variant": name, "options": options_line(cfg.reward),
-                    "config": str(path.relative_to(repo_root())), "overrides": common + options,
-                    "baselines": base_rows, "rows": rows, "claims": checks})
+        strat = "awarl_no_penalty" if name.endswith("no penalty") else "awarl"
+        cfg = load_config(path, common + _overrides(opts) + [grid, f"simulate.strategies=[{strat}]"])
+        out["variants"][name] = summary_rows(run_all(cfg, progress=False))
     return out
 
 
-def _check_marks(checks: list[dict]) -> str:
-    order = ("refusal plateaus", "AWA-RL raises", "AWA-RL (best", "a static")
-    marks = []
-    for key in order:
-        c = next((c for c in checks if c["claim"].startswith(key)), None)
-        marks.append("—" if c is None else ("yes" if c["holds"] else "no"))
-    return " | ".join(marks)
+# ------------------------------------------------------------------------------------------- analysis
+def best_baseline(pop: dict) -> dict:
+    return max(pop["baselines"], key=lambda r: r["ra_f1"])
 
 
-def summary_table(results: list[dict]) -> str:
-    """Per population: baselines, then each variant's refusal / RA-F1 per γ and the claim checks."""
-    lines = []
-    for pop in dict.fromkeys(r["population"] for r in results):
-        block = [r for r in results if r["population"] == pop]
-        base = block[0]["baselines"]
-        gammas = [row["gamma"] for row in block[0]["rows"]]
-        lines += [f"**{pop}** — baselines (refusal / precision / accuracy / RA-F1): " + "; ".join(
-            f"{b['label']} {b['refusal_rate']:.2f} / {b['precision']:.3f} / {b['accuracy']:.3f} / {b['ra_f1']:.3f}"
-            for b in base), "",
-            "| variant | " + " | ".join(f"γ={g:g}: refusal, ρ̂, P, A, RA-F1" for g in gammas)
-            + " | plateau by γ | P, RA-F1 > GRPO, small A cost | beats baselines |",
-            "|---|" + "---|" * len(gammas) + "---|---|---|"]
-        for r in block:
-            cells = [f"{x['refusal_rate']:.2f}, {x['rho_hat']:.2f}, {x['precision']:.3f}, {x['accuracy']:.3f}, "
-                     f"**{x['ra_f1']:.3f}**" for x in r["rows"]]
-            lines.append(f"| {r['variant']} | " + " | ".join(cells) + " | "
-                         + " | ".join(_check_marks(r["claims"]).split(" | ")[:3]) + " |")
-        static = next((c for c in block[0]["claims"] if c["claim"].startswith("a static")), None)
-        if static:
-            lines.append(f"\nstatic 0.05 collapse (> 0.9 refusal): {'yes' if static['holds'] else 'no'} "
-                         f"({static['evidence']})")
-        lines.append("")
-    return "\n".join(lines)
+def row_at(pop: dict, variant: str, gamma: float) -> dict:
+    return next(r for r in pop["variants"][variant] if abs(r["gamma"] - gamma) < 1e-12)
 
 
-def full_tables(results: list[dict], seeds: int) -> str:
-    lines = ["# Reconstruction study: full tables", "",
-             f"Generated by `scripts/reconstruction_study.py` ({seeds} seeds: simulate.seed 0..{seeds - 1}). Values "
-             "are final population values, mean ± std over seeds (ρ̂ of a baseline row: the SPEC threshold's at "
-             "reward.gamma, a reference only; the baselines were run once per population, with the SPEC overrides). "
-             "Summary and reading: docs/method.md "
-             "\"Reconstruction choices\".", ""]
-    for r in results:
-        cmd = f"awarl simulate --config {r['config']} " + " ".join(shlex.quote(o) for o in r["overrides"])
-        lines += [f"## {r['population']} — {r['variant']}", "", f"`{cmd}` (every row of this block)", "",
-                  "| run | refusal | ρ̂ | precision | accuracy | RA-F1 | late drift | late sd |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for x in r["baselines"] + r["rows"]:
-            lines.append(f"| {x['label']} | {x['refusal_rate']:.3f} ± {x['refusal_rate_sd']:.3f} | {x['rho_hat']:.3f} | "
-                         f"{x['precision']:.3f} ± {x['precision_sd']:.3f} | {x['accuracy']:.3f} ± {x['accuracy_sd']:.3f} | "
-                         f"{x['ra_f1']:.3f} ± {x['ra_f1_sd']:.3f} | {x['late_drift']:.3f} | {x['late_sd']:.3f} |")
-        lines += [""] + [f"- {'reproduced' if c['holds'] else 'NOT reproduced'}: {c['claim']} ({c['evidence']})"
-                         for c in r["claims"]] + [""]
-    return "\n".join(lines)
+def collapsed(row: dict, rival: dict) -> bool:
+    return row["refusal_rate"] < COLLAPSE_REFUSAL and rival["refusal_rate"] > BASELINE_REFUSES
 
 
-SHIPPED = "base.yaml (γ from the grid)"
-CLAIM_KEYS = (("refusal plateaus", "refusal plateaus by γ"),
-              ("AWA-RL raises", "P and RA-F1 above plain GRPO, accuracy cost <= 0.05"),
-              ("a static", "static 0.05 collapses (> 0.9)"), ("AWA-RL (best", "best γ beats every baseline by > 1 seed std"))
+def candidates() -> list[str]:
+    return [n for n, o in VARIANTS.items() if not o.get("_role")]
 
 
-def docs_tables(results: list[dict]) -> str:
-    """The three tables of docs/method.md "Reconstruction choices", from the study's rows."""
-    pops = list(dict.fromkeys(r["population"] for r in results))
-    cell = {(r["population"], r["variant"]): r for r in results}
-    lines = ["RA-F1 at γ = 0.25 / 0.5 / 1 (mean of the final values over the seeds):", "",
-             "| variant | " + " | ".join(pops) + " |", "|---|" + "---|" * len(pops)]
-    for name in VARIANTS:
-        row = []
-        for pop in pops:
-            by_g = {x["gamma"]: x["ra_f1"] for x in cell[(pop, name)]["rows"]}
-            row.append(" / ".join(f"{by_g[g]:.3f}" for g in (0.25, 0.5, 1.0)))
-        lines.append(f"| {name} | " + " | ".join(row) + " |")
-    for label in [b["label"] for b in results[0]["baselines"]]:
-        vals = [next(b for b in cell[(pop, SHIPPED)]["baselines"] if b["label"] == label) for pop in pops]
-        lines.append(f"| {label} | " + " | ".join(f"{v['ra_f1']:.3f}" for v in vals) + " |")
-    lines += ["", "The shipped recipe at its γ = 0.25 and the SPEC reading at SPEC's γ = 0.5, against the baselines "
-              "(refusal, ρ̂, precision, accuracy, RA-F1 ± std over seeds):", "",
-              "| population | run | refusal | ρ̂ | precision | accuracy | RA-F1 |", "|---|---|---|---|---|---|---|"]
-    for pop in pops:
-        picks = [("base.yaml, γ=0.25", next(x for x in cell[(pop, SHIPPED)]["rows"] if x["gamma"] == 0.25)),
-                 ("SPEC reading, γ=0.5", next(x for x in cell[(pop, "spec")]["rows"] if x["gamma"] == 0.5))]
-        picks += [(b["label"], b) for b in cell[(pop, SHIPPED)]["baselines"]]
-        for label, x in picks:
-            lines.append(f"| {pop} | {label} | {x['refusal_rate']:.3f} | {x['rho_hat']:.3f} | {x['precision']:.3f} | "
-                         f"{x['accuracy']:.3f} | {x['ra_f1']:.3f} ± {x['ra_f1_sd']:.3f} |")
-    lines += ["", "The paper's claims, checked on seed means (`awarl.simulate.claims`; yes / no per population):", "",
-              "| claim | reward | " + " | ".join(pops) + " |", "|---|---|" + "---|" * len(pops)]
-    for key, text in CLAIM_KEYS:
-        for name in ("spec", SHIPPED):
-            marks = []
+def selection_table(pops: list[dict], names: list[str] | None = None) -> list[dict]:
+    """Every (variant, γ) of `names` (default: the candidates) scored on `pops`: mean RA-F1 lead over each
+    population's best baseline, its worst lead, and how many populations it collapses in."""
+    out = []
+    for name in candidates() if names is None else names:
+        for g in GAMMAS:
+            leads, falls = [], 0
             for pop in pops:
-                c = next((c for c in cell[(pop, name)]["claims"] if c["claim"].startswith(key)), None)
-                marks.append("—" if c is None else ("yes" if c["holds"] else "no"))
-            lines.append(f"| {text} | {'SPEC reading' if name == 'spec' else 'base.yaml'} | " + " | ".join(marks) + " |")
-    return "\n".join(lines) + "\n"
+                row, rival = row_at(pop, name, g), best_baseline(pop)
+                leads.append(row["ra_f1"] - rival["ra_f1"])
+                falls += collapsed(row, rival)
+            out.append({"variant": name, "gamma": g, "mean_lead": float(np.mean(leads)),
+                        "min_lead": float(np.min(leads)), "collapses": falls})
+    return sorted(out, key=lambda r: -r["mean_lead"])
+
+
+def select_default(pops: list[dict]) -> dict:
+    """Step 4 of the protocol. `pops` must be the tuning half only."""
+    assert all(p["half"] == "tuning" for p in pops), "the default is chosen on the tuning half only"
+    table = [r for r in selection_table(pops) if r["collapses"] == 0]
+    return table[0]
+
+
+def judge_population(pop: dict, variant: str, gamma: float) -> dict:
+    """The issue's targets on one population for the shipped reading `variant` at the shipped `gamma`."""
+    rival = best_baseline(pop)
+    rows = pop["variants"][variant]
+    best = max(rows, key=lambda r: r["ra_f1"])
+    shipped = row_at(pop, variant, gamma)
+    sd = max(best["ra_f1_sd"], rival["ra_f1_sd"])
+    base_sd = [b["late_sd"] for b in pop["baselines"]]
+    return {"population": pop["name"], "half": pop["half"], "rival": rival["label"], "rival_ra_f1": rival["ra_f1"],
+            "rival_sd": rival["ra_f1_sd"], "rival_refusal": rival["refusal_rate"], "best_gamma": best["gamma"],
+            "best_ra_f1": best["ra_f1"], "best_sd": best["ra_f1_sd"], "best_refusal": best["refusal_rate"],
+            "lead": best["ra_f1"] - rival["ra_f1"], "sd": sd, "within_sd": best["ra_f1"] >= rival["ra_f1"] - sd,
+            "ahead": best["ra_f1"] > rival["ra_f1"], "shipped_ra_f1": shipped["ra_f1"],
+            "shipped_refusal": shipped["refusal_rate"], "shipped_gap": best["ra_f1"] - shipped["ra_f1"],
+            "shipped_close": best["ra_f1"] - shipped["ra_f1"] <= CLOSE_TO_BEST,
+            "collapse": any(collapsed(r, rival) for r in rows), "shipped_late_sd": shipped["late_sd"],
+            "baseline_late_sd_max": max(base_sd), "baseline_late_sd_min": min(base_sd),
+            "late_sd_ok": shipped["late_sd"] <= max(base_sd)}
+
+
+# ------------------------------------------------------------------------------------------- report
+def _f(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def population_table(pops: list[dict]) -> list[str]:
+    lines = ["| population | half | α | β | unanswerable | noise | skill gain | invalid | init abstain | "
+             "plain-GRPO accuracy |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for p in pops:
+        q = p["params"]
+        none = next(b for b in p["baselines"] if b["strategy"] == "none")
+        if q:
+            cells = [f"{q['success_alpha']:.2f}", f"{q['success_beta']:.2f}", f"{q['unanswerable_share']:.2f}",
+                     f"{q['perception_noise']:.2f}", f"{q['skill_gain']:.4f}", f"{q['invalid_rate']:.2f}",
+                     f"{q['init_abstain_rate']:.3f}"]
+        else:
+            cells = [f"`{p['config']}`"] + [""] * 6
+        lines.append(f"| {p['name']} | {p['half']} | " + " | ".join(cells) + f" | {_f(none['accuracy'])} |")
+    return lines
+
+
+def targets_table(judged: list[dict]) -> list[str]:
+    lines = ["| population | best baseline: RA-F1 ± sd (refusal) | AWA-RL best γ: RA-F1 ± sd (refusal) | lead | "
+             ">= best − 1 sd | ahead | shipped γ: RA-F1 (gap to best γ) | collapse | late refusal sd: "
+             "shipped / baselines min–max |", "|---|---|---|---|---|---|---|---|---|"]
+    for j in judged:
+        lines.append(
+            f"| {j['population']} | {j['rival']}: {_f(j['rival_ra_f1'])} ± {_f(j['rival_sd'])} "
+            f"({j['rival_refusal']:.2f}) | γ={j['best_gamma']:g}: {_f(j['best_ra_f1'])} ± {_f(j['best_sd'])} "
+            f"({j['best_refusal']:.2f}) | {j['lead']:+.3f} | {'yes' if j['within_sd'] else '**no**'} | "
+            f"{'yes' if j['ahead'] else 'no'} | {_f(j['shipped_ra_f1'])} ({j['shipped_gap']:+.3f}) | "
+            f"{'**yes**' if j['collapse'] else 'no'} | {j['shipped_late_sd']:.3f} / {j['baseline_late_sd_min']:.3f}–"
+            f"{j['baseline_late_sd_max']:.3f} |")
+    n = len(judged)
+    if n:
+        lines += ["", f"In {n} populations: AWA-RL (best γ) at least the best baseline − 1 sd in "
+                  f"{sum(j['within_sd'] for j in judged)}, strictly ahead in {sum(j['ahead'] for j in judged)}; "
+                  f"refusal collapse in {sum(j['collapse'] for j in judged)}; the shipped γ within {CLOSE_TO_BEST:g} "
+                  f"RA-F1 of the best γ in {sum(j['shipped_close'] for j in judged)}; late refusal sd no larger than "
+                  f"the largest baseline's in {sum(j['late_sd_ok'] for j in judged)}."]
+    return lines
+
+
+def variants_summary(pops: list[dict], gamma_of: dict[str, float]) -> list[str]:
+    """Per variant: mean lead over the best baseline at its best-on-tuning γ and at its best γ per population."""
+    lines = ["| variant | γ chosen on tuning | mean lead at that γ | mean lead at each population's best γ | "
+             "worst lead at that γ | collapses (any γ) |", "|---|---|---|---|---|---|"]
+    for name in VARIANTS:
+        g = gamma_of[name]
+        at_g = [row_at(p, name, g)["ra_f1"] - best_baseline(p)["ra_f1"] for p in pops]
+        best = [max(r["ra_f1"] for r in p["variants"][name]) - best_baseline(p)["ra_f1"] for p in pops]
+        falls = sum(any(collapsed(r, best_baseline(p)) for r in p["variants"][name]) for p in pops)
+        lines.append(f"| {name} | {g:g} | {np.mean(at_g):+.4f} | {np.mean(best):+.4f} | {min(at_g):+.3f} | {falls} |")
+    return lines
+
+
+def full_population_block(pop: dict) -> list[str]:
+    cmd = f"awarl simulate --config {pop['config']} " + " ".join(shlex.quote(o) for o in pop["overrides"]) + \
+        f" --seeds {pop['seeds']}"
+    lines = [f"### {pop['name']} ({pop['half']})", "", f"`{cmd}` plus a variant's reward overrides (list above).", "",
+             "Baselines (refusal / P / A / RA-F1 ± sd / late sd): " + "; ".join(
+                 f"{b['label']} {b['refusal_rate']:.2f} / {_f(b['precision'])} / {_f(b['accuracy'])} / "
+                 f"{_f(b['ra_f1'])} ± {_f(b['ra_f1_sd'])} / {b['late_sd']:.3f}" for b in pop["baselines"]), "",
+             "| variant | " + " | ".join(f"γ={g:g}" for g in GAMMAS) + " |", "|---|" + "---|" * len(GAMMAS)]
+    for name in VARIANTS:
+        cells = [f"{_f(r['ra_f1'])} ({r['refusal_rate']:.2f})" for r in pop["variants"][name]]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def report(results: list[dict], chosen: dict, tuning_table: list[dict], seeds: int) -> str:
+    by_half = {h: [p for p in results if p["half"] == h] for h in ("tuning", "held-out", "named")}
+    v, g = chosen["variant"], chosen["gamma"]
+    every = selection_table(by_half["tuning"], list(VARIANTS))
+    best_g = {name: max((r for r in every if r["variant"] == name), key=lambda r: r["mean_lead"])["gamma"]
+              for name in VARIANTS}
+    lines = ["# Reconstruction study: a default chosen on populations it is not judged on", "",
+             f"Generated by `scripts/reconstruction_study.py` ({seeds} seeds, {len(results)} populations). The "
+             "protocol is the script's docstring, fixed before its results were seen; docs/method.md \"The "
+             "penalty's target\" and \"Reconstruction choices\" read the results.", "",
+             f"Population distribution: {POPULATION_DISTRIBUTION} (seed {POPULATION_SEED}). Even-numbered "
+             "populations form the tuning half, odd-numbered ones the held-out half; the five named populations of "
+             "configs/simulate/ chose the previous default and are reported apart.", "",
+             "Reward variants (every option written out; all use p_definition share_of_k, ema_start zero, "
+             "p_online off):", ""]
+    for name, opts in VARIANTS.items():
+        lines.append(f"- **{name}**: `{' '.join(_overrides(opts))}`" + (f" ({opts['_role']})" if opts.get("_role") else ""))
+    lines += ["", "## Populations", ""] + population_table(results)
+    lines += ["", "## Selection on the tuning half", "",
+              "Score: mean over the tuning populations of RA-F1 minus the population's best baseline RA-F1 "
+              f"(a (variant, γ) that collapses refusal in a tuning population is excluded). Top 15 of "
+              f"{len(tuning_table)}:", "", "| variant | γ | mean lead | worst lead | collapses |",
+              "|---|---|---|---|---|"]
+    for r in tuning_table[:15]:
+        lines.append(f"| {r['variant']} | {r['gamma']:g} | {r['mean_lead']:+.4f} | {r['min_lead']:+.3f} | "
+                     f"{r['collapses']} |")
+    lines += ["", f"**Chosen: {v}, γ = {g:g}** (configs/base.yaml).", ""]
+    for half, title in (("held-out", "Held-out half: the evidence"), ("tuning", "Tuning half (not evidence: the "
+                        "default was chosen here)"), ("named", "The named populations (chose the previous default)")):
+        pops = by_half[half]
+        if not pops:
+            continue
+        lines += [f"## {title}", "", f"The shipped reading ({v}) at its best γ per population and at the shipped "
+                  f"γ = {g:g}, against the best of plain GRPO, static 0.05 / 0.3 and BAPO:", ""]
+        lines += targets_table([judge_population(p, v, g) for p in pops])
+        lines += ["", "Every variant on this half (γ chosen on the tuning half):", ""] + variants_summary(pops, best_g)
+        lines += [""]
+    lines += ["## Full tables", "", "RA-F1 (refusal) of every variant at every γ, mean over seeds.", ""]
+    for p in results:
+        lines += full_population_block(p)
+    return "\n".join(lines)
+
+
+def _run_one(args: tuple[dict, int, int | None, str]) -> str:
+    pop, seeds, steps, out = args
+    path = Path(out) / "pops" / f"{pop['name']}.json"
+    if path.exists():
+        done = json.loads(path.read_text())
+        if done.get("seeds") == seeds and done.get("overrides") == pop["overrides"] \
+                and set(done.get("variants", {})) == set(VARIANTS):
+            return pop["name"]
+    atomic_write_json(path, run_population(pop, seeds, steps))
+    return pop["name"]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="runs/study", help="output folder (default: runs/study)")
     ap.add_argument("--seeds", type=int, default=3, help="seeds per cell (default 3)")
-    ap.add_argument("--steps", type=int, help="steps per run (default: simulate.steps)")
-    ap.add_argument("--populations", nargs="*", default=list(POPULATIONS), choices=POPULATIONS)
+    ap.add_argument("--steps", type=int, help="steps per run (default: simulate.steps, 1000)")
+    ap.add_argument("--populations", type=int, default=16, help="drawn populations (default 16, half of them tuning)")
+    ap.add_argument("--no-named", action="store_true", help="skip the five named populations")
+    ap.add_argument("--jobs", type=int, default=1, help="populations simulated in parallel processes")
     args = ap.parse_args(argv)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.process_time()
-    results = []
-    for pop in args.populations:
-        results += run_population(pop, args.seeds, args.steps)
-        print(f"{pop}: done ({time.process_time() - t0:.0f} CPU-s)", file=sys.stderr, flush=True)
-    atomic_write_json(out / "study.json", {"seeds": args.seeds, "results": results})
-    atomic_write_text(out / "study.md", full_tables(results, args.seeds))
-    atomic_write_text(out / "docs_tables.md", docs_tables(results))
-    print(summary_table(results))
-    print(f"\nwrote {out}/study.json, {out}/study.md ({time.process_time() - t0:.0f} CPU-s)", file=sys.stderr)
+    (out / "pops").mkdir(parents=True, exist_ok=True)
+    pops = draw_populations(args.populations) + ([] if args.no_named else named_populations())
+    t0 = time.time()
+    work = [(p, args.seeds, args.steps, str(out)) for p in pops]
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for k, name in enumerate(pool.map(_run_one, work), 1):
+            print(f"{name}: done ({k}/{len(work)}, {time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+    results = [json.loads((out / "pops" / f"{p['name']}.json").read_text()) for p in pops]
+    tuning = [p for p in results if p["half"] == "tuning"]
+    table = selection_table(tuning)
+    chosen = select_default(tuning)
+    held = [judge_population(p, chosen["variant"], chosen["gamma"]) for p in results if p["half"] == "held-out"]
+    atomic_write_json(out / "study.json", {"seeds": args.seeds, "chosen": chosen, "selection": table,
+                                           "held_out": held, "results": results})
+    atomic_write_text(out / "study.md", report(results, chosen, table, args.seeds))
+    print(f"chosen on the tuning half: {chosen}")
+    print("\n".join(targets_table(held)))
+    print(f"\nwrote {out}/study.json, {out}/study.md ({time.time() - t0:.0f} s)", file=sys.stderr)
     return 0
 
 

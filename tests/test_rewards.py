@@ -217,11 +217,12 @@ def test_r_base_mean_moves_with_gamma_where_the_threshold_cannot():
 
 
 @given(ps=st.lists(probs, min_size=1, max_size=12), g1=gammas, g2=gammas,
-       mode=st.sampled_from(A.EXPECTED_RATES), rw=st.floats(-1.0, 0.0), rc=st.floats(0.5, 2.0))
-def test_expected_rate_never_falls_as_gamma_rises(ps, g1, g2, mode, rw, rc):
+       mode=st.sampled_from(A.EXPECTED_RATES), rw=st.floats(-1.0, 0.0), rc=st.floats(0.5, 2.0),
+       n=st.integers(0, 64))
+def test_expected_rate_never_falls_as_gamma_rises(ps, g1, g2, mode, rw, rc, n):
     lo, hi = sorted((g1, g2))
-    a = A.expected_refusal_rate(ps, lo, 0.1, mode, 0.05, rc, rw)
-    b = A.expected_refusal_rate(ps, hi, 0.1, mode, 0.05, rc, rw)
+    a = A.expected_refusal_rate(ps, lo, 0.1, mode, 0.05, rc, rw, ns=[n] * len(ps))
+    b = A.expected_refusal_rate(ps, hi, 0.1, mode, 0.05, rc, rw, ns=[n] * len(ps))
     assert a <= b + 1e-12 and 0.0 <= a <= 1.0
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from awarl.metrics import Outcome
 
 # The reconstruction options of docs/method.md "Reconstruction choices"; the first of each is the SPEC reading.
-EXPECTED_RATES = ("threshold", "soft", "r_base_mean")
+EXPECTED_RATES = ("threshold", "soft", "r_base_mean", "posterior")
 P_DEFINITIONS = ("share_of_k", "among_answered")
 EMA_STARTS = ("zero", "bias_corrected")
 
@@ -106,6 +106,72 @@ def prefers_abstain(p: float, gamma: float, p_min: float, r_correct: float = 1.0
     return base_refusal_reward(p, gamma, p_min) > answer_value(p, r_correct, r_wrong)
 
 
+def abstain_line(p: float, gamma: float, p_min: float, r_correct: float = 1.0, r_wrong: float = 0.0) -> float:
+    """Step 4: the true success rate s* below which abstaining on a query with estimate p pays more than
+    answering it: R_base(p) > r_wrong + s·(r_correct − r_wrong)  ⟺  s < s* = (R_base(p) − r_wrong) /
+    (r_correct − r_wrong). With the SPEC's rewards s* = R_base(p); `prefers_abstain` is the test p < s*."""
+    spread = float(r_correct) - float(r_wrong)
+    if spread <= 0:
+        raise ValueError(f"r_correct must exceed r_wrong, got r_correct={r_correct!r}, r_wrong={r_wrong!r}")
+    return (base_refusal_reward(p, gamma, p_min) - float(r_wrong)) / spread
+
+
+def beta_cdf(x: float, a: float, b: float) -> float:
+    """The regularised incomplete beta function I_x(a, b): P(S <= x) for S ~ Beta(a, b), a, b > 0.
+
+    Lentz's continued fraction (Numerical Recipes §6.4), on the side of x where it converges fast; pure Python,
+    so the reward needs no SciPy. Accurate to ~1e-12 (tests compare it with scipy.special.betainc)."""
+    if a <= 0 or b <= 0 or math.isnan(x):
+        raise ValueError(f"beta_cdf needs a, b > 0 and a number x, got x={x!r}, a={a!r}, b={b!r}")
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x > (a + 1.0) / (a + b + 2.0):
+        return 1.0 - _beta_cf_tail(1.0 - x, b, a, log_front)
+    return _beta_cf_tail(x, a, b, log_front)
+
+
+def _beta_cf_tail(x: float, a: float, b: float, log_front: float) -> float:
+    """x^a (1−x)^b / (a B(a, b)) times the continued fraction of I_x(a, b) (its fast side)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 500):
+        m2 = 2 * m
+        for num in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return min(1.0, max(0.0, math.exp(log_front) * h / a))
+
+
+def posterior_abstain_probability(p: float, n: float, gamma: float, p_min: float, prior: float = 0.5,
+                                  r_correct: float = 1.0, r_wrong: float = 0.0) -> float:
+    """Step 4, `posterior`: the probability, given the n samples behind p, that abstaining on the query pays
+    more than answering it: P(s < s* | p, n) with s ~ Beta(p·n + prior, (1 − p)·n + prior) (prior 0.5: the
+    Jeffreys prior) and s* = `abstain_line`.
+
+    The threshold reading with the estimate's own uncertainty: a query never solved in K samples (p = 0) still
+    has s around 1/(2K), so at γ = 0.25 (s* = 0.44) it counts 0.9995 at K = 8 and ρ̂ of an all-zero batch is
+    ~1, where r_base_mean stops at 1 − p_min^γ; a query always solved counts ~0. It is continuous in γ (s*
+    is), so ρ̂ moves with γ even between two K-sample values of p, where the threshold does not move at all.
+    n = 0 (no estimate) gives the prior's P(s < s*)."""
+    p = check_prob("p_i", p)
+    if n < 0 or math.isnan(n):
+        raise ValueError(f"the sample count behind p_i must be >= 0, got {n!r}")
+    if prior <= 0:
+        raise ValueError(f"posterior_prior must be > 0, got {prior!r}")
+    return beta_cdf(abstain_line(p, gamma, p_min, r_correct, r_wrong), p * n + prior, (1.0 - p) * n + prior)
+
+
 def soft_abstain_probability(p: float, gamma: float, p_min: float, tau: float, r_correct: float = 1.0,
                              r_wrong: float = 0.0) -> float:
     """Step 4, `soft`: σ((R_base − V)/τ), V = `answer_value`. Smooth in p, so ρ̂ does not jump when one p_i
@@ -121,15 +187,15 @@ def soft_abstain_probability(p: float, gamma: float, p_min: float, tau: float, r
 
 
 def expected_abstain(p: float, gamma: float, p_min: float, mode: str = "threshold", tau: float = 0.05,
-                     r_correct: float = 1.0, r_wrong: float = 0.0) -> float:
-    """One completion's contribution to ρ̂ (`reward.expected_rate`):
+                     r_correct: float = 1.0, r_wrong: float = 0.0, n: float | None = None,
+                     prior: float = 0.5) -> float:
+    """One completion's contribution to ρ̂ (`reward.expected_rate`; docs/method.md "The penalty's target"):
 
     - `threshold`: 1 if abstaining pays more than the expected value of answering, else 0 (SPEC);
     - `soft`: the sigmoid of that gap with temperature τ;
     - `r_base_mean`: R_base itself, so ρ̂ is the batch mean of R_base = 1 − p*: the failure share the
-      courage-inflated confidence p* expects. It moves continuously with γ (the threshold does not between
-      two K-sample values of p) and, being a share rather than a reward comparison, does not involve the
-      outcome rewards.
+      courage-inflated confidence p* expects. Capped at 1 − p_min^γ per query, whatever the p_i say;
+    - `posterior`: `posterior_abstain_probability` with the n samples behind p (required).
     """
     if mode == "threshold":
         return 1.0 if prefers_abstain(p, gamma, p_min, r_correct, r_wrong) else 0.0
@@ -137,13 +203,24 @@ def expected_abstain(p: float, gamma: float, p_min: float, mode: str = "threshol
         return soft_abstain_probability(p, gamma, p_min, tau, r_correct, r_wrong)
     if mode == "r_base_mean":
         return base_refusal_reward(p, gamma, p_min)
+    if mode == "posterior":
+        if n is None:
+            raise ValueError("expected_rate=posterior needs the number of samples behind each p_i")
+        return posterior_abstain_probability(p, n, gamma, p_min, prior, r_correct, r_wrong)
     raise ValueError(f"expected_rate must be one of {EXPECTED_RATES}, got {mode!r}")
 
 
 def expected_refusal_rate(ps: Iterable[float], gamma: float, p_min: float, mode: str = "threshold",
-                          tau: float = 0.05, r_correct: float = 1.0, r_wrong: float = 0.0) -> float:
-    """Step 4: ρ̂_t = mean over the batch's completions of `expected_abstain` (0 for an empty batch)."""
-    vals = [expected_abstain(p, gamma, p_min, mode, tau, r_correct, r_wrong) for p in ps]
+                          tau: float = 0.05, r_correct: float = 1.0, r_wrong: float = 0.0,
+                          ns: Iterable[float] | None = None, prior: float = 0.5) -> float:
+    """Step 4: ρ̂_t = mean over the batch's completions of `expected_abstain` (0 for an empty batch). `ns`: the
+    sample count behind each p (expected_rate=posterior)."""
+    ps = list(ps)
+    counts: list[float | None] = list(ns) if ns is not None else [None] * len(ps)
+    if len(counts) != len(ps):
+        raise ValueError(f"ns must give one sample count per p_i ({len(ps)}), got {len(counts)}")
+    vals = [expected_abstain(p, gamma, p_min, mode, tau, r_correct, r_wrong, n, prior)
+            for p, n in zip(ps, counts, strict=True)]
     return sum(vals) / len(vals) if vals else 0.0
 
 
@@ -208,7 +285,8 @@ def clip(x: float, lo: float, hi: float) -> float:
 
 
 def refusal_cap(r_correct: float, margin: float | None) -> float | None:
-    """Step 8 option `reward.r_ref_margin`: the most an abstention may pay, r_correct − margin (None: no cap)."""
+    """Step 8 option `reward.r_ref_margin`: the most an abstention may pay, r_correct − margin (None: no cap).
+    The guard against lazy refusal: a correct answer always beats refusing."""
     if margin is None:
         return None
     if margin <= 0:
@@ -216,15 +294,37 @@ def refusal_cap(r_correct: float, margin: float | None) -> float | None:
     return float(r_correct) - float(margin)
 
 
+def refusal_floor(r_wrong: float, margin: float | None) -> float | None:
+    """Step 8 option `reward.r_ref_floor_margin`: the least an abstention may pay, r_wrong + margin (None: no
+    floor). The guard against refusal collapse, the mirror of `refusal_cap`: however hard the penalty corrects
+    over-refusal, refusing a query the policy would get wrong never pays less than getting it wrong, so GRPO
+    keeps ranking an abstention above a wrong answer in the same group and refusal cannot die out where the
+    policy fails (docs/method.md "Guards in both directions")."""
+    if margin is None:
+        return None
+    if margin < 0:
+        raise ValueError(f"r_ref_floor_margin must be >= 0, got {margin!r}")
+    return float(r_wrong) + float(margin)
+
+
 def refusal_reward(r_base: float, penalty: float, r_clip: tuple[float, float] = (-1.0, 1.0),
-                   r_max: float | None = None) -> float:
-    """Step 8: r_ref = clip(R_base − P(Ē), r_clip), then at most `r_max` (`refusal_cap`) when given.
+                   r_max: float | None = None, r_min: float | None = None) -> float:
+    """Step 8: r_ref = clip(R_base − P(Ē), r_clip), then at most `r_max` (`refusal_cap`) and at least `r_min`
+    (`refusal_floor`) when given.
 
     Over-refusal (P > 0) lowers it, under-refusal raises it. Without the cap, sustained under-refusal
-    (P = −1) pays clip(R_base + 1) = 1 for refusing any query, even one answered correctly every time.
+    (P = −1) pays clip(R_base + 1) = 1 for refusing any query, even one answered correctly every time; without
+    the floor, sustained over-refusal (P = +1) makes refusing worse than a wrong answer on every query, and the
+    policy unlearns refusal altogether.
     """
+    if r_max is not None and r_min is not None and r_min > r_max:
+        raise ValueError(f"the refusal floor {r_min:g} lies above the refusal cap {r_max:g}")
     r = clip(r_base - penalty, r_clip[0], r_clip[1])
-    return min(r, float(r_max)) if r_max is not None else r
+    if r_max is not None:
+        r = min(r, float(r_max))
+    if r_min is not None:
+        r = max(r, float(r_min))
+    return r
 
 
 def outcome_reward(outcome: Outcome | str, r_ref: float, r_correct: float = 1.0, r_wrong: float = 0.0,
