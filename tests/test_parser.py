@@ -141,3 +141,16 @@ def test_never_raises_and_verdict_is_stable(text, max_turns, require):
     assert len(a.searches) <= max_turns or not a.valid
     assert set(a.citations) - set(a.shown) <= set(a.unshown_citations) <= set(a.citations)
     assert a.valid or a.invalid_reason != "malformed citation"  # a citation fault never makes it invalid
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["1", "２", "[", "]", "［", "］", ",", "、", " and ", "-", "–", " to ", "passage",
+                                 "#", "(", ")", " ", "x", "99999999"]) | st.text(max_size=4), max_size=30).map("".join))
+def test_citation_reading_never_raises(text):
+    from awarl.agent.citations import MAX_RANGE, read_citations, strip_inline_citations
+
+    nums = read_citations(text)
+    assert nums is None or all(isinstance(n, int) and n >= 0 for n in nums)
+    assert nums is None or len(nums) <= MAX_RANGE * (len(text) + 1)
+    out = strip_inline_citations(text)
+    assert isinstance(out, str) and len(out) <= len(text)

@@ -9,7 +9,8 @@ A `<cite>` block is read after NFKC normalisation (full-width digits, brackets a
   words passage/doc/document/source/reference/no./p. (singular or plural) around the numbers; a range
   `1-3` / `1–3` / `1 to 3` is every number in it.
 An empty block cites nothing. Anything else (`the second passage`, a range running backwards or over
-`MAX_RANGE` numbers, a number of more than `MAX_DIGITS` digits) is a citation fault: the block cites nothing
+`MAX_RANGE` numbers, a number of more than `MAX_DIGITS` digits, a list longer than `MAX_CHARS` characters) is
+a citation fault: the block cites nothing
 and is reported, but the trajectory keeps its outcome (SPEC section 2: a citation fault is not a protocol
 violation).
 """
@@ -19,19 +20,24 @@ from __future__ import annotations
 import re
 import unicodedata
 
-# Guards, not method constants: no passage list is this long, and int() of a huge digit run is slow.
+# Guards, not method constants: no passage list is this long, and the regexes and int() of a huge digit run
+# would be slow (a cite block can be as long as the trajectory budget).
 MAX_RANGE = 64
 MAX_DIGITS = 6
+MAX_CHARS = 512
 
 _NUMBER = r"\d+"
 _ITEM = re.compile(rf"({_NUMBER})\s*(?:-|–|—|~|\bto\b)\s*({_NUMBER})|({_NUMBER})")
 _FILLER = re.compile(r"\b(?:passages?|docs?|documents?|sources?|references?|refs?|nos?|p|and|or)\b\.?"
                      r"|[\s,;、/&+#()]", flags=re.IGNORECASE)
 _BRACKETED = re.compile(r"\[([^\[\]]*)\]")
+_ANY_BRACKETED = re.compile(r"[\[［]([^\[\]［］]*)[\]］]")
 
 
 def _number_list(text: str) -> list[int] | None:
     """The numbers of a plain list of numbers and ranges (module docstring), None when anything else is in it."""
+    if len(text) > MAX_CHARS:
+        return None
     nums: list[int] = []
     for m in _ITEM.finditer(text):
         lo, hi, one = m.groups()
@@ -63,8 +69,11 @@ def strip_inline_citations(answer: str) -> str:
     """The answer without bracketed passage markers (`Paris [1]`, `Paris［１］`, `Paris [1][2].` -> `Paris`,
     `Paris.`), so exact match sees the answer alone; other brackets stay. An answer that is nothing but markers
     is left as it is (a wrong answer, not an empty one)."""
-    def drop(m: re.Match[str]) -> str:
-        return "" if _number_list(unicodedata.normalize("NFKC", m.group(1))) is not None else m.group(0)
-
-    stripped = re.sub(r"\s*[\[［]([^\[\]［］]*)[\]］]", drop, answer).strip()
+    kept, pos = [], 0
+    for m in _ANY_BRACKETED.finditer(answer):
+        if _number_list(unicodedata.normalize("NFKC", m.group(1))) is not None:
+            kept.append(answer[pos:m.start()].rstrip())  # with the space before the marker
+            pos = m.end()
+    kept.append(answer[pos:])
+    stripped = "".join(kept).strip()
     return stripped or answer
