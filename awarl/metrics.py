@@ -1,9 +1,14 @@
 """Answer normalisation, EM / F1 / cover-EM, outcomes, and the aggregate metrics (P, A, RA-F1, ...).
 
-All functions are pure. Normalisation is the official HotpotQA/SQuAD one (lower-case, drop ASCII
-punctuation, drop the articles a/an/the, fold whitespace), so EM and F1 compare with published numbers.
-One deliberate deviation: an answer that normalises to the empty string (e.g. "?!") never matches
-anything. The official EM would call "." equal to a gold "!" while its F1 gives 0; we make them agree.
+All functions are pure. Normalisation (`normalize_answer`, the one used by EM, F1, cover-EM and abstention
+matching) is the official HotpotQA/SQuAD one (lower-case, drop punctuation, drop the articles a/an/the, fold
+whitespace), so EM and F1 compare with published numbers. Deliberate deviations:
+- punctuation is Unicode punctuation (category P: `…`, `。`, `“”`, `’`, `–`), not only ASCII's, and symbols
+  and spaces at either end are dropped too (`Paris…`, `Paris。`, `“Paris”`, `Paris ✓` are `paris`). The
+  official rule drops `'` and `-` but keeps `’` and `–`, so `Arthur’s` never matched a gold `Arthur's`;
+  answers that differ only in such characters now match (EM can only go up against the official script);
+- an answer that normalises to the empty string (e.g. "?!") never matches anything. The official EM would
+  call "." equal to a gold "!" while its F1 gives 0; we make them agree.
 """
 
 from __future__ import annotations
@@ -34,10 +39,24 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _CATEGORICAL = {"yes", "no", "noanswer"}
 
 
+def _is_punct(ch: str) -> bool:
+    return ch in _PUNCT or (not ch.isascii() and unicodedata.category(ch)[0] == "P")
+
+
+def _strip_ends(s: str) -> str:
+    # Punctuation, symbols and separators at either end: "…", "。", quotes, "!" variants, a trailing emoji.
+    i, j = 0, len(s)
+    while i < j and (s[i].isspace() or unicodedata.category(s[i])[0] in "PSZ"):
+        i += 1
+    while j > i and (s[j - 1].isspace() or unicodedata.category(s[j - 1])[0] in "PSZ"):
+        j -= 1
+    return s[i:j]
+
+
 def normalize_answer(s: str) -> str:
-    """Official HotpotQA/SQuAD answer normalisation."""
-    s = s.lower()
-    s = "".join(ch for ch in s if ch not in _PUNCT)
+    """HotpotQA/SQuAD answer normalisation with Unicode punctuation (module docstring)."""
+    s = _strip_ends(s).lower()
+    s = "".join(ch for ch in s if not _is_punct(ch))
     s = _ARTICLES.sub(" ", s)
     return " ".join(s.split())
 
@@ -80,22 +99,14 @@ def cover_em(pred: str | None, golds: Sequence[str]) -> bool:
     return any(f" {g} " in padded for g in _norm_golds(golds))
 
 
-def _strip_trailing_symbols(s: str) -> str:
-    # Normalisation only drops ASCII punctuation; models also end answers with "…", "。" or "!" variants.
-    s = s.strip()
-    while s and unicodedata.category(s[-1])[0] in "PSZ":
-        s = s[:-1]
-    return s
-
-
 def is_abstention(answer: str | None, phrases: Sequence[str]) -> bool:
     """The answer is one of the abstention phrases, compared after normalisation."""
     if answer is None:
         return False
-    a = normalize_answer(_strip_trailing_symbols(answer))
+    a = normalize_answer(answer)
     if not a:
         return False
-    return any(a == normalize_answer(_strip_trailing_symbols(ph)) for ph in phrases)
+    return any(a == normalize_answer(ph) for ph in phrases)
 
 
 CORRECTNESS = ("em", "f1", "cover_em", "judge")

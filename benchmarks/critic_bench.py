@@ -12,6 +12,7 @@ loopback: a real HTTP server whose replies are scripted), each case in a child p
 
 Citation scores (pure, in process): r_cite of the lexical judge on "Arthur's Magazine" (possessive), on a
 yes/no comparison question of the shipped HotpotQA sample, and on its two-hop "Rush" question; the same
+two-hop question with a distractor whose title the question holds (issue 22), the same
 two-hop question under a scripted LLM verdict (before: one claim, one source, as the old prompt asked;
 after: the claim rests on both hops' passages, as the new prompt asks) and under the gold judge.
 
@@ -192,6 +193,12 @@ def _shipped(pred):
     return next(ex for ex in load_shipped("hotpotqa") if pred(ex))
 
 
+def load_shipped_all():
+    from awarl.data import load_shipped
+
+    return load_shipped("hotpotqa")
+
+
 def _context(ex, titles):
     by = {p.title: p.text for p in ex.context}
     return _refs([(t, by[t]) for t in titles])
@@ -216,6 +223,11 @@ def run_cite() -> dict:
     rush = _shipped(lambda e: e.answers == ["Rush"])
     ps = _context(rush, ["Nobody's Hero", "Neil Peart", "Jeff Porcaro"])
     out["two_hop_lexical"] = {f"cite {c}": _score(lex, rush.question, "Rush", c, ps) for c in ([1, 2], [1], [])}
+    # issue 22: a distractor whose title the question holds ("rock band" ~ "Band (rock and pop)")
+    band = next(p.text for e in load_shipped_all() for p in e.context if p.title == "Band (rock and pop)")
+    named = [*ps[:2], ps[2].model_copy(update={"title": "Band (rock and pop)", "text": band})]
+    out["two_hop_lexical_named_distractor"] = {f"cite {c}": _score(lex, rush.question, "Rush", c, named)
+                                               for c in ([1, 2], [1, 2, 3], [1, 3])}
     one = CriticOutput.model_validate({"verified_claims": [
         {"claim": "Rush", "status": "grounded", "source_id": ps[0].id, "confidence": 0.9}],
         "overall_groundedness": 1.0, "flags": []})

@@ -8,13 +8,18 @@ reported per dataset:
 - passage agreement: share of cited passages that both judges call supporting, or both redundant;
 - the lexical judge's supporting calls against the gold labels: precision (of the passages it calls
   supporting, share that are gold) and recall (of the cited gold passages, share it calls supporting);
-- mean |Δ r_cite| between the judges, and each judge's mean r_cite.
+- mean |Δ r_cite| between the judges, and each judge's mean r_cite;
+- distractors that pay: citing exactly the shown passages the gold judge calls supporting, then adding one
+  shown passage it does not, share of those (question, passage) pairs where the lexical r_cite goes up
+  (the gold judge's never does: an added non-gold citation is redundant).
 
-    python benchmarks/judge_agreement.py [--out docs/benchmarks.md] [--before FILE] [--lexical-from FILE]
+    python benchmarks/judge_agreement.py [--out docs/benchmarks.md] [--before FILE --before-label TEXT ...]
+        [--lexical-from FILE]
 
-`--out` writes (or replaces) the "Citation judges" section of that file. `--before FILE` also measures the
-LexicalJudge of another file (an older version: `git show COMMIT:awarl/critic/lexical_judge.py > FILE`) the
-same way, for a before/after table; `--lexical-from FILE` measures that file's judge instead of this one.
+`--out` writes (or replaces) the "Citation judges" section of that file. `--before FILE` (repeatable, each with
+a `--before-label` for the docs) also measures the LexicalJudge of another file (an older version: `git show
+COMMIT:awarl/critic/lexical_judge.py > FILE`) the same way, for before/after tables; `--lexical-from FILE`
+measures that file's judge instead of this one.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import platform
+import shlex
 import sys
 import tempfile
 import time
@@ -57,10 +63,11 @@ def measure(judge, retriever) -> tuple[dict[str, dict], float]:
     t_judge = 0.0
     for name in DATASETS:
         acc = {"agree": 0, "cited": 0, "lex_sup": 0, "lex_sup_gold": 0, "gold_cited": 0, "gold_found": 0,
-               "diff": [], "r_lex": [], "r_gold": []}
+               "diff": [], "r_lex": [], "r_gold": [], "pairs": 0, "paid": 0}
         for ex in load_shipped(name):
             ev = gold_evidence(ex)
             refs, choices = trajectory(retriever, ex)
+            distractors(judge, ex, ev, refs, acc)
             for cites in choices.values():
                 item = build_critic_input(ex.question, ex.answers[0], cites, refs)
                 t0 = time.perf_counter()
@@ -83,36 +90,61 @@ def measure(judge, retriever) -> tuple[dict[str, dict], float]:
     return out, t_judge
 
 
+def distractors(judge, ex, ev, refs: list[PassageRef], acc: dict) -> None:
+    """Count the (question, non-gold passage) pairs where adding the passage to the gold citations raises the
+    lexical r_cite."""
+    shown = [p.number for p in refs]
+    gold = citation_reward(gold_verdict(ev, refs, refs), shown, refs).supporting
+    if not gold:
+        return
+    cites = list(gold)
+    base = citation_reward(judge.verify([build_critic_input(ex.question, ex.answers[0], cites, refs)])[0],
+                           cites, refs).reward
+    for n in shown:
+        if n in gold:
+            continue
+        more = [*cites, n]
+        r = citation_reward(judge.verify([build_critic_input(ex.question, ex.answers[0], more, refs)])[0],
+                            more, refs).reward
+        acc["pairs"] += 1
+        acc["paid"] += r > base + 1e-9
+
+
 def rows(res: dict[str, dict]) -> list[list[str]]:
     table = []
     for name, a in res.items():
         n = len(a["diff"])
         table.append([name, str(n // 2), str(a["cited"]), f"{a['agree'] / a['cited']:.3f}",
                       f"{a['lex_sup_gold'] / max(a['lex_sup'], 1):.3f}", f"{a['gold_found'] / max(a['gold_cited'], 1):.3f}",
-                      f"{sum(a['diff']) / n:.3f}", f"{sum(a['r_lex']) / n:.3f}", f"{sum(a['r_gold']) / n:.3f}"])
+                      f"{sum(a['diff']) / n:.3f}", f"{sum(a['r_lex']) / n:.3f}", f"{sum(a['r_gold']) / n:.3f}",
+                      f"{a['paid'] / max(a['pairs'], 1):.3f} ({a['paid']}/{a['pairs']})"])
     return table
 
 
 HEAD = ["dataset", "questions", "cited passages", "passage agreement", "lexical support precision",
-        "lexical support recall", "mean abs diff r_cite", "r_cite lexical", "r_cite gold"]
+        "lexical support recall", "mean abs diff r_cite", "r_cite lexical", "r_cite gold",
+        "distractors that pay (lexical)"]
 
 
-def markdown(table: list[list[str]], before: list[list[str]] | None, secs: float, n_items: int) -> str:
-    lines = [START, "## Citation judges: lexical vs gold evidence (issue 12)", "",
+def markdown(table: list[list[str]], before: list[tuple[str, list[list[str]]]], secs: float, n_items: int,
+             command: str) -> str:
+    lines = [START, "## Citation judges: lexical vs gold evidence (issues 12, 22)", "",
              f"Date: {date.today().isoformat()}. Machine: 2 CPU cores, 24 GiB, no GPU ({platform.machine()}, Python "
-             f"{platform.python_version()}). Command: `python benchmarks/judge_agreement.py --out docs/benchmarks.md"
-             + (" --before /tmp/old_lexical.py`" if before else "`") + ".",
+             f"{platform.python_version()}). Command: `{command}`.",
              "", "Every question of the three shipped dev samples; a trajectory of two BM25 searches over the shipped "
              "closed corpus (the question, then the title of its first gold paragraph; top 3 each), answered with "
              "the gold answer; two citation choices per question (every shown passage; the first passage of each "
              "search). Passage agreement: cited passages both judges call supporting, or both redundant. Lexical "
-             "support precision / recall: its supporting calls against the gold labels.", "",
+             "support precision / recall: its supporting calls against the gold labels. Distractors that pay: "
+             "citing exactly the shown passages the gold judge calls supporting, plus one shown passage it does "
+             "not, share of those (question, passage) pairs where the lexical r_cite rises above citing the gold "
+             "ones alone (for the gold judge it never does).", "",
              "| " + " | ".join(HEAD) + " |", "|---|" + "---:|" * (len(HEAD) - 1)]
     lines += ["| " + " | ".join(r) + " |" for r in table]
-    if before:
-        lines += ["", "The lexical judge before issue 12 (`--before`: its file at commit 210d0f3, `git show "
-                  "210d0f3:awarl/critic/lexical_judge.py > /tmp/old_lexical.py`), same trajectories:", "", "| " + " | ".join(HEAD) + " |", "|---|" + "---:|" * (len(HEAD) - 1)]
-        lines += ["| " + " | ".join(r) + " |" for r in before]
+    for label, old in before:
+        lines += ["", f"{label}, same trajectories:", "", "| " + " | ".join(HEAD) + " |",
+                  "|---|" + "---:|" * (len(HEAD) - 1)]
+        lines += ["| " + " | ".join(r) + " |" for r in old]
     lines += ["", f"The lexical judge took {1000 * secs / n_items:.2f} ms per answer on average here."]
     lines.append(END)
     return "\n".join(lines) + "\n"
@@ -131,27 +163,35 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="markdown file whose 'Citation judges' section is written or replaced")
     ap.add_argument("--lexical-from", help="measure the LexicalJudge of this file instead")
-    ap.add_argument("--before", help="also measure the LexicalJudge of this file (an older version) for the docs")
+    ap.add_argument("--before", action="append", default=[],
+                    help="also measure the LexicalJudge of this file (an older version) for the docs; repeatable")
+    ap.add_argument("--before-label", action="append", default=[],
+                    help="what each --before file is, for the docs (one per --before, in order)")
     args = ap.parse_args()
+    if len(args.before_label) not in (0, len(args.before)):
+        ap.error(f"{len(args.before_label)} --before-label for {len(args.before)} --before")
+    labels = args.before_label or [f"The lexical judge of {f}" for f in args.before]
     with tempfile.TemporaryDirectory() as tmp:
         corpus = shipped_closed_corpus(Path(tmp) / "corpus.jsonl")
         build_index(corpus, "bm25", Path(tmp) / "bm25", show_progress=False)
         retriever = load_index(Path(tmp) / "bm25")
         res, secs = measure(load_lexical(args.lexical_from), retriever)
-        before = rows(measure(load_lexical(args.before), retriever)[0]) if args.before else None
+        before = [(label, rows(measure(load_lexical(f), retriever)[0])) for label, f in
+                  zip(labels, args.before, strict=True)]
     table = rows(res)
     n_items = sum(len(a["diff"]) for a in res.values())
     print(" | ".join(HEAD))
     for r in table:
         print(" | ".join(r))
-    if before:
-        print("before:")
-        for r in before:
+    for label, old in before:
+        print(f"{label}:")
+        for r in old:
             print(" | ".join(r))
     if args.out:
         path = Path(args.out)
         text = path.read_text() if path.exists() else "# Benchmarks\n"
-        block = markdown(table, before, secs, n_items)
+        block = markdown(table, before, secs, n_items, "python " + " ".join(
+            [Path(sys.argv[0]).as_posix(), *(shlex.quote(a) for a in sys.argv[1:])]))
         if START in text:
             text = text[: text.index(START)] + block + text[text.index(END) + len(END) + 1:]
         else:

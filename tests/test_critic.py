@@ -253,6 +253,37 @@ def test_lexical_two_hop_bridge_citation_is_not_redundant():
     assert _lex(ex.question, "Rush", [1, 3], ps)[1].redundancy == 0.5  # Porcaro's passage supports nothing
 
 
+
+def _shipped_passages(ex, titles):
+    """Passages numbered 1.. from the shipped HotpotQA contexts (any question's), by title."""
+    ctx = {p.title: p.text for e in load_shipped("hotpotqa") for p in e.context}
+    return [PassageRef(number=i + 1, id=f"d{i}", title=t, text=ctx[t]) for i, t in enumerate(titles)]
+
+
+def test_lexical_a_distractor_named_like_the_question_never_pays():
+    # issue 22: every retrieved passage whose title the question named was a required joint source, so citing
+    # a distractor raised r_cite. Rush: "Which Canadian rock band ..." named "Band (rock and pop)".
+    rush = load_shipped("hotpotqa")[0]
+    ps = _shipped_passages(rush, ["Nobody's Hero", "Neil Peart", "Band (rock and pop)"])
+    two, three = (_lex(rush.question, "Rush", c, ps)[1].reward for c in ([1, 2], [1, 2, 3]))
+    assert two >= three and (two, round(three, 2)) == (1.0, 0.67)  # was 0.67 vs 1.00
+    assert _lex(rush.question, "Rush", [1, 3], ps)[1].reward < two  # was 1.00: the distractor stood in for [2]
+    # a lower-cased question carries no capitals to tell a name by: every title it holds still counts
+    assert "d2" in _lex(rush.question.lower(), "Rush", [1, 2], ps)[0].verified_claims[0].source_ids
+
+    by_q = {e.question.split(",")[0]: e for e in load_shipped("hotpotqa")}
+    # two passages whose titles match the same words are one entity: either may be cited, not both required
+    opera = by_q["Which opera has more acts"]
+    ps = _shipped_passages(opera, ["Parsifal", "Manon", "Manon (disambiguation)"])
+    scores = {str(c): _lex(opera.question, "Parsifal", c, ps)[1].reward for c in ([1, 2], [1, 2, 3], [1])}
+    assert scores == {"[1, 2]": 1.0, "[1, 2, 3]": 1.0 - 1 / 3, "[1]": 0.5}  # the comparison still needs both
+    # a title matched only inside a longer matched title is part of that name
+    berlioz = by_q["Which composer was a French Romantic composer in the 1800's"]
+    ps = _shipped_passages(berlioz, ["Hector Berlioz", "Gaetano Donizetti", "Berlioz (disambiguation)"])
+    v, sc = _lex(berlioz.question, berlioz.answers[0], [1, 2], ps)
+    assert v.verified_claims[0].source_ids == ["d0", "d1"] and sc.reward == 1.0
+    assert _lex(berlioz.question, berlioz.answers[0], [1, 2, 3], ps)[1].reward < sc.reward
+
 # ------------------------------------------------------------- hardening against a fake endpoint (loopback)
 class _Slow(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"

@@ -236,3 +236,30 @@ def test_two_hop_citing_both_passages_beats_one_under_gold_and_scripted_llm_judg
         llm.close()
     assert isinstance(make_judge(CriticConfig(judge="lexical")), LexicalJudge)
     assert isinstance(llm, OpenAIJudge)
+
+
+def test_passage_ids_with_surrounding_whitespace_name_their_passages(corpus_ids):
+    # issue 22: a retriever, a data file or an LLM judge that writes " p-…\n" still names the passage; before,
+    # the gold judge gave coverage 0 (reward -1) and the lexical judge failed with a KeyError
+    from awarl.critic.schema import CriticOutput
+    from awarl.rewards.citation import citation_reward, passages_from_rollout
+
+    ex = load_shipped("hotpotqa")[0]
+    ev = gold_evidence(ex)
+    ps = [Passage(f" {p.id}\n", p.title, p.text) for p in _closed_passages(ex, corpus_ids)[:3]]
+    for judge in (make_judge(CriticConfig(judge="gold")), LexicalJudge(CriticConfig())):
+        res = _score(judge, ex, ps, [1, 2], answer="Rush")
+        assert not res.failed and (res.score.coverage, res.score.reward) == (1.0, 1.0), judge.name
+    # gold evidence read back from JSON with padded ids matches by id as well
+    padded = ev.to_dict()
+    for p in padded["paragraphs"]:
+        p["passage_id"] = f"\t{p['passage_id']} "
+    item = CitationItem(ex.question, "Rush", [1, 2], _rollout(ps), "correct", GoldEvidence.from_dict(padded))
+    (res,) = judge_citations(make_judge(CriticConfig(judge="gold")), [item], 0.5)
+    assert res.score.reward == 1.0 and ev.match_id(f" {ev.paragraphs[0].passage_id}") == ev.paragraphs[0]
+    # a judge's source ids padded differently from the passages' still resolve
+    refs = passages_from_rollout(_rollout(ps))
+    verdict = CriticOutput.model_validate({"verified_claims": [
+        {"claim": "Rush", "status": "grounded", "source_ids": [f"{refs[0].id}  ", f"\n{refs[1].id}"],
+         "confidence": 1}], "overall_groundedness": 1, "flags": []})
+    assert citation_reward(verdict, [1, 2], refs).reward == 1.0

@@ -33,6 +33,9 @@ PHRASES = ["not enough information"]
     ("São Paulo.", "são paulo"),
     ("?!...", ""),
     ("U.S.A.", "usa"),
+    # Unicode punctuation is punctuation; symbols and spaces at the ends go too (issue 22)
+    ("Paris…", "paris"), ("Paris。", "paris"), ("“Paris”", "paris"), ("「巴黎」", "巴黎"), ("Paris ✓\u3000", "paris"),
+    ("Arthur’s Magazine", "arthurs magazine"), ("Saint–Étienne", "saintétienne"), ("C♯ minor", "c♯ minor"),
 ])
 def test_normalize_answer(raw, norm):
     assert normalize_answer(raw) == norm
@@ -46,6 +49,17 @@ def test_exact_match_aliases_and_unicode():
     assert not exact_match(None, ["Paris"])
     # punctuation-only answers normalise to "" and never match, even a punctuation-only gold
     assert not exact_match("?", ["!"])
+
+
+@pytest.mark.parametrize("pred", ["Paris…", "Paris。", "“Paris”", "«Paris»", "‘Paris’.", "Paris！", " 「Paris」 "])
+def test_em_f1_and_cover_em_strip_unicode_punctuation_as_abstention_does(pred):
+    # issue 22: these were wrong under EM (F1 0) while "not enough information…" already abstained
+    assert exact_match(pred, ["Paris"]) and token_f1(pred, ["Paris"]) == 1.0 and cover_em(pred, ["Paris"])
+    assert classify_outcome(pred, ["Paris"], valid=True, phrases=PHRASES) is Outcome.CORRECT
+    assert is_abstention(pred.replace("Paris", "not enough information"), PHRASES)
+    # the same rule on the gold side, and for answers that differ only in such characters
+    assert exact_match("Paris", [pred]) and exact_match("Arthur's Magazine", ["Arthur’s Magazine"])
+    assert exact_match("1950-1953", ["1950–1953)"]) and not exact_match("…", ["…"])
 
 
 def test_token_f1_hand_computed():
@@ -80,6 +94,7 @@ def test_cover_em_word_boundaries():
     ("Not enough information.", True),
     ("NOT ENOUGH INFORMATION!!", True),
     ("not enough information…", True),  # unicode ellipsis is not ASCII punctuation
+    ("“not enough information”", True),  # opening quotes too (issue 22; was False)
     ("  Not enough   information ", True),
     ("There is not enough information about Paris", False),
     ("", False),

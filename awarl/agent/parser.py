@@ -9,13 +9,16 @@ Rules (the first violation found is the `invalid_reason`):
 - blocks do not nest ("nested tag"); a close tag must match the open block ("tags out of order");
 - `<information>` is environment output: it must directly follow a `</search>` ("tags out of order");
 - more than `max_turns` searches: "search beyond max turns"; an empty query: "empty search";
-- `<cite>` holds comma/space separated passage numbers ("malformed citation"). Citing a number never shown
-  in an earlier information block is a citation fault, not a protocol break: the number is kept in
-  `citations` (the citation reward counts it as unsupported) and listed in `unshown_citations`;
+- `<cite>` holds passage numbers as models write them (`awarl.agent.citations.read_citations`: `2, 5`,
+  `1 and 2`, `[1][2]`, `passages 1-3`, full-width digits, ...). Citation faults are not protocol breaks:
+  a block that cannot be read cites nothing and its text is listed in `malformed_citations`; a number
+  never shown in an earlier information block is kept in `citations` (the citation reward counts it as
+  unsupported) and listed in `unshown_citations`;
 - the response ends after `</answer>` (whitespace only, "text after </answer>"). The rollout engine hands
   the parser each turn cut right after the stop string that ended it, so the trailing text of a token that
   completed `</answer>` (`>.` in Qwen's vocabulary) never reaches this rule; the answer is non-empty
-  ("empty answer"); every block is closed ("unclosed tag"); an answer exists ("no answer");
+  ("empty answer"); every block is closed ("unclosed tag"); an answer exists ("no answer"). Bracketed
+  passage markers inside the answer (`Paris [1]`) are not part of it (`strip_inline_citations`);
 - with `require_citations`, a non-abstaining answer needs a `<cite>` block ("missing citations").
 Free text outside blocks is allowed (released checkpoints write some).
 """
@@ -26,12 +29,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from awarl.agent.citations import read_citations, strip_inline_citations
 from awarl.metrics import is_abstention
 
 _DEFAULT_TAGS = {"think": "think", "search": "search", "information": "information", "cite": "cite",
                  "answer": "answer"}
 _DEFAULT_NUMBER = re.compile(r"\[(\d+)\] Title:")
-_CITE_SPLIT = re.compile(r"[\s,;]+")
 
 
 @dataclass
@@ -40,6 +43,7 @@ class ParsedTrajectory:
     shown: list[int] = field(default_factory=list)      # passage numbers from <information> blocks
     citations: list[int] = field(default_factory=list)
     unshown_citations: list[int] = field(default_factory=list)  # cited numbers no information block showed
+    malformed_citations: list[str] = field(default_factory=list)  # <cite> contents that name no passage numbers
     answer: str | None = None
     abstained: bool = False
     valid: bool = False
@@ -60,13 +64,6 @@ def lex(text: str, names: Sequence[str]) -> list[tuple[str, str]]:
     if pos < len(text):
         out.append(("text", text[pos:]))
     return out
-
-
-def _parse_citations(content: str) -> list[int] | None:
-    parts = [p.strip("[]") for p in _CITE_SPLIT.split(content.strip()) if p]
-    if not parts or not all(p.isdigit() and p.isascii() for p in parts):
-        return None
-    return [int(p) for p in parts]
 
 
 class _Walker:
@@ -134,14 +131,14 @@ class _Walker:
             out.shown.extend(int(m.group(1)) for m in self.number_re.finditer(content))
         elif role == "cite":
             self.cited = True
-            nums = _parse_citations(content)
+            nums = read_citations(content)
             if nums is None:
-                self.fail("malformed citation")
+                out.malformed_citations.append(content.strip())
             else:
                 out.citations.extend(nums)
                 out.unshown_citations.extend(n for n in nums if n not in out.shown)
         elif role == "answer":
-            out.answer = content.strip()
+            out.answer = strip_inline_citations(content.strip())
             self.done = True
             if not out.answer:
                 self.fail("empty answer")

@@ -30,7 +30,7 @@ from typing import Any
 
 from awarl.config import CriticConfig
 from awarl.critic.schema import ClaimVerification, CriticInput, CriticOutput, PassageRef
-from awarl.data.evidence import GoldEvidence, GoldParagraph, title_key
+from awarl.data.evidence import GoldEvidence, GoldParagraph, passage_id_key, title_key
 
 CLOSED_ID = re.compile(r"p-[0-9a-f]{16}")
 _CLAIM_CHARS = 300
@@ -72,6 +72,7 @@ def compact_evidence(ev: GoldEvidence | None) -> dict[str, Any] | None:
 def gold_matches(ev: GoldEvidence, pid: str, title: str) -> tuple[int, ...]:
     """Indices of the gold paragraphs a retrieved passage (id, title) is (rule in the module docstring)."""
     key = title_key(title) if title else ""
+    pid = passage_id_key(pid)
     if CLOSED_ID.fullmatch(pid):
         hits = tuple(k for k, p in enumerate(ev.paragraphs) if p.passage_id == pid)
         return hits or tuple(k for k, p in enumerate(ev.paragraphs)

@@ -11,7 +11,13 @@ A short answer (a name, a date) is grounded jointly by
   (all of them by default: an entity name is not half supported), a cited one preferred, then the one most
   about the question; and
 - the **question's entity passages**: retrieved passages whose title the question names (a comparison's two
-  entities, a bridge question's first hop); their text is evidence the answer rests on.
+  entities, a bridge question's first hop); their text is evidence the answer rests on. One passage per
+  entity (`entity_groups`): the question must name it as a name (with a capital or a number where the question
+  has capitals: "rock band" does not name "Band (rock and pop)"); a title matching only inside a longer
+  matched title is part of that name ("Berlioz (disambiguation)" in "Hector Berlioz"); of several passages
+  whose titles match the same words ("Manon", "Manon (disambiguation)") the cited one stands for it, else the
+  one most about the question. So a distractor that merely shares a name or a common noun with the question
+  is not a required source, and citing it beside the right one is redundant, never a gain.
 A cited passage that also contains the answer and at least `bridge_overlap` of the question's content words
 supports it too (a bridge passage that repeats the answer). With no answer passage, a short answer is
 inferred when several passages together hold `support_threshold` of its tokens. A yes/no answer is grounded in the compared
@@ -48,18 +54,24 @@ _STOP = frozenset({
 _QUESTION_WORDS = frozenset({"did", "does", "do", "both", "same", "whose", "name", "called", "either", "one",
                              "many", "much", "has", "have", "had"})
 _YES_NO = frozenset({"yes", "no"})
-_POSSESSIVE = re.compile(r"(?<=\w)['’]s\b")
+_POSSESSIVE = re.compile(r"(?<=\w)['’]s\b", flags=re.IGNORECASE)
 _PUNCT = re.compile(f"[{re.escape(string.punctuation)}‘’“”–—]")
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+")
 _SPLIT = re.compile(r",|\band\b", flags=re.IGNORECASE)
 _PAREN_TAIL = re.compile(r"\s*\([^()]*\)\s*$")
 
 
+def cased_tokens(text: str) -> list[str]:
+    """`tokens(text)` before lower-casing (the same tokens, one for one): the question's capitals say which
+    of its words are names."""
+    text = _POSSESSIVE.sub("", text)
+    return [t for t in _PUNCT.sub(" ", text).split() if t.lower() not in ("a", "an", "the")]
+
+
 def tokens(text: str) -> list[str]:
     """Lower-case, possessive `'s` dropped, punctuation to spaces, articles dropped (SQuAD-style
     normalisation, token level)."""
-    text = _POSSESSIVE.sub("", text.lower())
-    return [t for t in _PUNCT.sub(" ", text).split() if t not in ("a", "an", "the")]
+    return [t.lower() for t in cased_tokens(text)]
 
 
 def content_tokens(text: str) -> set[str]:
@@ -104,11 +116,42 @@ def _title_forms(title: str) -> list[list[str]]:
 
 def mentions(question: list[str], title: str) -> bool:
     """Whether the question's tokens contain one of the title's forms as a contiguous run."""
+    return bool(_named_spans(question, title))
+
+
+def _named_spans(question: list[str], title: str, cased: list[str] | None = None) -> list[tuple[int, int]]:
+    """The runs [i, j) of the question's tokens that are one of the title's forms; with the question's
+    `cased` tokens, only runs with a capitalised word or a number (a name, not "rock band" for the title
+    "Band (rock and pop)")."""
+    spans = []
     for form in _title_forms(title):
         n = len(form)
-        if any(question[i:i + n] == form for i in range(len(question) - n + 1)):
-            return True
-    return False
+        for i in range(len(question) - n + 1):
+            if question[i:i + n] == form and (cased is None or any(t[:1].isupper() or t[:1].isdigit()
+                                                                   for t in cased[i:i + n])):
+                spans.append((i, i + n))
+    return spans
+
+
+def entity_groups(question: str, passages: list[PassageRef]) -> list[list[str]]:
+    """The entities the question names by a retrieved passage's title, each as the ids of the passages that
+    name it (retrieval order). A passage stands for the longest run of the question its title matches; a run
+    inside another passage's longer run is part of that name ("Berlioz" in "Hector Berlioz"), and passages
+    whose titles match the same run are one entity ("Manon" and "Manon (disambiguation)"). In a question with
+    no capitals after its first word (lower-cased data) every match counts; otherwise only names do."""
+    cased = cased_tokens(question)
+    qseq = [t.lower() for t in cased]
+    has_case = any(t[:1].isupper() for t in cased[1:])
+    span: dict[str, tuple[int, int]] = {}
+    for p in passages:
+        found = _named_spans(qseq, p.title, cased if has_case else None)
+        if found and p.id not in span:
+            span[p.id] = max(found, key=lambda s: s[1] - s[0])
+    groups: dict[tuple[int, int], list[str]] = {}
+    for pid, (i, j) in span.items():
+        if not any(a <= i and j <= b and (a, b) != (i, j) for a, b in span.values()):
+            groups.setdefault((i, j), []).append(pid)
+    return list(groups.values())
 
 
 class LexicalJudge:
@@ -152,14 +195,18 @@ class LexicalJudge:
         """One short answer: answer passage + the question's entity passages (+ cited bridges); yes/no through
         the entities alone (module docstring)."""
         qseq = tokens(question)
-        entities = [p.id for p in passages if mentions(qseq, p.title)]
+        qc = {t for t in qseq if t not in _STOP and t not in _QUESTION_WORDS}
+        # One passage per named entity: a cited one, then the one most about the question. A same-named
+        # passage that is not cited is then not required, and citing it too makes one of the two redundant.
+        entities = [max(g, key=lambda pid: (pid in cited, _recall(qc, ptoks[pid])))
+                    for g in entity_groups(question, passages)]
         if " ".join(tokens(claim)) in _YES_NO:
             if not entities:
                 return ClaimVerification(claim=claim, status="unsupported", confidence=0.5)
             return ClaimVerification(claim=claim, status="grounded" if len(entities) >= 2 else "inferred",
                                      source_ids=entities, confidence=0.5)
         ct = content_tokens(claim)
-        qc = {t for t in qseq if t not in _STOP and t not in _QUESTION_WORDS} - ct
+        qc -= ct
         recalls = {p.id: _recall(ct, ptoks[p.id]) for p in passages}
         answer_ps = [pid for pid, r in recalls.items() if r >= self.cfg.short_support_threshold]
         if not answer_ps:  # no passage names it whole: maybe several do together

@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from awarl.data.evidence import GoldEvidence
+from awarl.data.evidence import GoldEvidence, passage_id_key
 
 
 class ClaimVerification(BaseModel):
@@ -46,7 +46,7 @@ class ClaimVerification(BaseModel):
         if isinstance(v, str):
             v = [v]
         if isinstance(v, list):  # ids as written by a model: stripped, blanks and repeats dropped
-            return list(dict.fromkeys(str(x).strip() for x in v if x is not None and str(x).strip()))
+            return list(dict.fromkeys(k for x in v if x is not None and (k := passage_id_key(x))))
         return v
 
     @model_validator(mode="after")
@@ -78,6 +78,12 @@ class PassageRef(BaseModel):
     id: str
     title: str = ""
     text: str
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _clean_id(cls, v: Any) -> Any:
+        """Stripped like a claim's `source_ids`, so the two always compare equal."""
+        return passage_id_key(v) if isinstance(v, str) else v
 
 
 class CriticInput(BaseModel):

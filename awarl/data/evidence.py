@@ -52,6 +52,17 @@ def title_key(title: str) -> str:
     return " ".join(t.replace("_", " ").split()).casefold()
 
 
+def passage_id_key(pid: object) -> str:
+    """A passage id as every judge compares it: a string, surrounding whitespace stripped. Applied to the ids of
+    retrieved passages (`PassageRef`), of a judge's `source_ids` and of gold paragraphs alike, so an id a
+    retriever, a data file or an LLM judge wrote with a stray space or newline still names its passage."""
+    return str(pid).strip()
+
+
+def _opt_id(pid: object) -> str | None:
+    return None if pid is None else passage_id_key(pid) or None
+
+
 def base_title_key(title: str) -> str:
     """`title_key` without one trailing disambiguation parenthetical ("Rush (band)" -> "rush")."""
     key = title_key(title)
@@ -108,17 +119,18 @@ class GoldEvidence:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GoldEvidence:
         return cls(
-            paragraphs=tuple(GoldParagraph(p["title"], p.get("passage_id"), p.get("text", ""),
+            paragraphs=tuple(GoldParagraph(p["title"], _opt_id(p.get("passage_id")), p.get("text", ""),
                                            tuple(p.get("sentence_ids") or ()), tuple(p.get("sentences") or ()))
                              for p in d.get("paragraphs") or ()),
             triples=tuple(GoldTriple(t["subject"], t["relation"], t["object"], t.get("title"))
                           for t in d.get("triples") or ()),
-            hops=tuple(GoldHop(h["question"], h["answer"], h.get("title"), h.get("passage_id"))
+            hops=tuple(GoldHop(h["question"], h["answer"], h.get("title"), _opt_id(h.get("passage_id")))
                        for h in d.get("hops") or ()),
         )
 
     def match_id(self, pid: str) -> GoldParagraph | None:
         """The gold paragraph a closed-corpus passage id is, if any."""
+        pid = passage_id_key(pid)
         return next((p for p in self.paragraphs if p.passage_id == pid), None)
 
     def match_title(self, title: str, loose: bool = False) -> tuple[GoldParagraph, ...]:

@@ -41,6 +41,7 @@ def trajectory_record(ex: QAExample, traj: Any, cfg: AwarlConfig, phrases: list[
             "searches": list(p.searches),
             "citations": list(p.citations),
             "unshown_citations": list(p.unshown_citations),
+            "malformed_citations": list(p.malformed_citations),
             "invalid_reason": p.invalid_reason,
             "stop_reason": traj.stop_reason,
             "num_turns": p.num_turns,
