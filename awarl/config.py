@@ -190,7 +190,8 @@ class RewardConfig(Section):
     strategy: Literal["awarl", "none", "static", "bapo"] = Field("awarl", description="Refusal reward: AWA-RL "
                                                                   "(dynamic), none (plain GRPO), static constant, "
                                                                   "or BAPO-style group IDK reward.")
-    gamma: float = Field(0.5, gt=0.0, le=1.0, description="Courage factor γ: p* = p̃^γ. Smaller = braver. (R)")
+    gamma: float = Field(0.05, gt=0.0, le=1.0, description="Courage factor γ: p* = p̃^γ. Smaller = braver. (R; "
+                         "SPEC 0.5; the study's tuning half chose 0.05, docs/method.md \"Defaults chosen\")")
     p_min: float = Field(0.1, ge=0.0, le=1.0, description="Lower clip of p_i, against premature abstention. (R)")
     beta: float = Field(0.9, ge=0.0, lt=1.0, description="EMA factor of the excess refusal rate Ē. (R)")
     penalty_steps: list[tuple[float, float]] = Field(
@@ -199,12 +200,12 @@ class RewardConfig(Section):
                     "threshold, `penalty_max`. Sign follows Ē. (R)")
     penalty_max: float = Field(1.0, ge=0.0, description="Penalty beyond the last threshold. (R)")
     expected_rate: Literal["threshold", "soft", "r_base_mean", "posterior"] = Field(
-        "threshold", description="ρ̂ per completion (docs/method.md \"The penalty's target\"): threshold = 1 if "
+        "posterior", description="ρ̂ per completion (docs/method.md \"The penalty's target\"): threshold = 1 if "
         "R_base beats the expected value of answering, r_wrong + p_i·(r_correct − r_wrong) (SPEC; invalid "
         "does not enter); soft = the sigmoid of that gap; r_base_mean = R_base itself (ρ̂ = batch mean of "
         "1 − p*, capped at 1 − p_min^γ); posterior = the probability, given the K samples behind p_i, that the "
         "query's true success lies below what refusing pays (the threshold with the estimate's uncertainty: "
-        "smooth in γ, ~1 for a batch the model never solves). (R)")
+        "smooth in γ, tending to 1 for a batch the model never solves as K grows). (R)")
     posterior_prior: float = Field(0.5, gt=0.0, description="expected_rate=posterior: Beta(prior, prior) prior of "
                                    "a query's success before its K samples (0.5: Jeffreys). (R)")
     posterior_samples: int = Field(8, ge=0, description="expected_rate=posterior: samples assumed behind a p_i "
@@ -219,11 +220,11 @@ class RewardConfig(Section):
         "zero", description="Ē's start: zero = Ē_0 = 0, the penalty ramps in over ~1/(1−β) steps (SPEC); "
         "bias_corrected = m_t/(1−β^t), full size from the first step. (R)")
     r_ref_margin: float | None = Field(
-        None, gt=0.0, description="Cap on the refusal reward: r_ref <= r_correct − r_ref_margin, so abstaining "
+        0.1, gt=0.0, description="Cap on the refusal reward: r_ref <= r_correct − r_ref_margin, so abstaining "
         "never pays as much as a correct answer, even under sustained under-refusal (P = −1). None = only "
         "r_clip (SPEC). (R)")
     r_ref_floor_margin: float | None = Field(
-        None, ge=0.0, description="Floor on the refusal reward: r_ref >= r_wrong + r_ref_floor_margin, so refusing "
+        0.0, ge=0.0, description="Floor on the refusal reward: r_ref >= r_wrong + r_ref_floor_margin, so refusing "
         "never pays less than a wrong answer, even under sustained over-refusal (P = +1): the guard against "
         "refusal collapse, the mirror of r_ref_margin. None = only r_clip (SPEC). (R)")
     p_online: Literal["off", "ema"] = Field("off", description="Re-estimate p_i during training from the "
@@ -356,13 +357,18 @@ class SimulateConfig(Section):
                               "(skill improving with practice; makes the pre-RL p_i go stale).")
     invalid_rate: float = Field(0.0, ge=0, le=1, description="Share of answer attempts that end invalid.")
     learning_rate: float = Field(0.5, gt=0, description="Policy-gradient step size.")
+    lr_schedule: Literal["constant", "linear"] = Field("constant", description="Step size over the run: constant "
+                                                       "(the reconstruction study's yardstick), or decayed linearly "
+                                                       "to 0 as TRL's GRPOTrainer does by default, i.e. what `awarl "
+                                                       "train` runs (docs/simulator.md).")
     advantage_scaling: Literal["group", "none"] = Field("group", description="GRPO advantages: divide by the "
                                                         "group's reward std (group, GRPO/TRL default) or only "
                                                         "subtract the group mean (none, Dr. GRPO).")
     init_abstain_rate: float = Field(0.05, gt=0, lt=1, description="Initial abstention probability (cold start) "
                                      "of a query of average perceived difficulty (x = 0).")
-    gammas: list[float] = Field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0],
-                                description="γ grid of the AWA-RL runs (with and without penalty).")
+    gammas: list[float] = Field(default_factory=lambda: [0.02, 0.05, 0.1, 0.25, 0.5, 1.0],
+                                description="γ grid of the AWA-RL runs (with and without penalty); holds the "
+                                "shipped reward.gamma (0.05) and the paper's range.")
     static_values: list[float] = Field(default_factory=lambda: [0.05, 0.3],
                                        description="Constant refusal rewards of the static runs.")
     strategies: list[Literal["none", "static", "bapo", "awarl", "awarl_no_penalty"]] = Field(

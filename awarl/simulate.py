@@ -44,6 +44,8 @@ C, W, AB, INV = range(4)
 POPULATION_KEYS = ("refusal_rate", "rho_hat", "precision", "accuracy", "ra_f1")
 SMALL_ACCURACY_COST = 0.05  # "a small accuracy cost": the paper's is 0.552 -> 0.529 (0.023)
 PLATEAU_TOL = 0.02          # the refusal rate's mean over the last fifth moved less than this from the fifth before
+COLLAPSE_REFUSAL = 0.02     # "refusal collapsed": a final refusal rate below this ...
+BASELINE_REFUSAL = 0.3      # ... where some baseline still refuses more than this
 
 
 @dataclass
@@ -163,8 +165,16 @@ def _population_metrics(pi: np.ndarray, s: np.ndarray, invalid_rate: float) -> d
     return {"refusal_rate": rho, "precision": prec, "accuracy": acc, "ra_f1": ra_f1(prec, acc)}
 
 
+def learning_rate_at(sc: SimulateConfig, step: int) -> float:
+    """The policy-gradient step size at `step`: `simulate.learning_rate`, constant, or decayed linearly to 0 over
+    `simulate.steps` as TRL's GRPOTrainer does by default (`lr_scheduler_type: linear`, what `awarl train` runs)."""
+    if sc.lr_schedule == "linear":
+        return sc.learning_rate * (1.0 - step / sc.steps)
+    return sc.learning_rate
+
+
 def _grpo_step(reward: np.ndarray, abstain: np.ndarray, pi_b: np.ndarray, x_b: np.ndarray, B: int, G: int,
-               sc: SimulateConfig) -> tuple[float, float]:
+               sc: SimulateConfig, lr: float) -> tuple[float, float]:
     """The (w, b) increments of one policy-gradient step with group-normalised advantages."""
     r = reward.reshape(B, G)
     std = r.std(axis=1, keepdims=True)
@@ -175,7 +185,7 @@ def _grpo_step(reward: np.ndarray, abstain: np.ndarray, pi_b: np.ndarray, x_b: n
         adv = centred.ravel()
     # d log π(a) / d logit = a − π for a Bernoulli(π) choice of "abstain".
     score = adv * (abstain.astype(float) - pi_b)
-    return sc.learning_rate * float((score * x_b).mean()), sc.learning_rate * float(score.mean())
+    return lr * float((score * x_b).mean()), lr * float(score.mean())
 
 
 def simulate_run(pop: Population, sc: SimulateConfig, rc: RewardConfig, strategy: str, *, gamma: float,
@@ -247,7 +257,7 @@ def simulate_run(pop: Population, sc: SimulateConfig, rc: RewardConfig, strategy
         h["batch_rho_hat"].append(rho_hat_t)
         h["r_ref_mean"].append(float(np.mean(r_ab)))
 
-        dw, db = _grpo_step(reward, abstain, pi_b, x[idx][group], B, G, sc)
+        dw, db = _grpo_step(reward, abstain, pi_b, x[idx][group], B, G, sc, learning_rate_at(sc, step))
         w, b = w + dw, b + db
         if rc.p_online == "ema":
             for i, c, a in zip(idx, correct_g, answered_g, strict=True):
@@ -355,9 +365,10 @@ def claims(rows: list[dict], dead: float) -> list[dict]:
     if len(on) >= 2:
         gs = sorted(on)
         rates = [on[g]["refusal_rate"] for g in gs]
-        plateau = all(on[g]["late_drift"] <= PLATEAU_TOL for g in gs)
+        plateau = all(on[g]["late_drift"] <= PLATEAU_TOL and on[g]["late_sd"] <= PLATEAU_TOL for g in gs)
         out.append(_claim(f"refusal plateaus by γ: higher γ, more refusal, each run settled (mean refusal of the "
-                          f"last fifth within {PLATEAU_TOL:g} of the fifth before)",
+                          f"last fifth within {PLATEAU_TOL:g} of the fifth before, its std within the last fifth "
+                          f"at most {PLATEAU_TOL:g})",
                           plateau and all(a < b for a, b in zip(rates, rates[1:], strict=False)),
                           ", ".join(f"γ={g:g}: {on[g]['refusal_rate']:.3f} (late drift {on[g]['late_drift']:.3f}, "
                                     f"late sd {on[g]['late_sd']:.3f})" for g in gs)))
@@ -371,6 +382,13 @@ def claims(rows: list[dict], dead: float) -> list[dict]:
                           f"best γ={best['gamma']:g}: P {best['precision']:.3f} vs {none['precision']:.3f}, "
                           f"A {best['accuracy']:.3f} vs {none['accuracy']:.3f} (cost {cost:+.3f}), "
                           f"RA-F1 {best['ra_f1']:.3f} vs {none['ra_f1']:.3f}"))
+    if on and base:
+        rival = max(base, key=lambda r: r["refusal_rate"])
+        fallen = [g for g in sorted(on) if on[g]["refusal_rate"] < COLLAPSE_REFUSAL]
+        out.append(_claim(f"AWA-RL's refusal never collapses (< {COLLAPSE_REFUSAL:g}) where a baseline refuses more "
+                          f"than {BASELINE_REFUSAL:g}", rival["refusal_rate"] <= BASELINE_REFUSAL or not fallen,
+                          f"most refusing baseline {rival['label']} {rival['refusal_rate']:.3f}; AWA-RL final refusal "
+                          + ", ".join(f"γ={g:g} {on[g]['refusal_rate']:.3f}" for g in sorted(on))))
     for r in rows:
         if r["strategy"] == "static" and r["static_value"] is not None and abs(r["static_value"] - 0.05) < 1e-9:
             out.append(_claim("a static refusal reward of 0.05 collapses to refusing nearly always (> 0.9; "
@@ -444,7 +462,8 @@ def plot_curves(results: Sequence[RunResult], path: str | os.PathLike) -> None:
 def options_line(rc: RewardConfig) -> str:
     """The reconstruction options of a reward config, in one line (docs/method.md "Reconstruction choices")."""
     return (f"expected_rate={rc.expected_rate}, p_definition={rc.p_definition}, ema_start={rc.ema_start}, "
-            f"r_ref_margin={rc.r_ref_margin}, p_online={rc.p_online}; outcome rewards correct {rc.r_correct:g}, "
+            f"r_ref_margin={rc.r_ref_margin}, r_ref_floor_margin={rc.r_ref_floor_margin}, p_online={rc.p_online}; "
+            f"outcome rewards correct {rc.r_correct:g}, "
             f"wrong {rc.r_wrong:g}, invalid {rc.r_invalid:g}")
 
 

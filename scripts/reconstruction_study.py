@@ -23,12 +23,17 @@ Protocol (fixed in this file before any of its results were looked at; docs/reco
 5. **Report both halves**, the held-out half as the evidence: per population the best γ of the chosen reading
    against the best baseline (with the seed std), the chosen γ's distance to the best γ, refusal collapse,
    and the late-phase refusal std against the baselines'.
+6. **Stability under the trainer's schedule** (added after the first run, as a check, not a selection): the
+   study's simulator keeps the step size constant, `awarl train` decays it linearly to 0 (TRL's default), so the
+   held-out half's shipped reading and baselines are run again with `simulate.lr_schedule=linear` and their
+   late-phase refusal std and RA-F1 reported.
 
     PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python scripts/reconstruction_study.py --out runs/study
 
 Writes OUT/pops/NAME.json per population as it finishes (a rerun skips those: the study resumes), then
 OUT/study.json and OUT/study.md (kept in the repo as docs/reconstruction_study.md), and prints the selection.
-About 15-20 CPU-minutes with the defaults (21 populations x 11 variants x 7 γ + 4 baselines, 3 seeds).
+About 25 CPU-minutes with the defaults (21 populations x 11 variants x 9 γ + 4 baselines, 3 seeds; measured
+35 wall-minutes on 2 cores shared with other work).
 """
 
 from __future__ import annotations
@@ -55,7 +60,10 @@ POPULATION_DISTRIBUTION = (
     "invalid rate 0 with probability 1/2, else ~ U(0, 0.3); the standard checkpoint's abstention rate "
     "log-uniform on [0.01, 0.3]")
 NAMED = ("default", "paper_like", "format_failures", "skill_gain", "cautious_base")
-GAMMAS = (0.05, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0)
+# Extended below 0.25 where the previous optimum sat at the grid's edge; the first run of this protocol (grid from
+# 0.05) put the tuning optimum at 0.05, the new edge, so 0.01 and 0.02 were added (rows of the other γ unchanged:
+# every run has its own common random numbers, whatever else the grid holds).
+GAMMAS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0)
 COLLAPSE_REFUSAL = 0.02      # "refusal collapsed": below this ...
 BASELINE_REFUSES = 0.3       # ... while the best baseline refuses more than this
 CLOSE_TO_BEST = 0.01         # "the shipped γ is within 0.01 RA-F1 of the best γ"
@@ -120,17 +128,26 @@ def _overrides(options: dict) -> list[str]:
     return [f"{k}={value(v)}" for k, v in options.items() if not k.startswith("_")]
 
 
-def run_population(pop: dict, seeds: int, steps: int | None) -> dict:
-    """Baselines and every variant × γ of one population (seed means, std, late drift and sd)."""
+def run_population(pop: dict, seeds: int, steps: int | None, done: dict | None = None) -> dict:
+    """Baselines and every variant × γ of one population (seed means, std, late drift and sd). With `done` (an
+    earlier result of the same population, seeds and steps), only the (variant, γ) cells it lacks are run."""
     path = repo_root() / pop["config"]
     common = pop["overrides"] + [f"simulate.seeds={seeds}"] + ([f"simulate.steps={steps}"] if steps else [])
-    grid = "simulate.gammas=[" + ", ".join(f"{g:g}" for g in GAMMAS) + "]"
-    base_cfg = load_config(path, common + _overrides(VARIANTS["paper spec"]) + [BASELINES])
-    out = {**pop, "seeds": seeds, "baselines": summary_rows(run_all(base_cfg, progress=False)), "variants": {}}
+    if done is None:
+        base_cfg = load_config(path, common + _overrides(VARIANTS["paper spec"]) + [BASELINES])
+        done = {**pop, "seeds": seeds, "steps": steps, "variants": {},
+                "baselines": summary_rows(run_all(base_cfg, progress=False))}
+    out = {**done, "variants": dict(done["variants"])}
     for name, opts in VARIANTS.items():
+        have = {r["gamma"] for r in out["variants"].get(name, [])}
+        todo = [g for g in GAMMAS if g not in have]
+        if not todo:
+            continue
         strat = "awarl_no_penalty" if name.endswith("no penalty") else "awarl"
+        grid = "simulate.gammas=[" + ", ".join(f"{g:g}" for g in todo) + "]"
         cfg = load_config(path, common + _overrides(opts) + [grid, f"simulate.strategies=[{strat}]"])
-        out["variants"][name] = summary_rows(run_all(cfg, progress=False))
+        rows = out["variants"].get(name, []) + summary_rows(run_all(cfg, progress=False))
+        out["variants"][name] = sorted(rows, key=lambda r: r["gamma"])
     return out
 
 
@@ -264,7 +281,8 @@ def full_population_block(pop: dict) -> list[str]:
     return lines + [""]
 
 
-def report(results: list[dict], chosen: dict, tuning_table: list[dict], seeds: int) -> str:
+def report(results: list[dict], chosen: dict, tuning_table: list[dict], seeds: int,
+           stability: list[dict] | None = None) -> str:
     by_half = {h: [p for p in results if p["half"] == h] for h in ("tuning", "held-out", "named")}
     v, g = chosen["variant"], chosen["gamma"]
     every = selection_table(by_half["tuning"], list(VARIANTS))
@@ -301,21 +319,55 @@ def report(results: list[dict], chosen: dict, tuning_table: list[dict], seeds: i
         lines += targets_table([judge_population(p, v, g) for p in pops])
         lines += ["", "Every variant on this half (γ chosen on the tuning half):", ""] + variants_summary(pops, best_g)
         lines += [""]
+    if stability:
+        lines += ["## Held-out half under the trainer's learning-rate schedule", "",
+                  "Step 6 of the protocol: the study's simulator keeps the step size constant; `awarl train` decays "
+                  "it linearly to 0 (TRL's default). The shipped reading at the shipped γ and the baselines again, "
+                  "`simulate.lr_schedule=linear`, final values, mean over seeds:", ""] + stability_table(stability) + [""]
     lines += ["## Full tables", "", "RA-F1 (refusal) of every variant at every γ, mean over seeds.", ""]
     for p in results:
         lines += full_population_block(p)
     return "\n".join(lines)
 
 
+def stability_check(pops: list[dict], variant: str, gamma: float, seeds: int, steps: int | None) -> list[dict]:
+    """Step 6: the shipped reading at the shipped γ and the baselines under a linearly decayed step size."""
+    out = []
+    for pop in pops:
+        path = repo_root() / pop["config"]
+        common = pop["overrides"] + [f"simulate.seeds={seeds}", "simulate.lr_schedule=linear"] + \
+            ([f"simulate.steps={steps}"] if steps else [])
+        base = summary_rows(run_all(load_config(path, common + _overrides(VARIANTS["paper spec"]) + [BASELINES]),
+                                    progress=False))
+        cfg = load_config(path, common + _overrides(VARIANTS[variant]) + [f"simulate.gammas=[{gamma:g}]",
+                                                                           "simulate.strategies=[awarl]"])
+        row = summary_rows(run_all(cfg, progress=False))[0]
+        rival = max(base, key=lambda r: r["ra_f1"])
+        out.append({"population": pop["name"], "ra_f1": row["ra_f1"], "late_sd": row["late_sd"],
+                    "refusal": row["refusal_rate"], "rival": rival["label"], "rival_ra_f1": rival["ra_f1"],
+                    "baseline_late_sd_min": min(b["late_sd"] for b in base),
+                    "baseline_late_sd_max": max(b["late_sd"] for b in base)})
+    return out
+
+
+def stability_table(rows: list[dict]) -> list[str]:
+    lines = ["| population | shipped: RA-F1 (refusal) | best baseline: RA-F1 | late refusal sd: shipped / baselines "
+             "min–max |", "|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['population']} | {_f(r['ra_f1'])} ({r['refusal']:.2f}) | {r['rival']}: "
+                     f"{_f(r['rival_ra_f1'])} | {r['late_sd']:.4f} / {r['baseline_late_sd_min']:.4f}–"
+                     f"{r['baseline_late_sd_max']:.4f} |")
+    return lines
+
+
 def _run_one(args: tuple[dict, int, int | None, str]) -> str:
     pop, seeds, steps, out = args
     path = Path(out) / "pops" / f"{pop['name']}.json"
-    if path.exists():
-        done = json.loads(path.read_text())
-        if done.get("seeds") == seeds and done.get("overrides") == pop["overrides"] \
-                and set(done.get("variants", {})) == set(VARIANTS):
-            return pop["name"]
-    atomic_write_json(path, run_population(pop, seeds, steps))
+    done = json.loads(path.read_text()) if path.exists() else None
+    if done is not None and (done.get("seeds"), done.get("steps"), done.get("overrides")) != \
+            (seeds, steps, pop["overrides"]):
+        done = None  # another study's cell: start this population again
+    atomic_write_json(path, run_population(pop, seeds, steps, done))
     return pop["name"]
 
 
@@ -340,10 +392,12 @@ def main(argv: list[str] | None = None) -> int:
     tuning = [p for p in results if p["half"] == "tuning"]
     table = selection_table(tuning)
     chosen = select_default(tuning)
-    held = [judge_population(p, chosen["variant"], chosen["gamma"]) for p in results if p["half"] == "held-out"]
+    held_pops = [p for p in results if p["half"] == "held-out"]
+    held = [judge_population(p, chosen["variant"], chosen["gamma"]) for p in held_pops]
+    stability = stability_check(held_pops, chosen["variant"], chosen["gamma"], args.seeds, args.steps)
     atomic_write_json(out / "study.json", {"seeds": args.seeds, "chosen": chosen, "selection": table,
-                                           "held_out": held, "results": results})
-    atomic_write_text(out / "study.md", report(results, chosen, table, args.seeds))
+                                           "held_out": held, "stability_linear_lr": stability, "results": results})
+    atomic_write_text(out / "study.md", report(results, chosen, table, args.seeds, stability))
     print(f"chosen on the tuning half: {chosen}")
     print("\n".join(targets_table(held)))
     print(f"\nwrote {out}/study.json, {out}/study.md ({time.time() - t0:.0f} s)", file=sys.stderr)

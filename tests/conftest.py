@@ -203,3 +203,13 @@ def protocol_dir(tmp_path_factory: pytest.TempPathFactory, tiny_dir: Path, shipp
         warmup_to_dir(tiny_dir, out, examples, load_index(shipped_bm25_dir), load_template("awarl"), topk=1,
                       steps=60, batch_size=2, lr=6e-3)
     return out
+
+
+def spec_reward(**overrides):
+    """The reward of configs/paper_spec.yaml, the SPEC's literal reading (threshold ρ̂, γ 0.5, no cap, no floor),
+    with `overrides`: for tests of the SPEC's own arithmetic, which must not move when the shipped default does."""
+    from awarl.config import RewardConfig, load_config
+    from awarl.io import repo_root
+
+    spec = load_config(repo_root() / "configs" / "paper_spec.yaml").reward
+    return RewardConfig.model_validate({**spec.model_dump(), **overrides})

@@ -15,10 +15,25 @@ def write(path, text):
 
 def test_defaults_match_spec():
     cfg = AwarlConfig()
-    assert cfg.reward.gamma == 0.5 and cfg.reward.p_min == 0.1 and cfg.reward.beta == 0.9
+    assert cfg.reward.p_min == 0.1 and cfg.reward.beta == 0.9
     assert cfg.reward.penalty_steps == [(0.05, 0.0), (0.15, 0.2), (0.30, 0.5)]
     assert cfg.agent.abstention_phrases == ["not enough information"]
     assert cfg.retrieval.topk == 3 and cfg.agent.max_turns == 4 and cfg.estimate.k == 8
+
+
+def test_one_set_of_reward_defaults_and_the_paper_reading_as_a_config():
+    """What RewardConfig defaults to is what configs/base.yaml runs (base.yaml spells the recipe out, it does
+    not change it); configs/paper_spec.yaml is the SPEC's literal reading."""
+    from awarl.config import RewardConfig
+    from awarl.io import repo_root
+
+    listed = yaml.safe_load((repo_root() / "configs" / "base.yaml").read_text())["reward"]
+    defaults = RewardConfig().model_dump(mode="json")
+    assert listed == {k: defaults[k] for k in listed}
+    assert load_config(repo_root() / "configs" / "base.yaml").reward == RewardConfig()
+    spec = load_config(repo_root() / "configs" / "paper_spec.yaml").reward
+    assert (spec.expected_rate, spec.gamma, spec.r_ref_margin, spec.r_ref_floor_margin, spec.ema_start,
+            spec.p_definition, spec.p_online) == ("threshold", 0.5, None, None, "zero", "share_of_k", "off")
 
 
 def test_extends_merges_deeply_and_child_wins(tmp_path):

@@ -297,3 +297,104 @@ def test_among_answered_never_below_share_of_k(c, extra, k_extra):
 def test_reward_config_rejects_bad_reconstruction_options(override, msg):
     with pytest.raises(ValueError, match=msg):
         RewardConfig(**override)
+
+
+# ------------------------------------------------------------------- the penalty's target: expected_rate=posterior
+def test_beta_cdf_matches_scipy_and_the_binomial_identity():
+    import random
+
+    betainc = pytest.importorskip("scipy.special").betainc
+    rng = random.Random(0)
+    for _ in range(3000):
+        a, b, x = rng.uniform(0.01, 80), rng.uniform(0.01, 80), rng.random()
+        assert A.beta_cdf(x, a, b) == pytest.approx(float(betainc(a, b, x)), abs=1e-11)
+    for a, b, x in [(1e-3, 1e-3, 0.5), (500.0, 3.0, 0.99), (0.5, 0.5, 1e-9), (0.5, 8.5, 0.4375)]:
+        assert A.beta_cdf(x, a, b) == pytest.approx(float(betainc(a, b, x)), abs=1e-11)
+    # integer parameters: I_x(a, b) = P(Binomial(a + b − 1, x) >= a), exactly
+    for a, b, x in [(1, 1, 0.3), (3, 5, 0.2), (8, 2, 0.9), (4, 4, 0.5)]:
+        m = a + b - 1
+        tail = sum(math.comb(m, j) * x ** j * (1 - x) ** (m - j) for j in range(a, m + 1))
+        assert A.beta_cdf(x, a, b) == pytest.approx(tail, abs=1e-13)
+    assert A.beta_cdf(0.0, 2, 3) == 0.0 and A.beta_cdf(1.0, 2, 3) == 1.0
+    with pytest.raises(ValueError, match="a, b > 0"):
+        A.beta_cdf(0.5, 0.0, 1.0)
+
+
+def test_posterior_target_has_no_ceiling_where_r_base_mean_has_one():
+    # every p_i = 0 (the demo's model answers nothing): the threshold says refuse all; the mean of R_base stops
+    # at 1 − p_min^γ = 0.438 at γ = 0.25; the posterior reading reaches ~1 from K = 8 samples
+    zeros, ks = [0.0] * 32, [8] * 32
+    assert A.expected_refusal_rate(zeros, 0.25, 0.1, "r_base_mean") == pytest.approx(1 - 0.1 ** 0.25)
+    assert A.expected_refusal_rate(zeros, 0.25, 0.1, "threshold") == 1.0
+    assert A.expected_refusal_rate(zeros, 0.25, 0.1, "posterior", ns=ks) > 0.99
+    # every p_i = 1: nothing to refuse
+    assert A.expected_refusal_rate([1.0] * 32, 0.25, 0.1, "posterior", ns=ks) < 0.001
+    # hand-computed: γ = 0.25, p = 0 -> s* = 1 − 0.1^0.25 = 0.4377; s ~ Beta(0.5, 8.5)
+    s_star = 1 - 0.1 ** 0.25
+    assert A.abstain_line(0.0, 0.25, 0.1) == pytest.approx(s_star)
+    assert A.posterior_abstain_probability(0.0, 8, 0.25, 0.1) == pytest.approx(A.beta_cdf(s_star, 0.5, 8.5))
+    # no samples: the prior alone; p still sets what refusing pays
+    assert A.posterior_abstain_probability(0.3, 0, 1.0, 0.1) == pytest.approx(2 / math.pi * math.asin(math.sqrt(0.7)))
+    with pytest.raises(ValueError, match="posterior needs the number of samples"):
+        A.expected_abstain(0.2, 0.5, 0.1, "posterior")
+    with pytest.raises(ValueError, match="one sample count per p_i"):
+        A.expected_refusal_rate([0.1, 0.2], 0.5, 0.1, "posterior", ns=[8])
+
+
+def test_posterior_target_moves_with_gamma_where_the_threshold_is_flat():
+    # K = 8: the threshold puts γ = 0.5, 0.75, 1 between 3/8 and 4/8 (same ρ̂); the posterior reading moves with
+    # every γ, and with many samples it tends to the threshold (the estimate's noise is what it adds)
+    ps, ks = [k / 8 for k in range(9)], [8] * 9
+    post = [A.expected_refusal_rate(ps, g, 0.1, "posterior", ns=ks) for g in (0.5, 0.75, 1.0)]
+    assert post[0] < post[1] < post[2]
+    far = [0.05, 0.2, 0.6, 0.9]  # away from the line at γ = 0.5 (p ≈ 0.38)
+    thr = A.expected_refusal_rate(far, 0.5, 0.1, "threshold")
+    assert A.expected_refusal_rate(far, 0.5, 0.1, "posterior", ns=[4000] * 4) == pytest.approx(thr, abs=1e-6)
+    assert A.expected_refusal_rate(far, 0.5, 0.1, "posterior", ns=[8] * 4) != pytest.approx(thr, abs=1e-3)
+
+
+@given(p=probs, n=st.floats(0, 200), g=gammas, rw=st.floats(-1.0, 0.0), rc=st.floats(0.5, 2.0))
+def test_posterior_is_a_probability_that_falls_as_evidence_of_success_grows(p, n, g, rw, rc):
+    val = A.posterior_abstain_probability(p, n, g, 0.1, 0.5, rc, rw)
+    assert 0.0 <= val <= 1.0
+    if p <= 0.95:  # more observed success at the same count: less reason to refuse
+        assert A.posterior_abstain_probability(min(1.0, p + 0.05), n, g, 0.1, 0.5, rc, rw) <= val + 1e-9
+
+
+# ------------------------------------------------------------------- the refusal floor (guard against collapse)
+def test_refusal_floor_hand_computed_and_validated():
+    assert A.refusal_floor(0.0, None) is None
+    assert A.refusal_floor(0.0, 0.05) == pytest.approx(0.05)
+    assert A.refusal_floor(-0.5, 0.1) == pytest.approx(-0.4)
+    # sustained over-refusal, P = +1: R_base 0.44 − 1 = −0.56, below a wrong answer; the floor keeps it above
+    assert A.refusal_reward(0.44, 1.0) == pytest.approx(-0.56)
+    assert A.refusal_reward(0.44, 1.0, (-1.0, 1.0), 0.9, A.refusal_floor(0.0, 0.05)) == pytest.approx(0.05)
+    assert A.refusal_reward(0.44, 0.2, (-1.0, 1.0), 0.9, 0.05) == pytest.approx(0.24)  # above the floor: unchanged
+    with pytest.raises(ValueError, match="r_ref_floor_margin"):
+        A.refusal_floor(0.0, -0.1)
+    with pytest.raises(ValueError, match="floor .* above the refusal cap"):
+        A.refusal_reward(0.5, 0.0, (-1.0, 1.0), 0.1, 0.2)
+
+
+@given(r_base=probs, penalty=st.floats(-1.0, 1.0), r_wrong=st.floats(-1.0, 0.0), floor=st.floats(0.0, 0.3),
+       margin=st.floats(0.05, 0.5))
+def test_guarded_refusal_reward_lies_between_a_wrong_and_a_correct_answer(r_base, penalty, r_wrong, floor, margin):
+    lo, hi = A.refusal_floor(r_wrong, floor), A.refusal_cap(1.0, margin)
+    if lo > hi:
+        return
+    r = A.refusal_reward(r_base, penalty, (-1.0, 1.0), hi, lo)
+    assert r_wrong <= r < 1.0
+
+
+@pytest.mark.parametrize(("opts", "msg"), [
+    ({"r_ref_floor_margin": 1.5}, "above r_clip's high end"),
+    ({"r_ref_floor_margin": 0.95, "r_ref_margin": 0.1}, "lies above the refusal cap"),
+    ({"r_ref_floor_margin": -0.1}, "greater than or equal to 0"),
+    ({"expected_rate": "bayes"}, "expected_rate"),
+    ({"posterior_prior": 0.0}, "posterior_prior"),
+])
+def test_reward_config_refuses_guards_that_cross(opts, msg):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=msg):
+        RewardConfig(**opts)

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import spec_reward
 
 from awarl.cli import main
 from awarl.config import RewardConfig, SimulateConfig
@@ -16,9 +17,11 @@ from awarl.simulate import dead_zone, make_population, population_from_counts, s
 
 def test_simulate_penalty_pulls_toward_rho_hat_and_plateau_rises_with_gamma(tmp_path):
     out = tmp_path / "sim"
+    # The previous default's target (r_base_mean) is off by more than the dead zone, so the penalty has work to do
+    # here; under the shipped posterior target the no-penalty runs already end inside it (the study's ablation).
     rc = main(["simulate", "--out", str(out), "--seed", "0", "--no-progress",
                "simulate.gammas=[0.25, 1.0]", "simulate.strategies=[none, static, awarl, awarl_no_penalty]",
-               "simulate.static_values=[0.05]"])
+               "simulate.static_values=[0.05]", "reward.expected_rate=r_base_mean", "reward.r_ref_floor_margin=null"])
     assert rc == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["config"]["simulate"]["steps"] == 1000 and summary["config"]["simulate"]["seed"] == 0
@@ -70,6 +73,7 @@ def test_every_reconstruction_option_runs_from_the_command_line(tmp_path, option
 
 
 REPLAY_CASES = [
+    {"_shipped": True},
     {},
     {"expected_rate": "r_base_mean", "r_ref_margin": 0.1, "ema_start": "bias_corrected", "beta": 0.5},
     {"p_online": "ema", "p_online_beta": 0.5, "p_definition": "among_answered", "expected_rate": "soft"},
@@ -77,28 +81,34 @@ REPLAY_CASES = [
     {"r_wrong": -0.5, "r_correct": 1.5, "beta": 0.0},
     {"strategy": "bapo"},
     {"strategy": "static", "static_value": 0.3},
+    {"expected_rate": "posterior", "r_ref_margin": 0.1, "r_ref_floor_margin": 0.05},
+    {"expected_rate": "posterior", "p_definition": "among_answered", "p_online": "ema", "r_ref_floor_margin": 0.0,
+     "posterior_prior": 1.0, "beta": 0.5},
 ]
 
 
-@pytest.mark.parametrize("opts", REPLAY_CASES, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "spec")
+@pytest.mark.parametrize("opts", REPLAY_CASES, ids=lambda o: "shipped" if o.get("_shipped") else
+                         ",".join(f"{k}={v}" for k, v in o.items()) or "spec")
 def test_simulator_rewards_are_what_the_training_reward_gives_for_the_same_batches(opts):
     """Every simulated generation batch, fed to the real `AwaRLReward` as a TRL call would be, gets the same
     rewards, Ē and penalty: the simulator composes the training reward's steps, not a copy of them."""
     sc = SimulateConfig(n_queries=120, batch_queries=6, group_size=4, steps=40, init_abstain_rate=0.3,
                         invalid_rate=0.1)
-    rc = RewardConfig(**{k: v for k, v in opts.items() if k != "strategy"})
+    rc = RewardConfig() if opts.get("_shipped") else spec_reward(**{k: v for k, v in opts.items() if k != "strategy"})
     strategy = opts.get("strategy", "awarl")
     pop = make_population(sc, np.random.default_rng(3))
     batches: list[dict] = []
     simulate_run(pop, sc, rc, strategy, gamma=0.5, seed=5, on_batch=batches.append)
     reward = AwaRLReward(rc.model_copy(update={"strategy": strategy, "gamma": 0.5}))
-    pre_rl = pop.p_hat(rc.p_definition)
+    pre_rl, samples = pop.p_hat(rc.p_definition), pop.p_samples(rc.p_definition)
     for b in batches:
         qids = [str(i) for i in b["idx"] for _ in range(sc.group_size)]
-        # the rollout passes the dataset's pre-RL p_i; AwaRLReward's own online table takes over (p_online)
+        # the rollout passes the dataset's pre-RL p_i and its sample count; AwaRLReward's own online table takes
+        # over p (p_online)
         p_col = [float(pre_rl[i]) for i in b["idx"] for _ in range(sc.group_size)]
+        n_col = [float(samples[i]) for i in b["idx"] for _ in range(sc.group_size)]
         got = reward(prompts=["p"] * len(qids), completions=["c"] * len(qids), outcome=b["outcomes"],
-                     qid=qids, p_i=p_col)
+                     qid=qids, p_i=p_col, p_n=n_col)
         assert got == pytest.approx(b["rewards"].tolist(), abs=1e-12)
         if strategy == "awarl":
             assert reward.e_bar == pytest.approx(b["E_bar"]) and reward.last_stats["penalty"] == b["penalty"]
@@ -143,3 +153,40 @@ def test_population_configs_are_valid_and_differ_only_in_the_environment():
     for name, cfg in cfgs.items():
         assert cfg.reward == base.reward, name  # the recipe's reward: the yardstick varies, the method does not
     assert cfgs["format_failures"].simulate.invalid_rate == 0.25 and cfgs["skill_gain"].simulate.skill_gain > 0
+
+
+def test_linear_schedule_decays_the_step_to_zero_as_the_trainer_does():
+    from awarl.simulate import learning_rate_at
+
+    sc = SimulateConfig(steps=100, learning_rate=0.5, lr_schedule="linear")
+    assert learning_rate_at(sc, 0) == 0.5 and learning_rate_at(sc, 50) == pytest.approx(0.25)
+    assert learning_rate_at(sc, 99) == pytest.approx(0.005)
+    assert learning_rate_at(sc.model_copy(update={"lr_schedule": "constant"}), 99) == 0.5
+    # same population and samples: the decayed run moves its policy less over the last steps
+    pop = make_population(sc, np.random.default_rng(0))
+    moves = {}
+    for schedule in ("constant", "linear"):
+        h = simulate_run(pop, sc.model_copy(update={"lr_schedule": schedule}), RewardConfig(), "static", gamma=0.5,
+                         static_value=0.05, seed=1).history["refusal_rate"]
+        moves[schedule] = float(np.abs(np.diff(h[-20:])).sum())
+    assert moves["linear"] < moves["constant"]
+
+
+def test_collapse_claim_names_a_collapsed_refusal_where_a_baseline_refuses(tmp_path):
+    """The previous default (r_base_mean: ρ̂ capped at 1 − p_min^γ) on a 70%-unanswerable population: refusal dies
+    out at γ = 0.25 while static 0.05 refuses ~0.8, and the summary says so; the shipped default does not."""
+    from awarl.io import repo_root
+
+    common = ["--config", str(repo_root() / "configs" / "simulate" / "paper_like.yaml"), "--no-progress",
+              "simulate.unanswerable_share=0.7", "simulate.strategies=[static, awarl]", "simulate.gammas=[0.25]",
+              "simulate.static_values=[0.05]"]
+    claim = "AWA-RL's refusal never collapses"
+    found = {}
+    for name, extra in {"previous": ["reward.expected_rate=r_base_mean", "reward.r_ref_floor_margin=null"],
+                        "shipped": []}.items():
+        out = tmp_path / name
+        assert main(["simulate", "--out", str(out), *common, *extra]) == 0
+        summary = json.loads((out / "summary.json").read_text())
+        found[name] = next(c for c in summary["claims"] if c["claim"].startswith(claim))
+    assert found["previous"]["holds"] is False and "γ=0.25 0.00" in found["previous"]["evidence"]
+    assert found["shipped"]["holds"] is True

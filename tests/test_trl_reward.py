@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+from conftest import spec_reward
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from awarl.config import CriticConfig, RewardConfig
@@ -25,7 +26,7 @@ def batch(**extra):
 
 
 def test_hand_checked_batch_and_ema_across_calls():
-    reward = AwaRLReward(RewardConfig())
+    reward = AwaRLReward(spec_reward())
     logged: dict[str, float] = {}
     # rho = 3/4, rho_hat = 2/4 (only the hard query prefers abstaining), E = 0.25, Ē_1 = 0.025: dead zone
     r1 = reward(**batch(), log_metric=lambda k, v: logged.__setitem__(k, v))
@@ -44,7 +45,7 @@ def test_hand_checked_batch_and_ema_across_calls():
 
 
 def test_under_refusal_raises_refusal_reward_and_eval_batches_do_not_update():
-    reward = AwaRLReward(RewardConfig(beta=0.0))  # no smoothing: Ē = E
+    reward = AwaRLReward(spec_reward(beta=0.0))  # no smoothing: Ē = E
     out = reward(**batch(outcome=["wrong", "wrong", "correct", "correct"]))  # rho 0 vs rho_hat 0.5
     assert reward.e_bar == -0.5 and reward.last_stats["penalty"] == -1.0
     assert out == pytest.approx([0.0, 0.0, 1.0, 1.0])
@@ -55,14 +56,14 @@ def test_under_refusal_raises_refusal_reward_and_eval_batches_do_not_update():
 
 
 def test_unknown_p_uses_table_then_default_and_is_counted():
-    reward = AwaRLReward(RewardConfig(default_p=0.81), p_table={"h": 0.04})
+    reward = AwaRLReward(spec_reward(default_p=0.81), p_table={"h": 0.04})
     out = reward(**batch(p_i=[None, None, None, None]))
     assert out == pytest.approx([R_HARD, R_HARD, 1.0, R_EASY])
     assert reward.last_stats["unknown_p"] == 2 and reward.unknown_p_total == 2
 
 
 def test_bad_input_names_the_key():
-    reward = AwaRLReward(RewardConfig())
+    reward = AwaRLReward(spec_reward())
     with pytest.raises(ValueError, match="outcome\\[1\\]"):
         reward(**batch(outcome=["abstain", "maybe", "correct", "abstain"]))
     with pytest.raises(ValueError, match="`qid`"):
@@ -77,11 +78,11 @@ def test_bad_input_names_the_key():
     ("bapo", [0.5, 0.5, 1.0, 0.0]),   # group "h" has no correct rollout, group "e" has one
 ])
 def test_strategies_in_reward_object(strategy, expected):
-    assert AwaRLReward(RewardConfig(strategy=strategy))(**batch()) == pytest.approx(expected)
+    assert AwaRLReward(spec_reward(strategy=strategy))(**batch()) == pytest.approx(expected)
 
 
 def test_p_online_ema_moves_estimate_for_next_step():
-    reward = AwaRLReward(RewardConfig(p_online="ema", p_online_beta=0.5))
+    reward = AwaRLReward(spec_reward(p_online="ema", p_online_beta=0.5))
     first = reward(**batch(outcome=["correct", "correct", "correct", "abstain"]))
     assert first[3] == pytest.approx(R_EASY)  # this step still uses the pre-RL p
     assert reward.p_online["h"] == pytest.approx(0.5 * 0.04 + 0.5 * 1.0)
@@ -99,7 +100,7 @@ def citing_batch():
 
 
 def test_citation_reward_with_lexical_judge():
-    reward = AwaRLReward(RewardConfig(lambda_cite=0.1), judge=LexicalJudge(CriticConfig()))
+    reward = AwaRLReward(spec_reward(lambda_cite=0.1), judge=LexicalJudge(CriticConfig()))
     out = reward(**citing_batch())
     # "Paris" grounded in cited [1]: r_cite = 1 - 0. "Lyon" is grounded only in uncited [2], and the cited [1]
     # supports nothing: r_cite = 0 - 1.
@@ -123,14 +124,14 @@ class _FailingJudge:
 
 @pytest.mark.parametrize("mode", ["none", "raise"])
 def test_judge_failure_never_crashes_and_is_counted(mode):
-    reward = AwaRLReward(RewardConfig(lambda_cite=0.1), judge=_FailingJudge(mode))
+    reward = AwaRLReward(spec_reward(lambda_cite=0.1), judge=_FailingJudge(mode))
     out = reward(**citing_batch())
     assert out[:2] == [1.0, 0.0]  # no citation reward for failed items
     assert reward.last_stats["judge_failures"] == 2 and reward.judge_failures_total == 2
 
 
 def test_state_round_trip_through_callback(tmp_path):
-    reward = AwaRLReward(RewardConfig(p_online="ema"))
+    reward = AwaRLReward(spec_reward(p_online="ema"))
     cb = RewardStateCallback(reward)
     args = TrainingArguments(output_dir=str(tmp_path), report_to=[])
     state = TrainerState()
@@ -148,7 +149,7 @@ def test_state_round_trip_through_callback(tmp_path):
     saved = json.loads((ckpt / STATE_FILE).read_text())
     assert saved["e_bar"] == pytest.approx(reward.e_bar) and saved["updates"] == 1
 
-    fresh = AwaRLReward(RewardConfig(p_online="ema"))
+    fresh = AwaRLReward(spec_reward(p_online="ema"))
     assert load_reward_state(fresh, ckpt) is True
     assert fresh.e_bar == pytest.approx(reward.e_bar) and fresh.p_online == pytest.approx(reward.p_online)
     # the restored object continues the EMA exactly like the original
@@ -156,20 +157,20 @@ def test_state_round_trip_through_callback(tmp_path):
     assert fresh(**batch()) == pytest.approx(reward(**batch()))
     assert fresh.e_bar == pytest.approx(reward.e_bar)
 
-    assert load_reward_state(AwaRLReward(RewardConfig()), tmp_path / "missing") is False
+    assert load_reward_state(AwaRLReward(spec_reward()), tmp_path / "missing") is False
     (ckpt / STATE_FILE).write_text(json.dumps({"format": "awarl-reward-state/1", "e_bar": "x"}))
     with pytest.raises(ValueError, match="e_bar"):
         load_reward_state(fresh, ckpt)
 
 
 def test_name_is_set_for_trl_logging():
-    assert AwaRLReward(RewardConfig()).__name__ == "awarl_reward"
+    assert AwaRLReward(spec_reward()).__name__ == "awarl_reward"
 
 
 def test_state_is_saved_on_every_node_when_checkpoints_are_node_local(tmp_path):
     """With save_on_each_node the Trainer writes a checkpoint per node; the reward state used to be written
     by the global rank 0 only, so other nodes resumed with Ē = 0 while rank 0 had the real Ē."""
-    reward = AwaRLReward(RewardConfig())
+    reward = AwaRLReward(spec_reward())
     reward(**batch())
     cb = RewardStateCallback(reward)
     state = TrainerState()
@@ -188,20 +189,20 @@ def test_rho_hat_follows_non_default_outcome_rewards():
     # γ = 1: R_base = 1 − p. Default rewards: abstain iff p < 0.5 -> only the p = 0.3 query (ρ̂ = 0.5).
     # r_wrong = −0.5: answering p = 0.55 is worth −0.5 + 0.55·1.5 = 0.325 < R_base 0.45 -> both (ρ̂ = 1).
     kw = batch(p_i=[0.3, 0.3, 0.55, 0.55])
-    default = AwaRLReward(RewardConfig(gamma=1.0))
+    default = AwaRLReward(spec_reward(gamma=1.0))
     default(**kw)
     assert default.last_stats["rho_hat"] == 0.5
-    harsh = AwaRLReward(RewardConfig(gamma=1.0, r_wrong=-0.5))
+    harsh = AwaRLReward(spec_reward(gamma=1.0, r_wrong=-0.5))
     out = harsh(**kw)
     assert harsh.last_stats["rho_hat"] == 1.0 and harsh.last_stats["E"] == pytest.approx(0.75 - 1.0)
     assert out[2] == 1.0  # the correct answer still earns r_correct
-    generous = AwaRLReward(RewardConfig(gamma=1.0, r_correct=2.0))
+    generous = AwaRLReward(spec_reward(gamma=1.0, r_correct=2.0))
     generous(**kw)
     assert generous.last_stats["rho_hat"] == 0.5  # p < 1/3 only
 
 
 def test_r_base_mean_rho_hat_is_the_batch_mean_of_r_base():
-    reward = AwaRLReward(RewardConfig(expected_rate="r_base_mean"))
+    reward = AwaRLReward(spec_reward(expected_rate="r_base_mean"))
     reward(**batch())
     assert reward.last_stats["rho_hat"] == pytest.approx((2 * R_HARD + 2 * R_EASY) / 4)
 
@@ -210,7 +211,7 @@ def test_margin_keeps_refusal_below_a_correct_answer_under_under_refusal():
     # ρ = 0 vs ρ̂ = 0.5 with no smoothing: P = −1, so r_ref = clip(R_base + 1) = 1 without the cap
     under = batch(outcome=["wrong", "wrong", "correct", "correct"])
     for margin, top in ((None, 1.0), (0.1, 0.9)):
-        reward = AwaRLReward(RewardConfig(beta=0.0, r_ref_margin=margin))
+        reward = AwaRLReward(spec_reward(beta=0.0, r_ref_margin=margin))
         reward(**under)
         assert reward.last_stats["penalty"] == -1.0
         out = reward(**batch(training=[False] * 4))  # score abstentions with that state
@@ -218,7 +219,7 @@ def test_margin_keeps_refusal_below_a_correct_answer_under_under_refusal():
 
 
 def test_bias_corrected_ema_is_full_size_from_the_first_step_and_resumes(tmp_path):
-    cfg = RewardConfig(ema_start="bias_corrected")
+    cfg = spec_reward(ema_start="bias_corrected")
     reward = AwaRLReward(cfg)
     r1 = reward(**batch())  # E = 0.25: Ē_1 = 0.025 / (1 − 0.9) = 0.25 -> penalty 0.5 at once
     assert reward.e_bar == pytest.approx(0.25) and reward.e_ema == pytest.approx(0.025)
@@ -238,14 +239,14 @@ def test_bias_corrected_ema_is_full_size_from_the_first_step_and_resumes(tmp_pat
 
 def test_state_written_before_ema_start_loads_as_zero_start(tmp_path):
     (tmp_path / STATE_FILE).write_text(json.dumps({"format": "awarl-reward-state/1", "e_bar": 0.2, "updates": 4}))
-    reward = AwaRLReward(RewardConfig())
+    reward = AwaRLReward(spec_reward())
     assert load_reward_state(reward, tmp_path)
     assert reward.e_ema == 0.2 and reward.e_bar == 0.2
 
 
 @pytest.mark.parametrize("strategy", ["none", "static", "bapo"])
 def test_baselines_log_no_penalty_or_smoothed_excess(strategy):
-    reward = AwaRLReward(RewardConfig(strategy=strategy, beta=0.0))
+    reward = AwaRLReward(spec_reward(strategy=strategy, beta=0.0))
     logged: dict[str, float] = {}
     for _ in range(2):
         reward(**batch(outcome=["wrong"] * 4), log_metric=lambda k, v: logged.__setitem__(k, v))
@@ -256,7 +257,39 @@ def test_baselines_log_no_penalty_or_smoothed_excess(strategy):
 
 @pytest.mark.parametrize("definition", ["share_of_k", "among_answered"])
 def test_p_online_ignores_the_policys_own_abstentions(definition):
-    reward = AwaRLReward(RewardConfig(p_online="ema", p_online_beta=0.5, p_definition=definition))
+    reward = AwaRLReward(spec_reward(p_online="ema", p_online_beta=0.5, p_definition=definition))
     reward(**batch(outcome=["abstain", "abstain", "correct", "abstain"]))
     assert reward.p_online["h"] == pytest.approx(0.04)  # group h answered nothing: unchanged
     assert reward.p_online["e"] == pytest.approx(0.5 * 0.81 + 0.5 * 1.0)  # 1 correct of 1 answered
+
+
+def test_posterior_target_reads_the_sample_counts_behind_each_p():
+    from awarl.rewards import abstention as A
+
+    cfg = RewardConfig(gamma=0.5, expected_rate="posterior", posterior_samples=2, beta=0.0)
+    p = [0.04, 0.04, 0.81, 0.81]
+    want = lambda ns: sum(A.posterior_abstain_probability(x, n, 0.5, 0.1) for x, n in zip(p, ns, strict=True)) / 4  # noqa: E731
+    # the rollout's p_n column first
+    reward = AwaRLReward(cfg)
+    reward(**batch(p_n=[8, 8, 32, 32]))
+    assert reward.last_stats["rho_hat"] == pytest.approx(want([8, 8, 32, 32]))
+    # then the table built from the estimate file, then reward.posterior_samples
+    reward = AwaRLReward(cfg, n_table={"h": 16})
+    reward(**batch())
+    assert reward.last_stats["rho_hat"] == pytest.approx(want([16, 16, 2, 2]))
+    # a query without any p_i (reward.default_p) has no samples: the prior alone
+    reward = AwaRLReward(cfg.model_copy(update={"default_p": 0.81}))
+    reward(**batch(p_i=[None] * 4))
+    assert reward.last_stats["rho_hat"] == pytest.approx(
+        sum(A.posterior_abstain_probability(0.81, 0, 0.5, 0.1) for _ in range(4)) / 4)
+    with pytest.raises(ValueError, match="sample count"):
+        AwaRLReward(cfg)(**batch(p_n=[8, -1, 8, 8]))
+
+
+def test_refusal_floor_keeps_refusing_above_a_wrong_answer_under_full_over_refusal():
+    cfg = spec_reward(beta=0.0, r_ref_margin=0.1)
+    # rho 1 vs rho_hat 1/2: Ē = 0.5, P = +1; R_base − 1 is negative for both queries
+    over = batch(outcome=["abstain"] * 4)
+    assert AwaRLReward(cfg)(**over) == pytest.approx([R_HARD - 1, R_HARD - 1, R_EASY - 1, R_EASY - 1])
+    floored = AwaRLReward(cfg.model_copy(update={"r_ref_floor_margin": 0.05}))(**over)
+    assert floored == pytest.approx([0.05] * 4)

@@ -73,6 +73,22 @@ def row_p(row: dict, definition: str = "share_of_k") -> float:
     return estimate_p(int(outcomes.get(Outcome.CORRECT.value, 0)), answered, k, definition)
 
 
+def row_samples(row: dict, definition: str = "share_of_k") -> float | None:
+    """How many samples the p_i of one estimate row rests on (what `reward.expected_rate: posterior` weighs it
+    by): K under `share_of_k`; the answered samples under `among_answered` (K when none was answered, as
+    `row_p` then falls back to the share of K). None for a row without counts (an older or hand-made file)."""
+    if "k" not in row:
+        return None
+    k = int(row["k"])
+    if definition == "share_of_k":
+        return float(k)
+    outcomes = row.get("outcomes")
+    if not isinstance(outcomes, dict):
+        return None
+    answered = k - int(outcomes.get(Outcome.ABSTAIN.value, 0))
+    return float(answered if answered > 0 else k)
+
+
 def read_estimates(path: str | os.PathLike) -> dict[str, dict]:
     """Rows of an estimate file keyed by example_key(dataset, qid); a later row for the same question wins.
 
@@ -110,6 +126,16 @@ def join_p(examples: Sequence[QAExample], estimates: dict[str, dict],
         row = estimates.get(example_key(ex.dataset, ex.id))
         ps.append(row_p(row, definition) if row is not None else None)
     return ps, sum(p is None for p in ps)
+
+
+def join_samples(examples: Sequence[QAExample], estimates: dict[str, dict],
+                 definition: str = "share_of_k") -> list[float | None]:
+    """The sample count behind each example's p_i (`row_samples`; None where the file has no row or no counts)."""
+    out: list[float | None] = []
+    for ex in examples:
+        row = estimates.get(example_key(ex.dataset, ex.id))
+        out.append(row_samples(row, definition) if row is not None else None)
+    return out
 
 
 def estimates_summary(rows: dict[str, dict]) -> str:

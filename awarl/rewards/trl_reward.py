@@ -7,6 +7,8 @@ completion, aligned with `completions`):
     outcome    str, an `awarl.metrics.Outcome` value                       (required)
     qid        query id; the completions of one query form a GRPO group    (required)
     p_i        float, or None when unknown (then p_table, then reward.default_p, counted)
+    p_n        optional: the samples p_i rests on (for expected_rate=posterior; then n_table, then
+               reward.posterior_samples; a query on reward.default_p counts 0: the prior alone)
     question, answer (str | None), citations (list[int] cited passage numbers),
     passages   list of {"number", "id", "title", "text"}: everything retrieved, original text
     gold_evidence  optional: the question's gold evidence (compact JSON or dict; None without), read by the
@@ -89,21 +91,30 @@ def gather_group_counts(local: Mapping[str, tuple[float, ...]]) -> dict[str, tup
     return {q: tuple(v) for q, v in merged.items()}
 
 
+def _sample_count(name: str, n: Any) -> float:
+    """A sample count behind a p_i: a finite number >= 0 (a bool is not a count)."""
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or not math.isfinite(n) or n < 0:
+        raise ValueError(f"{name} must be a sample count >= 0, got {n!r}")
+    return float(n)
+
+
 # ----------------------------------------------------------------------------------------- reward
 class AwaRLReward:
     """Callable reward for `GRPOTrainer(reward_funcs=[AwaRLReward(cfg, judge, p_table)])`.
 
     `judge`: any object with `verify(list[CriticInput]) -> list[CriticOutput | None]` (see awarl.critic), or
     None for no citation reward. `p_table`: qid -> p_i from `awarl estimate`, used when the rollout passes
-    `p_i=None`.
+    `p_i=None`; `n_table`: qid -> the samples that p_i rests on (expected_rate=posterior).
     """
 
     __name__ = "awarl_reward"
 
-    def __init__(self, cfg: RewardConfig, judge: Any = None, p_table: dict[str, float] | None = None) -> None:
+    def __init__(self, cfg: RewardConfig, judge: Any = None, p_table: dict[str, float] | None = None,
+                 n_table: dict[str, float] | None = None) -> None:
         self.cfg = cfg
         self.judge = judge
         self.p_table = {str(k): A.check_prob(f"p_table[{k!r}]", v) for k, v in (p_table or {}).items()}
+        self.n_table = {str(k): _sample_count(f"n_table[{k!r}]", v) for k, v in (n_table or {}).items()}
         self.__name__ = "awarl_reward"  # TRL names the logged reward column after this
         self.e_ema = 0.0  # the running EMA m_t of the excess, m_0 = 0; Ē_t derives from it (reward.ema_start)
         self.e_bar = 0.0
@@ -138,14 +149,18 @@ class AwaRLReward:
             return flags
         return self.training is not False
 
-    def _resolve_p(self, qid: str, p: Any) -> tuple[float, bool]:
+    def _resolve_p(self, qid: str, p: Any, n: Any) -> tuple[float, float, bool]:
+        """(p, the samples it rests on, whether it was unknown). An online estimate keeps the pre-RL count: the
+        posterior reading then stays as sure of it as of the estimate it started from."""
+        count = _sample_count(f"p_n of query {qid!r}", n) if n is not None else \
+            self.n_table.get(qid, float(self.cfg.posterior_samples))
         if self.cfg.p_online == "ema" and qid in self.p_online:
-            return self.p_online[qid], False
+            return self.p_online[qid], count, False
         if p is not None:
-            return A.check_prob(f"p_i of query {qid!r}", p), False
+            return A.check_prob(f"p_i of query {qid!r}", p), count, False
         if qid in self.p_table:
-            return self.p_table[qid], False
-        return self.cfg.default_p, True
+            return self.p_table[qid], count, False
+        return self.cfg.default_p, 0.0, True
 
     # ------------------------------------------------------------------------------------- call
     def __call__(self, prompts: list, completions: list, completion_ids: list | None = None,
@@ -153,10 +168,10 @@ class AwaRLReward:
         """One AWA-RL step t over this process's slice of the generation batch (module docstring)."""
         cfg = self.cfg
         n = len(completions)
-        outcomes, qids, ps, unknown = self._read_batch(kwargs, n)
+        outcomes, qids, ps, ns, unknown = self._read_batch(kwargs, n)
         update = self._should_update(kwargs)
         groups = self._group_counts(qids, outcomes, ps)
-        rates = self._batch_rates(outcomes, ps, unknown)
+        rates = self._batch_rates(outcomes, ps, ns, unknown)
         smoothing = self._smoothing(rates, update and bool(rates["n"]))
         penalty = smoothing["penalty"] if smoothing else 0.0
         abstain_r = self._abstain_rewards(qids, ps, penalty, groups)
@@ -184,9 +199,9 @@ class AwaRLReward:
         return rewards
 
     # ----------------------------------------------------------------------------------- steps
-    def _read_batch(self, kwargs: dict, n: int) -> tuple[list[Outcome], list[str], list[float], int]:
-        """The batch's outcomes, query ids and p_i (resolved: online estimate, rollout column, p table,
-        default_p), and how many p_i were unknown."""
+    def _read_batch(self, kwargs: dict, n: int) -> tuple[list[Outcome], list[str], list[float], list[float], int]:
+        """The batch's outcomes, query ids, p_i (resolved: online estimate, rollout column, p table, default_p)
+        and the samples each rests on, and how many p_i were unknown."""
         outcomes: list[Outcome] = []
         for j, o in enumerate(self._column(kwargs, "outcome", n, required=True)):
             try:
@@ -196,15 +211,17 @@ class AwaRLReward:
                                  f"{[x.value for x in Outcome]}") from None
         qids = [str(q) for q in self._column(kwargs, "qid", n, required=True)]
         ps: list[float] = []
+        ns: list[float] = []
         unknown = 0
-        for q, p in zip(qids, self._column(kwargs, "p_i", n), strict=True):
-            val, was_unknown = self._resolve_p(q, p)
+        for q, p, c in zip(qids, self._column(kwargs, "p_i", n), self._column(kwargs, "p_n", n), strict=True):
+            val, count, was_unknown = self._resolve_p(q, p, c)
             ps.append(val)
+            ns.append(count)
             unknown += was_unknown
         if unknown:
             log.warning("AwaRLReward: %d completion(s) without a p_i estimate use reward.default_p=%.3g",
                         unknown, self.cfg.default_p)
-        return outcomes, qids, ps, unknown
+        return outcomes, qids, ps, ns, unknown
 
     def _group_counts(self, qids: list[str], outcomes: list[Outcome], ps: list[float]) -> dict[str, tuple]:
         """Per-query (correct, answered, completions, sum of the p used) over the whole generation batch
@@ -221,12 +238,13 @@ class AwaRLReward:
             acc[3] += p
         return gather_group_counts({q: tuple(v) for q, v in local.items()})
 
-    def _batch_rates(self, outcomes: list[Outcome], ps: list[float], unknown: int) -> dict[str, float]:
+    def _batch_rates(self, outcomes: list[Outcome], ps: list[float], ns: list[float],
+                     unknown: int) -> dict[str, float]:
         """Steps 4-5 over the whole generation batch (counts summed across processes): ρ_t, ρ̂_t, E_t, and
         the outcome shares."""
         cfg = self.cfg
         exp_sum = sum(A.expected_abstain(p, cfg.gamma, cfg.p_min, cfg.expected_rate, cfg.soft_tau, cfg.r_correct,
-                                         cfg.r_wrong) for p in ps)
+                                         cfg.r_wrong, c, cfg.posterior_prior) for p, c in zip(ps, ns, strict=True))
         counts = [float(len(outcomes)), exp_sum, float(unknown)] + [
             float(sum(o is kind for o in outcomes))
             for kind in (Outcome.ABSTAIN, Outcome.CORRECT, Outcome.WRONG, Outcome.INVALID)]
@@ -257,9 +275,11 @@ class AwaRLReward:
         """What an abstention earns per completion under the strategy (step 8 for `awarl`)."""
         cfg = self.cfg
         r_max = A.refusal_cap(cfg.r_correct, cfg.r_ref_margin)
+        r_min = A.refusal_floor(cfg.r_wrong, cfg.r_ref_floor_margin)
         out = []
         for q, p in zip(qids, ps, strict=True):
-            r_ref = A.refusal_reward(A.base_refusal_reward(p, cfg.gamma, cfg.p_min), penalty, cfg.r_clip, r_max)
+            r_ref = A.refusal_reward(A.base_refusal_reward(p, cfg.gamma, cfg.p_min), penalty, cfg.r_clip, r_max,
+                                     r_min)
             out.append(abstain_reward(cfg.strategy, cfg, r_ref, groups.get(q, (0.0,))[0] > 0))
         return out
 

@@ -25,7 +25,7 @@ from awarl.config import AwarlConfig, ConfigError, save_resolved
 from awarl.critic import check_endpoints, critic_cache_dir, make_judge
 from awarl.critic.correctness import make_answer_grader
 from awarl.critic.gold_judge import compact_evidence
-from awarl.data.estimates import estimates_path, join_p, read_estimates
+from awarl.data.estimates import estimates_path, join_p, join_samples, read_estimates
 from awarl.data.evidence import gold_evidence
 from awarl.data.questions import load_train_examples
 from awarl.data.types import QAExample, example_key
@@ -53,8 +53,8 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
     """One dict per training question (the dataset columns) and a summary of the p_i join.
 
     Columns: prompt (the question text; the rollout function renders the template), qid (dataset/id),
-    dataset, question, answers, p_i (float or None), gold_evidence (the question's gold evidence as compact
-    JSON, for the gold citation judge; None when the data marks none)."""
+    dataset, question, answers, p_i (float or None), p_n (the samples p_i rests on, or None), gold_evidence
+    (the question's gold evidence as compact JSON, for the gold citation judge; None when the data marks none)."""
     if examples is None and not cfg.data.train and not strict:
         # A dry run of a template config whose questions are filled in at launch (e.g. by `awarl demo`).
         log.warning("data.train lists no files: the plan has no training questions")
@@ -71,12 +71,14 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
             log.warning("%s; every question would use reward.default_p=%.3g", msg, cfg.reward.default_p)
     estimates = read_estimates(path)
     ps, missing = join_p(examples, estimates, cfg.reward.p_definition)
+    ns = join_samples(examples, estimates, cfg.reward.p_definition)
     if missing and needs_p and path.exists():
         log.warning("%d of %d training questions have no p_i in %s; the reward uses reward.default_p=%.3g "
                     "for them", missing, len(examples), path, cfg.reward.default_p)
     rows = [{"prompt": ex.question, "qid": example_key(ex.dataset, ex.id), "dataset": ex.dataset,
-             "question": ex.question, "answers": list(ex.answers), "p_i": p, "gold_evidence": _evidence_json(ex)}
-            for ex, p in zip(examples, ps, strict=True)]
+             "question": ex.question, "answers": list(ex.answers), "p_i": p, "p_n": n,
+             "gold_evidence": _evidence_json(ex)}
+            for ex, p, n in zip(examples, ps, ns, strict=True)]
     known = [p for p in ps if p is not None]
     info = {"questions": len(rows), "estimates_file": str(path), "estimates_found": path.exists(),
             "with_p": len(known), "missing_p": missing,
@@ -96,16 +98,18 @@ def build_dataset(rows: list[dict]) -> Any:
 
     features = Features({"prompt": Value("string"), "qid": Value("string"), "dataset": Value("string"),
                          "question": Value("string"), "answers": Sequence(Value("string")),
-                         "p_i": Value("float64"), "gold_evidence": Value("string")})
+                         "p_i": Value("float64"), "p_n": Value("float64"), "gold_evidence": Value("string")})
     return Dataset.from_list(rows, features=features)
 
 
 def build_reward(cfg: AwarlConfig, rows: list[dict]) -> Any:
-    """AwaRLReward with the configured judge (none when reward.lambda_cite is 0) and the p table."""
+    """AwaRLReward with the configured judge (none when reward.lambda_cite is 0), the p table and the sample
+    counts behind it."""
     judge = make_judge(cfg.critic, critic_cache_dir(cfg.critic, cfg.run.out_dir)) \
         if cfg.reward.lambda_cite > 0 else None
     p_table = {r["qid"]: r["p_i"] for r in rows if r["p_i"] is not None}
-    return AwaRLReward(cfg.reward, judge, p_table)
+    n_table = {r["qid"]: r["p_n"] for r in rows if r["p_i"] is not None and r.get("p_n") is not None}
+    return AwaRLReward(cfg.reward, judge, p_table, n_table)
 
 
 def world_size() -> int:

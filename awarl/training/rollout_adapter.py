@@ -52,7 +52,7 @@ def enforce_budget(completion_ids: list[int], env_mask: list[int], logprobs: lis
 class RolloutAdapter:
     """`rollout_func` for GRPOTrainer: `RolloutAdapter(cfg, tokenizer, retriever, template, rows)`.
 
-    `rows` are the training dataset's rows (prompt, qid, dataset, question, answers, p_i, and optionally
+    `rows` are the training dataset's rows (prompt, qid, dataset, question, answers, p_i, p_n, and optionally
     gold_evidence, passed on to the reward for the gold citation judge); TRL hands the
     rollout function only the prompt strings, so rows are looked up by prompt (training questions are
     deduplicated by text for that reason)."""
@@ -161,8 +161,8 @@ class RolloutAdapter:
         budget = min(cfg.agent.max_trajectory_tokens,
                      getattr(getattr(trainer, "args", None), "max_completion_length", None) or 10**9)
         out: dict[str, list] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "outcome",
-                                                "qid", "p_i", "question", "answer", "citations", "passages",
-                                                "gold_evidence")}
+                                                "qid", "p_i", "p_n", "question", "answer", "citations",
+                                                "passages", "gold_evidence")}
         cut = 0
         for row, t, grade in zip(rows, trajs, grades or [None] * len(trajs), strict=True):
             ids, mask, lps, was_cut = enforce_budget(list(t.completion_ids), list(t.env_mask), list(t.logprobs),
@@ -182,6 +182,7 @@ class RolloutAdapter:
             out["outcome"].append(outcome.value)
             out["qid"].append(row["qid"])
             out["p_i"].append(row["p_i"])
+            out["p_n"].append(row.get("p_n"))
             out["question"].append(row["question"])
             out["answer"].append(p.answer)
             out["citations"].append(list(p.citations))

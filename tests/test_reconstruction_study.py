@@ -1,0 +1,66 @@
+"""scripts/reconstruction_study.py's protocol: the drawn populations, the split made before looking, and a
+selection that only ever reads the tuning half."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from awarl.config import load_config
+from awarl.io import repo_root
+
+
+def _study():
+    if "reconstruction_study" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("reconstruction_study",
+                                                      repo_root() / "scripts" / "reconstruction_study.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["reconstruction_study"] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules["reconstruction_study"]
+
+
+def test_populations_follow_the_documented_distribution_and_split_before_looking():
+    S = _study()
+    pops = S.draw_populations(16)
+    assert pops == S.draw_populations(16)  # seeded: the same 16 every time
+    assert [p["half"] for p in pops] == ["tuning", "held-out"] * 8
+    for p in pops:
+        q = p["params"]
+        assert 0.3 <= q["success_alpha"] <= 3 and 0.3 <= q["success_beta"] <= 3
+        assert 0 <= q["unanswerable_share"] <= 0.8 and 0 <= q["perception_noise"] <= 2.5
+        assert q["skill_gain"] == 0 or 0 < q["skill_gain"] <= 0.003
+        assert q["invalid_rate"] == 0 or 0 < q["invalid_rate"] <= 0.3
+        assert 0.01 <= q["init_abstain_rate"] <= 0.3
+        cfg = load_config(repo_root() / p["config"], p["overrides"])  # each is a runnable simulator config
+        assert cfg.simulate.unanswerable_share == pytest.approx(q["unanswerable_share"], rel=1e-3)
+    assert len({p["params"]["success_alpha"] for p in pops}) == 16
+
+
+def _pop(name: str, half: str, leads: dict[tuple[str, float], float],
+         collapsed: tuple[str, float] | None = None) -> dict:
+    """A fake study result: every (variant, γ) 0.1 below the best baseline except those in `leads`; the
+    `collapsed` cell refuses nothing while the baseline refuses 0.6."""
+    S = _study()
+    base = {"label": "bapo", "ra_f1": 0.5, "ra_f1_sd": 0.01, "refusal_rate": 0.6, "late_sd": 0.001, "strategy": "bapo"}
+    variants = {v: [{"gamma": g, "ra_f1": 0.5 + leads.get((v, g), -0.1), "ra_f1_sd": 0.01, "late_sd": 0.001,
+                     "refusal_rate": 0.0 if (v, g) == collapsed else 0.5} for g in S.GAMMAS] for v in S.VARIANTS}
+    return {"name": name, "half": half, "params": {}, "baselines": [base], "variants": variants}
+
+
+def test_selection_reads_the_tuning_half_only_and_skips_collapsing_choices():
+    S = _study()
+    good, other = ("posterior + guards, floor 0", 0.05), ("threshold + guards", 0.1)
+    # the largest mean lead over the populations' best baselines wins, not the largest single lead
+    tuning = [_pop("a", "tuning", {good: 0.012, other: 0.02}), _pop("b", "tuning", {good: 0.012, other: 0.0})]
+    chosen = S.select_default(tuning)
+    assert (chosen["variant"], chosen["gamma"]) == good and chosen["mean_lead"] == pytest.approx(0.012)
+    # a reference (the paper's reading) is reported, never chosen, however well it does
+    assert S.select_default([_pop("a", "tuning", {("paper spec", 0.5): 0.5, good: 0.001})])["variant"] == good[0]
+    # a choice that collapses refusal in a tuning population is out
+    collapsing = [_pop("a", "tuning", {good: 0.05, other: 0.001}, collapsed=good)]
+    assert (S.select_default(collapsing)["variant"], S.select_default(collapsing)["gamma"]) == other
+    with pytest.raises(AssertionError, match="tuning half only"):
+        S.select_default([_pop("c", "held-out", {good: 0.1})])
