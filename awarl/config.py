@@ -129,6 +129,11 @@ class RetrievalConfig(Section):
     topk: int = Field(3, ge=1, le=100, description="Passages returned per search (SPEC default 3).")
     timeout_s: float = Field(30.0, gt=0, description="HTTP timeout per retrieval request.")
     retries: int = Field(3, ge=0, description="Retries (with backoff) of a failed retrieval request.")
+    max_failed_searches: int = Field(8, ge=0, description="A search that still fails after the retries (server "
+                                     "unreachable, an error or malformed answer) costs only itself: it gets an "
+                                     "empty information block and is counted (`failed_searches` on its "
+                                     "predictions line). This many failed searches in a row stop the run (a dead "
+                                     "server must not turn a run into empty searches); 0: the first one does.")
     wait_s: float = Field(60.0, ge=0, description="kind=server: how long a run waits at start for the server "
                           "to answer (one launched alongside may still be loading its index); then it stops "
                           "with what to do.")

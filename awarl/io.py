@@ -113,6 +113,16 @@ def pending_batches(items: Sequence[Any], size: int, is_done: Callable[[Any], bo
             yield start, batch
 
 
+def loads_json(raw: str | bytes | bytearray) -> Any:
+    """`json.loads` whose every fault is a ValueError: a document nested too deeply for Python's parser (a
+    RecursionError otherwise, which no reader's `except ValueError` catches) reads as malformed JSON, so each
+    reader turns it into its own one-line error naming the file and line, or the endpoint."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError("nested too deeply (more levels than Python's JSON parser takes)") from None
+
+
 # The longest JSON line iter_jsonl reads. Real records are far shorter (a HotpotQA record with its context
 # is ~10 KB, a trajectory ~100 KB); without a cap one runaway line (a file that is not JSON Lines, a
 # writer gone wrong) is read whole, and parsing it costs twice its size again before it is rejected.
@@ -146,10 +156,10 @@ def iter_jsonl(path: str | os.PathLike, *, on_error: str = "fail", errors: list[
                     raise ValueError(f"line longer than {max_line_bytes} bytes (the max_line_bytes cap)")
                 if not raw.strip():
                     continue
-                obj = json.loads(raw.decode("utf-8"))
+                obj = loads_json(raw.decode("utf-8"))
                 if objects_only and not isinstance(obj, dict):
                     raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
-            except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+            except ValueError as e:  # UnicodeDecodeError is a ValueError
                 msg = f"{path}:{n}: malformed JSON line: {e}"
                 if on_error == "fail":
                     raise DataError(msg) from None

@@ -43,6 +43,7 @@ def trajectory_record(ex: QAExample, traj: Any, cfg: AwarlConfig, phrases: list[
             "unshown_citations": list(p.unshown_citations),
             "invalid_reason": p.invalid_reason,
             "stop_reason": traj.stop_reason,
+            "failed_searches": traj.failed_searches,
             "num_turns": p.num_turns,
             "passages": [{k: d.get(k) for k in ("number", "id", "title")} for d in traj.passages],
             "response": traj.response_text,
