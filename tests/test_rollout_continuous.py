@@ -198,7 +198,7 @@ def test_a_sliding_window_model_runs_transformers_generate_per_turn(tok, retriev
     eng = RolloutEngine(backend, tok, retriever, load_template("awarl"), AgentConfig(max_new_tokens_per_turn=6),
                         topk=2)
     trajs = eng.run(questions[:2], temperature=1.0, seed=0)
-    assert eng.last_stats == {"engine": "turns"}
+    assert eng.last_stats == {"engine": "turns", "failed_searches": 0}
     for t in trajs:
         assert len(t.completion_ids) == len(t.logprobs) == len(t.env_mask) and t.stop_reason == "token_budget"
         full = torch.tensor([t.prompt_ids + t.completion_ids])

@@ -126,7 +126,7 @@ def test_greedy_session_equals_the_per_turn_path_and_the_transformers_backend(cf
     finally:
         counter.restore()
     stats = session_eng.last_stats
-    assert turns_eng.last_stats == {"engine": "turns"} and stats["engine"] == "continuous"
+    assert turns_eng.last_stats == {"engine": "turns", "failed_searches": 0} and stats["engine"] == "continuous"
     phrases = abstention_phrases(load_template(cfg.agent.template), cfg.agent.abstention_phrases)
     for ex, h, t, v in zip(examples, hf, turns, got, strict=True):
         for ref in (t, h):

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from awarl.agent.backends import make_backend
+from awarl.agent.backends.base import Seed, stream_seed
 from awarl.agent.parser import ParsedTrajectory, parse_trajectory
 from awarl.agent.templates import Template, abstention_phrases, load_template, render_prompt
 from awarl.retrieval.client import RetrievalClientError
@@ -167,10 +168,15 @@ class RolloutEngine:
         return parse_trajectory(response_text, max_turns=self.cfg.max_turns, phrases=self.abstention_phrases,
                                 tags=self._tag_map, passage_pattern=self._number_re)
 
-    def run(self, questions: list[str], *, temperature: float, top_p: float = 1.0, seed: int | None = None,
+    def run(self, questions: list[str], *, temperature: float, top_p: float = 1.0, seed: Seed = None,
             prompt_ids: list[list[int]] | None = None) -> list[Trajectory]:
+        """One trajectory per question. `seed`: one seed for the call (trajectory i samples from its stream
+        `sequence_seed(seed, i)`: its position), or one seed per question (its stream whatever else is in the
+        batch: `question_seed`, so a resumed question is sampled as in an uninterrupted run)."""
         if prompt_ids is not None and len(prompt_ids) != len(questions):
             raise ValueError(f"prompt_ids has {len(prompt_ids)} entries for {len(questions)} questions")
+        if seed is not None and not isinstance(seed, int) and len(seed) != len(questions):
+            raise ValueError(f"{len(seed)} seeds for {len(questions)} questions")
         prompts = prompt_ids if prompt_ids is not None else [render_prompt(self.template, q, self.tokenizer)
                                                              for q in questions]
         states = [_State(list(p)) for p in prompts]
@@ -187,19 +193,23 @@ class RolloutEngine:
         return [self._finish(s) for s in states]
 
     # ------------------------------------------------------------------ one generate per turn
-    def _run_turns(self, states: list[_State], temperature: float, top_p: float, seed: int | None) -> None:
+    def _run_turns(self, states: list[_State], temperature: float, top_p: float, seed: Seed) -> None:
         """All active trajectories generate one turn together; the turn's searches go out in one call."""
         turn = 0
         while True:
-            active = [s for s in states if s.stop_reason is None]
-            if not active:
+            running = [i for i, s in enumerate(states) if s.stop_reason is None]
+            if not running:
                 break
+            active = [states[i] for i in running]
             for s in active:
                 s.budget = self._turn_budget(s)
+            if seed is None or isinstance(seed, int):
+                turn_seed = None if seed is None else seed + 7919 * turn
+            else:   # each trajectory's own stream, at this turn
+                turn_seed = [stream_seed(int(seed[i]), turn) for i in running]
             gens = self.backend.generate(
                 [s.prompt + s.completion for s in active], max_new_tokens=max(s.budget for s in active),
-                temperature=temperature, top_p=top_p, stop_strings=self.stop_strings,
-                seed=None if seed is None else seed + 7919 * turn)
+                temperature=temperature, top_p=top_p, stop_strings=self.stop_strings, seed=turn_seed)
             if len(gens) != len(active):
                 raise RuntimeError(f"backend returned {len(gens)} generations for {len(active)} prompts")
             pending: list[tuple[_State, str]] = []
@@ -213,7 +223,7 @@ class RolloutEngine:
             turn += 1
 
     # ------------------------------------------------------------------ continuous
-    def _open_session(self, states: list[_State], temperature: float, top_p: float, seed: int | None) -> Any:
+    def _open_session(self, states: list[_State], temperature: float, top_p: float, seed: Seed) -> Any:
         opener = getattr(self.backend, "open_session", None)
         if opener is None or not states:
             return None
