@@ -137,6 +137,11 @@ class RetrievalConfig(Section):
     wait_s: float = Field(60.0, ge=0, description="kind=server: how long a run waits at start for the server "
                           "to answer (one launched alongside may still be loading its index); then it stops "
                           "with what to do.")
+    duplicate_ids: Literal["fail", "keep_first"] = Field("fail", description="An index built from "
+                                                         "retrieval.corpus: a passage id that repeats an earlier "
+                                                         "one stops the build naming both lines (fail), or the "
+                                                         "later passages are left out and counted (keep_first; "
+                                                         "index_meta.json `duplicate_ids`).")
     verify_corpus: bool = Field(True, description="Re-hash the corpus at load when it is still at its recorded "
                                 "path and refuse a changed one. Turn off for the 14 GB wiki-18 once verified: "
                                 "every training/eval process would hash it at start-up.")

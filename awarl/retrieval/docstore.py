@@ -74,6 +74,7 @@ class CorpusReader:
     path: Path
     sha256: str = ""
     bytes_read: int = 0
+    line: int = 0   # the line of the record last yielded
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
         self.bytes_read = 0
@@ -101,6 +102,7 @@ class CorpusReader:
                 raise DataError(f"{where}: malformed JSON line: {e}") from None
             if not isinstance(obj, dict):
                 raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+            self.line = n
             yield passage_contents(obj, where)
 
 
