@@ -530,7 +530,10 @@ class _BoundedLoader(yaml.SafeLoader):
         mark = self.peek_event().start_mark
         if self.check_event(yaml.AliasEvent):
             node = super().compose_node(parent, index)
-            self._values += self._sizes.get(id(node), 1)
+            if id(node) not in self._sizes:   # `a: &a [*a]`: a value that contains itself never ends
+                raise yaml.composer.ComposerError(None, None, "recursive alias (a value that contains itself)",
+                                                  mark)
+            self._values += self._sizes[id(node)]
         else:
             self._depth += 1
             if self._depth > MAX_YAML_DEPTH:

@@ -87,6 +87,7 @@ def test_aliases_within_the_bound_still_work_and_each_copy_is_its_own(tmp_path: 
     ("retrieval:\n  topk: 5\n  kind: bm25\n  topk: 7\n", "c.yaml:4:3: invalid YAML: duplicate key 'topk' (first at "
                                                          "line 2)"),
     ("run: {seed: 1}\nrun: {seed: 2}\n", "duplicate key 'run' (first at line 1)"),
+    ("a: &a [1, *a]\n", "c.yaml:1:11: invalid YAML: recursive alias (a value that contains itself)"),
     ("extends: 5\n", "`extends:` must be a file name or a list of file names, got 5"),
     ("extends: [base.yaml, 7]\n", "`extends:` must be a file name or a list of file names"),
     ("extends: {a: 1}\n", "`extends:` must be a file name or a list of file names"),
