@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import glob
-import json
 import logging
 import os
 import re
@@ -25,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from awarl.io import DataError, atomic_write_json, file_sha256
+from awarl.io import DataError, atomic_write_json, file_sha256, loads_json
 from awarl.retrieval.docstore import DOCSTORE_FILE, OFFSETS_FILE, CorpusReader, Docstore, DocstoreWriter
 from awarl.retrieval.passage_ids import POLICIES, SeenIds
 from awarl.retrieval.types import Retriever
@@ -307,7 +306,7 @@ def read_meta(index_dir: str | os.PathLike) -> dict[str, Any]:
         raise RetrievalIndexError(f"{index_dir}: no {META_FILE}; not an index, or its build did not "
                                   "finish (rebuild with `awarl index build`)")
     try:
-        meta = json.loads(path.read_text())
+        meta = loads_json(path.read_text())
     except ValueError as e:
         raise RetrievalIndexError(f"{path}: corrupt meta file: {e}") from None
     for key in ("kind", "passage_count", "docstore_bytes", "settings", "corpus_sha256"):
