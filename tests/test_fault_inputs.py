@@ -433,7 +433,7 @@ def test_silent_and_slow_header_connections_are_closed(guarded_server) -> None:
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as c:
         for _ in range(4):
             assert c.post("/retrieve", json={"queries": ["Evan Morris"], "topk": 1}).status_code == 200
-            time.sleep(0.2)
+            time.sleep(0.1)
 
 
 def test_past_max_connections_the_oldest_idle_one_makes_room(guarded_server) -> None:

@@ -17,6 +17,7 @@ every new client is reset. `guarded_protocol` wraps uvicorn's HTTP protocol (htt
 
 from __future__ import annotations
 
+import itertools
 import resource
 from dataclasses import dataclass
 from typing import Any
@@ -66,14 +67,16 @@ def guarded_protocol(limits: ConnectionLimits, stats: ConnectionStats, base: typ
     if base is None:
         from uvicorn.protocols.http.auto import AutoHTTPProtocol as base
 
+    arrivals = itertools.count()
+
     class GuardedProtocol(base):  # type: ignore[misc, valid-type]
-        _opened = 0.0
+        _opened = 0
         _head_timer: Any = None
         _head_cycle: Any = None
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
-            self._opened = self.loop.time()
+            self._opened = next(arrivals)   # not the loop's clock: connections accepted in one tick share it
             # uvicorn's own keep-alive timer, started at once: a connection that sends nothing is idle too
             self.timeout_keep_alive_task = self.loop.call_later(limits.idle_timeout_s,
                                                                 self.timeout_keep_alive_handler)
