@@ -300,7 +300,7 @@ def test_server_session_keeps_one_request_per_trajectory_in_flight(tiny_dir, shi
         trajs, stats = run(True, 3)
         session_log, log[:] = list(log), []
         per_turn, turn_stats = run(False, 3)
-    assert stats["engine"] == "continuous" and turn_stats == {"engine": "turns"}
+    assert stats["engine"] == "continuous" and turn_stats == {"engine": "turns", "failed_searches": 0}
     assert [t.completion_ids for t in trajs] == [t.completion_ids for t in per_turn]
     assert all(t.parsed.answer == "Paris" and len(t.passages) == 2 for t in trajs)
     assert len(session_log) == 4 and all(len(r["body"]["prompt"]) == 1 for r in session_log)
