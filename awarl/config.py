@@ -11,10 +11,9 @@ Usage::
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, get_args, get_origin
 from urllib.parse import urlparse
 
 import yaml
@@ -34,29 +33,51 @@ def admits_bool(annotation: Any) -> bool:
     return any(admits_bool(a) for a in get_args(annotation) if a is not Ellipsis)
 
 
-def _holds_bool(value: Any) -> bool:
-    if isinstance(value, bool):
+def _holds(value: Any, kind: type) -> bool:
+    """Whether `value`, or an item of a list/tuple in it, is an instance of `kind`."""
+    if isinstance(value, kind):
         return True
     if isinstance(value, (list, tuple)):
-        return any(_holds_bool(v) for v in value)
+        return any(_holds(v, kind) for v in value)
     return False
+
+
+def _leaf_types(annotation: Any) -> set[Any]:
+    """The scalar types a field's annotation admits (through unions, containers and Literal values)."""
+    if get_origin(annotation) is Literal:
+        return {type(a) for a in get_args(annotation)}
+    args = [a for a in get_args(annotation) if a is not Ellipsis]
+    if not args:
+        return {annotation}
+    return set().union(*(_leaf_types(a) for a in args))
+
+
+def integers_only(annotation: Any) -> bool:
+    """Whether a field takes integers but no other kind of number (`int`, `int | None`, `list[int]`)."""
+    leaves = _leaf_types(annotation)
+    return int in leaves and not leaves & {float, Any}
 
 
 class ConfigModel(BaseModel):
     """The base of every user-written config model (run configs, sweep files): unknown keys are errors (a typo
     must never silently fall back to a default), numbers are finite (`.nan` for a reward would silently stop
-    all learning), and a boolean is never read as a number (YAML `true` for `train.max_steps` is not 1).
+    all learning), a boolean is never read as a number (YAML `true` for `train.max_steps` is not 1), and an
+    integer key takes integers only (YAML `3.0` or `0.0` for `retrieval.topk` is refused, not rounded).
     Assignments are re-validated so programmatic overrides get the same checks as YAML."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_bool_as_number(cls, value: Any, info: Any) -> Any:
+    def _numbers_of_the_right_kind(cls, value: Any, info: Any) -> Any:
         field = cls.model_fields.get(info.field_name) if info.field_name else None
-        if field is not None and section_model(field.annotation) is None and _holds_bool(value) \
-                and not admits_bool(field.annotation):
+        if field is None or section_model(field.annotation) is not None:
+            return value
+        if _holds(value, bool) and not admits_bool(field.annotation):
             raise ValueError(f"expected {_type_words(field.annotation)}, got a boolean ({value!r})")
+        if _holds(value, float) and integers_only(field.annotation):
+            raise ValueError(f"expected an integer, got a float ({value!r}); write integers without a decimal "
+                             "point or exponent")
         return value
 
 
@@ -108,9 +129,19 @@ class RetrievalConfig(Section):
     topk: int = Field(3, ge=1, le=100, description="Passages returned per search (SPEC default 3).")
     timeout_s: float = Field(30.0, gt=0, description="HTTP timeout per retrieval request.")
     retries: int = Field(3, ge=0, description="Retries (with backoff) of a failed retrieval request.")
+    max_failed_searches: int = Field(8, ge=0, description="A search that still fails after the retries (server "
+                                     "unreachable, an error or malformed answer) costs only itself: it gets an "
+                                     "empty information block and is counted (`failed_searches` on its "
+                                     "predictions line). This many failed searches in a row stop the run (a dead "
+                                     "server must not turn a run into empty searches); 0: the first one does.")
     wait_s: float = Field(60.0, ge=0, description="kind=server: how long a run waits at start for the server "
                           "to answer (one launched alongside may still be loading its index); then it stops "
                           "with what to do.")
+    duplicate_ids: Literal["fail", "keep_first"] = Field("fail", description="An index built from "
+                                                         "retrieval.corpus: a passage id that repeats an earlier "
+                                                         "one stops the build naming both lines (fail), or the "
+                                                         "later passages are left out and counted (keep_first; "
+                                                         "index_meta.json `duplicate_ids`).")
     verify_corpus: bool = Field(True, description="Re-hash the corpus at load when it is still at its recorded "
                                 "path and refuse a changed one. Turn off for the 14 GB wiki-18 once verified: "
                                 "every training/eval process would hash it at start-up.")
@@ -504,16 +535,84 @@ def _deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
+# Bounds of a YAML file read by awarl (configs, sweep files, templates, override values). Real configs hold a
+# few hundred values at most 5 levels deep; the bounds refuse an "alias bomb" (anchors nested so that a few
+# lines expand to billions of values: PyYAML shares them, but every copy, validation or dump expands them)
+# and a deeply nested document (PyYAML's composer recurses once per level) before either costs anything.
+MAX_YAML_DEPTH = 32
+MAX_YAML_VALUES = 100_000  # scalars, lists and mappings, each alias counted as the values it stands for
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with MAX_YAML_DEPTH, MAX_YAML_VALUES and duplicate mapping keys refused."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._values = 0
+        self._sizes: dict[int, int] = {}  # id(node) -> the values it stands for, aliases expanded
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        mark = self.peek_event().start_mark
+        if self.check_event(yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            if id(node) not in self._sizes:   # `a: &a [*a]`: a value that contains itself never ends
+                raise yaml.composer.ComposerError(None, None, "recursive alias (a value that contains itself)",
+                                                  mark)
+            self._values += self._sizes[id(node)]
+        else:
+            self._depth += 1
+            if self._depth > MAX_YAML_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", mark)
+            before = self._values
+            node = super().compose_node(parent, index)
+            self._values += 1
+            self._sizes[id(node)] = self._values - before
+            self._depth -= 1
+        if self._values > MAX_YAML_VALUES:
+            raise yaml.composer.ComposerError(None, None, f"more than {MAX_YAML_VALUES:,} values once its aliases "
+                                              "are expanded (an alias bomb?)", mark)
+        return node
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (first at line {seen[key].line + 1})",
+                        key_node.start_mark)
+                seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """Parse YAML text within the bounds above; ConfigError `SOURCE:LINE:COLUMN: problem` (one line) otherwise."""
+    try:
+        loader = _BoundedLoader(text)
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        problem = " ".join(str(e.problem or e.context or "invalid YAML").split())
+        raise ConfigError(f"{where}: invalid YAML: {problem}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{source}: invalid YAML: {' '.join(str(e).split())}") from None
+
+
 def read_yaml_mapping(path: Path, what: str = "config", extended_by: Path | None = None) -> dict:
     """A YAML file whose top level is a mapping (an empty file is {}); ConfigError naming the file otherwise.
     The one reader of run configs and sweep files."""
     if not path.is_file():
         where = f" (extended by {extended_by})" if extended_by else ""
         raise ConfigError(f"{what} file not found: {path}{where}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: invalid YAML: {e}") from e
+    data = load_yaml(path.read_text(), str(path)) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     return data
@@ -528,8 +627,12 @@ def read_config_yaml(path: Path, chain: tuple[Path, ...] = ()) -> dict:
     parents = data.pop("extends", None)
     if parents is None:
         return data
+    if isinstance(parents, str):
+        parents = [parents]
+    if not isinstance(parents, list) or not parents or not all(isinstance(p, str) and p for p in parents):
+        raise ConfigError(f"{path}: `extends:` must be a file name or a list of file names, got {parents!r:.80}")
     merged: dict = {}
-    for parent in [parents] if isinstance(parents, str) else parents:
+    for parent in parents:
         merged = _deep_merge(merged, read_config_yaml(path.parent / parent, chain + (path,)))
     return _deep_merge(merged, data)
 
@@ -542,15 +645,22 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     parts = key.strip().split(".")
     if not all(parts):
         raise ConfigError(f"override {text!r}: empty key segment")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as e:
-        raise ConfigError(f"override {text!r}: value is not valid YAML: {e}") from e
+    value = load_yaml(raw, f"override {key.strip()}") if raw.strip() else ""
     return parts, value
 
 
+def _copy_tree(value: Any) -> Any:
+    """A copy of plain YAML data in which every alias is a copy of its own (an override of one must not change
+    the others). What load_yaml returns is bounded by MAX_YAML_VALUES, aliases expanded, so this is too."""
+    if isinstance(value, dict):
+        return {k: _copy_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy_tree(v) for v in value]
+    return value
+
+
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    data = json.loads(json.dumps(data))  # deep copy of plain data
+    data = _copy_tree(data)
     for text in overrides:
         parts, value = parse_override(text)
         node = data

@@ -30,6 +30,13 @@ hand (`tests/test_config_docs.py` fails when this file is stale). Every key can 
 command's own flags (e.g. `awarl eval --index D` is `retrieval.index_dir=D`), then `KEY=VALUE` overrides in
 order. Defaults marked (R) are our reconstruction of constants the AWA-RL paper does not publish
 ([method](method.md)). Every run saves its resolved config as `resolved_config.yaml`.
+
+Every YAML file awarl reads (configs, sweep files, templates, override values) is read within bounds, each
+breach a one-line error naming the file, line and column: at most 32 levels of nesting and 100,000 values
+with YAML aliases expanded (anchors and `<<:` merges work; an "alias bomb" of a few lines that expands to
+billions of values is refused at once), no key twice in one mapping (`duplicate key 'topk' (first at line
+2)`), and `extends:` a file name or a list of them. An integer key takes integers only: `true`, `3.0` or
+`0.0` for `retrieval.topk` is refused, not read as a number.
 """
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import logging
@@ -29,21 +30,26 @@ def _umask() -> int:
 FILE_MODE = 0o666 & ~_umask()
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write via a temp file in the same folder + rename, so a crash never leaves a half-written file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, FILE_MODE)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """`atomic_write_bytes` of UTF-8 text."""
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
@@ -83,34 +89,89 @@ def repair_torn_tail(path: str | os.PathLike) -> int:
         f.truncate(keep)
         f.flush()
         os.fsync(f.fileno())
-    log.warning("%s: removed a partial last line (%d bytes) left by an interrupted run", path, size - keep)
+    log.warning("%s: removed a partial last line (%d bytes, no newline at its end: its write was cut off)", path,
+                size - keep)
     return size - keep
 
 
+def _append_journal(path: Path, offset: int) -> Path:
+    return path.with_name(f".{path.name}.append-{offset}")
+
+
+def finish_interrupted_append(path: str | os.PathLike) -> int:
+    """Complete an `append_jsonl` that a killed process left half done, so the file holds all of that batch's
+    rows or, where its journal never got written, none: the file is cut back to where the batch began and the
+    journaled batch appended whole. Resumable jobs call it before reading what is done. Returns the rows."""
+    path = Path(path)
+    prefix = glob.escape(f".{path.name}.append-")
+    for stale in path.parent.glob(f".{prefix}*.tmp"):  # a journal whose own write was cut: no append began
+        stale.unlink(missing_ok=True)
+    journals = [j for j in path.parent.glob(prefix + "*") if j.name.rsplit("-", 1)[1].isdigit()]
+    done = 0
+    for journal in sorted(journals, key=lambda j: int(j.name.rsplit("-", 1)[1])):
+        offset = journal.name.rsplit("-", 1)[1]
+        data = journal.read_bytes()
+        size = path.stat().st_size if path.exists() else 0
+        if size < int(offset):  # the file was rewritten since: the batch cannot be placed, so it is dropped
+            log.warning("%s: dropped the batch of an interrupted append (%s): the file is now shorter than "
+                        "where that batch began", path, journal.name)
+        else:
+            with open(path, "r+b" if path.exists() else "wb") as f:
+                f.truncate(int(offset))
+                f.seek(int(offset))
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            done += data.count(b"\n")
+            log.warning("%s: completed the append of a batch of %d rows that a killed run had begun (%d bytes "
+                        "of it were in the file)", path, data.count(b"\n"), size - int(offset))
+        journal.unlink()
+    return done
+
+
 def append_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
-    """Append complete lines and fsync: a killed process loses at most the rows not yet appended. A torn
-    last line left by an earlier kill is removed first, so it never swallows the first new row."""
+    """Append the rows, all or none, and fsync. The batch is first written whole to a journal next to the file
+    (`.NAME.append-OFFSET`, atomically), then appended, then the journal removed: a process killed during the
+    append leaves the journal, from which `finish_interrupted_append` (run here first, and by resumable jobs
+    before they read) completes the batch. A torn last line from an older writer is cut first."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    finish_interrupted_append(path)
     repair_torn_tail(path)
-    with open(path, "a", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    data = b"".join((json.dumps(r, ensure_ascii=False) + "\n").encode("utf-8") for r in rows)
+    if not data:
+        return
+    journal = _append_journal(path, path.stat().st_size if path.exists() else 0)
+    atomic_write_bytes(journal, data)
+    with open(path, "ab") as f:
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
+    journal.unlink()
 
 
 def pending_batches(items: Sequence[Any], size: int, is_done: Callable[[Any], bool]
                     ) -> Iterator[tuple[int, list[Any]]]:
     """(start, unfinished items) of each batch of `size` cut from the WHOLE list, skipping finished batches.
 
-    Resumable jobs append one batch at a time, so a killed run loses whole batches; cutting from the whole
-    list (not from what is left) lets its rerun draw the same batches, and seeding a batch by `start` then
-    makes the rerun's samples equal those of an uninterrupted run."""
+    Resumable jobs append one batch at a time (all or none: `append_jsonl`), so a killed run loses whole
+    batches; cutting from the whole list (not from what is left) lets its rerun draw the same batches, so a
+    job that seeds a batch by `start` samples what an uninterrupted run would. (Evaluation and estimation
+    seed each question by itself, `question_seed`, which holds whatever the batches.)"""
     for start in range(0, len(items), size):
         batch = [x for x in items[start:start + size] if not is_done(x)]
         if batch:
             yield start, batch
+
+
+def loads_json(raw: str | bytes | bytearray) -> Any:
+    """`json.loads` whose every fault is a ValueError: a document nested too deeply for Python's parser (a
+    RecursionError otherwise, which no reader's `except ValueError` catches) reads as malformed JSON, so each
+    reader turns it into its own one-line error naming the file and line, or the endpoint."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError("nested too deeply (more levels than Python's JSON parser takes)") from None
 
 
 # The longest JSON line iter_jsonl reads. Real records are far shorter (a HotpotQA record with its context
@@ -146,10 +207,10 @@ def iter_jsonl(path: str | os.PathLike, *, on_error: str = "fail", errors: list[
                     raise ValueError(f"line longer than {max_line_bytes} bytes (the max_line_bytes cap)")
                 if not raw.strip():
                     continue
-                obj = json.loads(raw.decode("utf-8"))
+                obj = loads_json(raw.decode("utf-8"))
                 if objects_only and not isinstance(obj, dict):
                     raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
-            except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+            except ValueError as e:  # UnicodeDecodeError is a ValueError
                 msg = f"{path}:{n}: malformed JSON line: {e}"
                 if on_error == "fail":
                     raise DataError(msg) from None

@@ -1,6 +1,10 @@
-"""Fault injection: kill -9 at seeded random points of eval, estimate, an index build and a short training
-run, resume, and compare with an uninterrupted run: the same predictions / estimates / index / final weights
-and Ē, and no stray files (temporary writes, build folders). Every job runs as a real `awarl` process.
+"""Fault injection: kill -9 at seeded random points of eval, estimate, an index build, a short training run
+and a batch writer, resume, and compare with an uninterrupted run: the same predictions / estimates / index /
+final weights and Ē, whole batches only, and no stray files (temporary writes, build folders, append
+journals). Every job runs as a real process. A resumed evaluation whose file holds lines the scorer cannot
+score regenerates them, and gets the uninterrupted run's answers at temperature 1 in smaller batches.
+Hostile inputs (configs, datasets, corpora, retrieval and judge answers, idle connections) are in
+tests/test_fault_inputs.py; docs/reliability.md lists both.
 
 The kill points are drawn from `random.Random(AWARL_FAULT_SEED)` (default 0): a delay after the job has
 visibly started (a first output line, a first complete checkpoint), so the kill lands at a different point of
@@ -69,9 +73,9 @@ def lines(path: Path) -> int:
 
 
 def stray(root: Path) -> list[str]:
-    """Files a finished job must not leave behind: temporary atomic writes and build folders."""
+    """Files a finished job must not leave behind: temporary atomic writes, build folders, append journals."""
     return sorted(str(p.relative_to(root)) for p in root.rglob("*")
-                  if p.name.endswith(".tmp") or ".building-" in p.name)
+                  if p.name.endswith(".tmp") or ".building-" in p.name or ".append-" in p.name)
 
 
 def rows_by_key(path: Path, key: Callable[[dict], str]) -> dict[str, dict]:
@@ -83,11 +87,11 @@ def rng():
     return random.Random(SEED)
 
 
-def eval_cmd(tiny_dir: Path, index: Path, out: Path) -> list[str]:
-    return awarl("eval", "--model", str(tiny_dir), "--index", str(index), "--limit", "3", "--out", str(out),
-                 "eval.temperature=1.0", "generation.batch_size=1", "agent.max_turns=1",
+def eval_cmd(tiny_dir: Path, index: Path, out: Path, *extra: str, limit: int = 3, batch_size: int = 3) -> list[str]:
+    return awarl("eval", "--model", str(tiny_dir), "--index", str(index), "--limit", str(limit), "--out", str(out),
+                 "eval.temperature=1.0", f"generation.batch_size={batch_size}", "agent.max_turns=1",
                  "agent.max_new_tokens_per_turn=12", "agent.max_trajectory_tokens=160",
-                 "metrics.bootstrap_samples=20", "critic.judge=lexical")
+                 "metrics.bootstrap_samples=20", "critic.judge=lexical", *extra)
 
 
 def test_eval_killed_and_resumed_equals_an_uninterrupted_run(tmp_path, tiny_dir, shipped_bm25_dir, rng):
@@ -102,6 +106,58 @@ def test_eval_killed_and_resumed_equals_an_uninterrupted_run(tmp_path, tiny_dir,
     assert a == b and len(a) == 9 and lines(out / "predictions.jsonl") == 9
     assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
     assert stray(out) == []
+
+
+def test_resume_regenerates_unscorable_lines_as_an_uninterrupted_run_would(tmp_path, tiny_dir, shipped_bm25_dir):
+    """The issue's resume faults: a line that is valid JSON but fails the scorer's checks (`"answers":
+    "notalist"`) counted as done and was then dropped (19/20, exit 0); a corrupted middle line got a warning
+    guessing "(an interrupted write?)" and stayed; a regenerated question, sampled in a smaller batch at
+    temperature 1, got another answer than in the uninterrupted run."""
+    import shutil
+
+    cmd = lambda out: eval_cmd(tiny_dir, shipped_bm25_dir, out, "eval.datasets=[hotpotqa]", limit=6)  # noqa: E731
+    run_to_end(cmd(tmp_path / "a"))
+    b = tmp_path / "b"
+    shutil.copytree(tmp_path / "a", b)
+    pred = b / "predictions.jsonl"
+    rows = pred.read_text().splitlines(keepends=True)
+    bad = json.loads(rows[1])
+    bad["answers"] = "notalist"
+    rows[1] = json.dumps(bad) + "\n"    # batch 1: valid JSON the scorer refuses
+    rows[3] = rows[3][:40] + "\n"       # batch 2: a corrupted middle line
+    del rows[4]                         # batch 2: a missing line (so 2 of its 3 questions are redone)
+    pred.write_text("".join(rows))
+    r = subprocess.run(cmd(b), env=ENV, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "predictions.jsonl:2: key 'answers': expected a list of strings; moved to predictions.rejected.jsonl" \
+        in r.stderr
+    assert "predictions.jsonl:4: not valid JSON (" in r.stderr and "interrupted write?" not in r.stderr
+    key = lambda r: f"{r['dataset']}/{r['id']}"  # noqa: E731
+    assert rows_by_key(tmp_path / "a" / "predictions.jsonl", key) == rows_by_key(pred, key)
+    assert lines(pred) == 6 and stray(b) == []
+    rejected = [json.loads(x) for x in (b / "predictions.rejected.jsonl").read_text().splitlines()]
+    assert [(x["line"], x["problem"][:14]) for x in rejected] == [(2, "key 'answers':"), (4, "not valid JSON")]
+    results = json.loads((b / "results.json").read_text())
+    assert results["per_dataset"]["hotpotqa"]["n"] == 6 and results["skipped_lines"] == []
+    assert json.loads((b / "manifest.json").read_text())["lines_set_aside"]["count"] == 2
+
+
+def test_batch_appends_killed_at_random_points_leave_only_whole_batches(tmp_path, rng):
+    """append_jsonl writes a batch all or none: a writer killed at random points of its appends (400 KB
+    batches) leaves, once the next reader has finished the interrupted append, only whole batches, in order."""
+    from collections import Counter
+
+    from awarl.io import finish_interrupted_append
+
+    out = tmp_path / "rows.jsonl"
+    cmd = [sys.executable, str(TESTS / "faults" / "append_job.py"), str(out), "200", "2000"]
+    for _ in range(8):
+        size = out.stat().st_size if out.exists() else 0
+        assert kill_when(cmd, lambda size=size: out.exists() and out.stat().st_size > size, rng.uniform(0.0, 0.3))
+        finish_interrupted_append(out)   # what a resumed job does before it reads
+        batches = Counter(json.loads(x)["batch"] for x in out.read_text().splitlines())
+        assert sorted(batches) == list(range(len(batches))) and set(batches.values()) == {200}
+    assert stray(tmp_path) == []
 
 
 def test_estimate_killed_and_resumed_equals_an_uninterrupted_run(tmp_path, tiny_dir, shipped_bm25_dir, rng):

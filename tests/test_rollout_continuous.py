@@ -83,6 +83,36 @@ def test_sampled_trajectories_depend_on_seed_and_position_only(model, tok, retri
     assert ids(eng.run(questions[:4], temperature=1.0)) == a != ids(eng.run(questions[:4], temperature=1.0))
 
 
+def test_per_question_seeds_make_a_trajectory_independent_of_its_batch_and_position(model, tok, retriever,
+                                                                                   questions):
+    """What a resumed evaluation relies on: with one seed per question (`question_seed`), a question redone
+    alone, in another batch, or at another position samples what it sampled the first time, on both paths."""
+    from awarl.agent.backends.base import question_seed
+
+    seeds = {q: question_seed(5, "hotpotqa", f"q{i}") for i, q in enumerate(questions)}
+    eng = engine(model, tok, retriever)
+    base = eng.run(questions[:6], temperature=1.0, seed=[seeds[q] for q in questions[:6]])
+    assert len({tuple(t.completion_ids) for t in base}) == 6
+    alone = eng.run([questions[4]], temperature=1.0, seed=[seeds[questions[4]]])
+    assert ids(alone) == ids(base)[4:5]
+    shuffled = [questions[5], questions[8], questions[1]]
+    assert ids(eng.run(shuffled, temperature=1.0, seed=[seeds[q] for q in shuffled]))[::2] == [ids(base)[5],
+                                                                                             ids(base)[1]]
+    turns = RolloutEngine(PerTurn(model, tok), tok, retriever, load_template("awarl"), eng.cfg, topk=2)
+    per_turn = turns.run(questions[:6], temperature=1.0, seed=[seeds[q] for q in questions[:6]])
+    assert ids(turns.run([questions[2]], temperature=1.0, seed=[seeds[questions[2]]])) == ids(per_turn)[2:3]
+
+
+class PerTurn:
+    """The transformers backend seen through `generate` only: the engine's one-`generate`-per-turn path."""
+
+    def __init__(self, model, tok):
+        self.inner = HFBackend(model, tok)
+
+    def generate(self, prompts, **kw):
+        return self.inner.generate(prompts, **kw)
+
+
 class SlowRetriever:
     """The real BM25 retriever behind a latency: each call returns only once the model has run 3 more forwards
     (or after 10 s), noting how many ran meanwhile."""
@@ -198,7 +228,7 @@ def test_a_sliding_window_model_runs_transformers_generate_per_turn(tok, retriev
     eng = RolloutEngine(backend, tok, retriever, load_template("awarl"), AgentConfig(max_new_tokens_per_turn=6),
                         topk=2)
     trajs = eng.run(questions[:2], temperature=1.0, seed=0)
-    assert eng.last_stats == {"engine": "turns"}
+    assert eng.last_stats == {"engine": "turns", "failed_searches": 0}
     for t in trajs:
         assert len(t.completion_ids) == len(t.logprobs) == len(t.env_mask) and t.stop_reason == "token_budget"
         full = torch.tensor([t.prompt_ids + t.completion_ids])

@@ -106,6 +106,13 @@ def test_in_process_seeds_are_per_prompt_and_the_server_gets_none(tok):
     be, _ = in_process(tok, ids, known=len(ids))
     be.generate([[1]] * 3, max_new_tokens=9, temperature=1.0, stop_strings=["</answer>"], seed=4)
     assert [p["seed"] for p in be.llm.params] == [4, 5, 6]
+    be.generate([[1]] * 3, max_new_tokens=9, temperature=1.0, stop_strings=["</answer>"], seed=[11, 7, 93])
+    assert [p["seed"] for p in be.llm.params] == [11, 7, 93]   # one seed per prompt (question_seed): its own
+    from awarl.agent.backends.base import stream_seed
+    from awarl.agent.backends.vllm import turn_seed
+
+    # a session request: the trajectory's own stream at its turn, by position or from its own seed
+    assert turn_seed(4, 1, 2) == stream_seed(stream_seed(4, 1), 2) and turn_seed([5, 9], 1, 2) == stream_seed(9, 2)
     sbe, params = server(tok, ids, known=len(ids))
     sbe.generate([[1]] * 3, max_new_tokens=9, temperature=1.0, stop_strings=["</answer>"], seed=4)
     assert "seed" not in params()

@@ -126,7 +126,7 @@ def test_greedy_session_equals_the_per_turn_path_and_the_transformers_backend(cf
     finally:
         counter.restore()
     stats = session_eng.last_stats
-    assert turns_eng.last_stats == {"engine": "turns"} and stats["engine"] == "continuous"
+    assert turns_eng.last_stats == {"engine": "turns", "failed_searches": 0} and stats["engine"] == "continuous"
     phrases = abstention_phrases(load_template(cfg.agent.template), cfg.agent.abstention_phrases)
     for ex, h, t, v in zip(examples, hf, turns, got, strict=True):
         for ref in (t, h):
@@ -300,7 +300,7 @@ def test_server_session_keeps_one_request_per_trajectory_in_flight(tiny_dir, shi
         trajs, stats = run(True, 3)
         session_log, log[:] = list(log), []
         per_turn, turn_stats = run(False, 3)
-    assert stats["engine"] == "continuous" and turn_stats == {"engine": "turns"}
+    assert stats["engine"] == "continuous" and turn_stats == {"engine": "turns", "failed_searches": 0}
     assert [t.completion_ids for t in trajs] == [t.completion_ids for t in per_turn]
     assert all(t.parsed.answer == "Paris" and len(t.passages) == 2 for t in trajs)
     assert len(session_log) == 4 and all(len(r["body"]["prompt"]) == 1 for r in session_log)

@@ -13,6 +13,11 @@ Two ways to drive a backend, with the same trajectories (tests/test_rollout_equi
 - one `generate` per turn for the others (scripted, vLLM): all active trajectories generate together until
   `</search>`, `</answer>` or eos, and the turn's searches go out in one call.
 
+A failed search (`RetrievalClientError`: the server unreachable after the client's retries, an error answer,
+a malformed one) costs only itself: a batched call that fails is retried query by query, and a query that
+still fails gets an empty information block, counted in the trajectory's `failed_searches` (and
+`last_stats`). `retrieval.max_failed_searches` failures in a row stop the run with the last error.
+
 Endings (`stop_reason`): "answer" (the model closed `</answer>`), "eos" (it ended its message),
 "max_turns" (a search beyond `agent.max_turns`: no retrieval, invalid), "token_budget" (the turn hit
 `max_new_tokens_per_turn` or the response hit `max_trajectory_tokens`: truncated, invalid).
@@ -28,8 +33,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from awarl.agent.backends import make_backend
+from awarl.agent.backends.base import Seed, stream_seed
 from awarl.agent.parser import ParsedTrajectory, parse_trajectory
 from awarl.agent.templates import Template, abstention_phrases, load_template, render_prompt
+from awarl.retrieval.client import RetrievalClientError
 from awarl.retrieval.types import Passage
 
 log = logging.getLogger(__name__)
@@ -48,6 +55,7 @@ class Trajectory:
     parsed: ParsedTrajectory
     passages: list[dict]        # all shown passages: {"number", "id", "title", "text"} in original text
     stop_reason: str            # "answer" | "eos" | "max_turns" | "token_budget"
+    failed_searches: int = 0    # searches whose retrieval failed (shown an empty information block)
 
 
 @dataclass
@@ -58,6 +66,7 @@ class _State:
     logprobs: list[float] = field(default_factory=list)
     passages: list[dict] = field(default_factory=list)
     searches: int = 0
+    failed_searches: int = 0
     budget: int = 0             # max new tokens of the current turn
     stop_reason: str | None = None
     # The response as the parser reads it, one piece per model turn / information block: a turn that ended
@@ -85,7 +94,7 @@ class _Searches:
     """The searches of paused trajectories: those that became ready since the last call go out together, one
     `retriever.search` call at a time, on a worker thread (generation goes on meanwhile)."""
 
-    def __init__(self, search: Callable[[list[str]], list[list[Passage]]]) -> None:
+    def __init__(self, search: Callable[[list[str]], list[list[Passage] | None]]) -> None:
         self.search = search
         self.ready: list[tuple[int, str]] = []
         self.flight: tuple[list[tuple[int, str]], Future] | None = None
@@ -108,7 +117,7 @@ class _Searches:
             batch, self.ready = self.ready, []
             self.flight = (batch, self.pool.submit(self.search, [q for _, q in batch]))
 
-    def collect(self, *, wait: bool) -> list[tuple[int, str, list[Passage]]]:
+    def collect(self, *, wait: bool) -> list[tuple[int, str, list[Passage] | None]]:
         """The results of the call in flight once it is back (waiting for it when `wait`), else nothing."""
         if self.flight is None or (not wait and not self.flight[1].done()):
             return []
@@ -121,13 +130,16 @@ class _Searches:
 
 class RolloutEngine:
     def __init__(self, backend: Any, tokenizer: Any, retriever: Any, template: Template, agent_cfg: Any,
-                 topk: int) -> None:
+                 topk: int, max_failed_searches: int = 8) -> None:
         self.backend = backend
         self.tokenizer = tokenizer
         self.retriever = retriever
         self.template = template
         self.cfg = agent_cfg
         self.topk = int(topk)
+        self.max_failed_searches = int(max_failed_searches)
+        self._failed_in_a_row = 0
+        self._failed = 0   # failed searches of the running `run`
         tags = template.tags
         self.search_open, self.search_close = tags.open("search"), tags.close("search")
         self.answer_close = tags.close("answer")
@@ -148,7 +160,7 @@ class RolloutEngine:
         if backend is None:
             backend = make_backend(cfg.generation, model, tokenizer)
         return cls(backend, tokenizer, retriever, template or load_template(cfg.agent.template), cfg.agent,
-                   cfg.retrieval.topk)
+                   cfg.retrieval.topk, cfg.retrieval.max_failed_searches)
 
     # ------------------------------------------------------------------ public
     def parse(self, response_text: str) -> ParsedTrajectory:
@@ -156,38 +168,48 @@ class RolloutEngine:
         return parse_trajectory(response_text, max_turns=self.cfg.max_turns, phrases=self.abstention_phrases,
                                 tags=self._tag_map, passage_pattern=self._number_re)
 
-    def run(self, questions: list[str], *, temperature: float, top_p: float = 1.0, seed: int | None = None,
+    def run(self, questions: list[str], *, temperature: float, top_p: float = 1.0, seed: Seed = None,
             prompt_ids: list[list[int]] | None = None) -> list[Trajectory]:
+        """One trajectory per question. `seed`: one seed for the call (trajectory i samples from its stream
+        `sequence_seed(seed, i)`: its position), or one seed per question (its stream whatever else is in the
+        batch: `question_seed`, so a resumed question is sampled as in an uninterrupted run)."""
         if prompt_ids is not None and len(prompt_ids) != len(questions):
             raise ValueError(f"prompt_ids has {len(prompt_ids)} entries for {len(questions)} questions")
+        if seed is not None and not isinstance(seed, int) and len(seed) != len(questions):
+            raise ValueError(f"{len(seed)} seeds for {len(questions)} questions")
         prompts = prompt_ids if prompt_ids is not None else [render_prompt(self.template, q, self.tokenizer)
                                                              for q in questions]
         states = [_State(list(p)) for p in prompts]
+        self._failed = 0
         session = self._open_session(states, temperature, top_p, seed)
         if session is None:
             self._run_turns(states, temperature, top_p, seed)
-            self.last_stats = {"engine": "turns"}
+            self.last_stats = {"engine": "turns", "failed_searches": self._failed}
         else:
             try:
                 self._run_continuous(states, session)
             finally:
-                self.last_stats = {"engine": "continuous", **session.close()}
+                self.last_stats = {"engine": "continuous", **session.close(), "failed_searches": self._failed}
         return [self._finish(s) for s in states]
 
     # ------------------------------------------------------------------ one generate per turn
-    def _run_turns(self, states: list[_State], temperature: float, top_p: float, seed: int | None) -> None:
+    def _run_turns(self, states: list[_State], temperature: float, top_p: float, seed: Seed) -> None:
         """All active trajectories generate one turn together; the turn's searches go out in one call."""
         turn = 0
         while True:
-            active = [s for s in states if s.stop_reason is None]
-            if not active:
+            running = [i for i, s in enumerate(states) if s.stop_reason is None]
+            if not running:
                 break
+            active = [states[i] for i in running]
             for s in active:
                 s.budget = self._turn_budget(s)
+            if seed is None or isinstance(seed, int):
+                turn_seed = None if seed is None else seed + 7919 * turn
+            else:   # each trajectory's own stream, at this turn
+                turn_seed = [stream_seed(int(seed[i]), turn) for i in running]
             gens = self.backend.generate(
                 [s.prompt + s.completion for s in active], max_new_tokens=max(s.budget for s in active),
-                temperature=temperature, top_p=top_p, stop_strings=self.stop_strings,
-                seed=None if seed is None else seed + 7919 * turn)
+                temperature=temperature, top_p=top_p, stop_strings=self.stop_strings, seed=turn_seed)
             if len(gens) != len(active):
                 raise RuntimeError(f"backend returned {len(gens)} generations for {len(active)} prompts")
             pending: list[tuple[_State, str]] = []
@@ -201,7 +223,7 @@ class RolloutEngine:
             turn += 1
 
     # ------------------------------------------------------------------ continuous
-    def _open_session(self, states: list[_State], temperature: float, top_p: float, seed: int | None) -> Any:
+    def _open_session(self, states: list[_State], temperature: float, top_p: float, seed: Seed) -> Any:
         opener = getattr(self.backend, "open_session", None)
         if opener is None or not states:
             return None
@@ -246,7 +268,7 @@ class RolloutEngine:
             admitted += 1
         return admitted
 
-    def _resume(self, s: _State, key: int, query: str, hits: list[Passage], session: Any) -> int:
+    def _resume(self, s: _State, key: int, query: str, hits: list[Passage] | None, session: Any) -> int:
         """Append the search's block; 1 when that ends the trajectory (its slot is released), else 0."""
         block = self._insert(s, query, hits)
         if s.stop_reason is not None:
@@ -312,19 +334,58 @@ class RolloutEngine:
         ends = [text.find(stop) + len(stop) for stop in self.stop_strings if stop in text]
         return text[:min(ends)] if ends else text
 
-    def _search(self, queries: list[str]) -> list[list[Passage]]:
-        """The passages of each query, from ONE retriever call. An empty query is not sent: it gets an empty
-        block and the parser marks it invalid."""
+    def _search(self, queries: list[str]) -> list[list[Passage] | None]:
+        """The passages of each query, from ONE retriever call (None: its retrieval failed). An empty query is
+        not sent: it gets an empty block and the parser marks it invalid."""
         sent = [q for q in queries if q]
-        found = self.retriever.search(sent, self.topk) if sent else []
+        found = self._retrieve(sent) if sent else []
         if len(found) != len(sent):
             raise RuntimeError(f"retriever returned {len(found)} result lists for {len(sent)} queries")
         results = iter(found)
-        return [[_as_passage(p) for p in next(results)][: self.topk] if q else [] for q in queries]
+        out: list[list[Passage] | None] = []
+        for q in queries:
+            hits = next(results) if q else []
+            out.append(None if hits is None else [_as_passage(p) for p in hits][: self.topk])
+        return out
 
-    def _insert(self, s: _State, query: str, hits: list[Passage]) -> list[int]:
-        """Append a search's information block (cut at the trajectory budget); returns its ids. A block that
-        reaches the budget ends the trajectory (`token_budget`): no token is left for another turn."""
+    def _retrieve(self, queries: list[str]) -> list[list[Any] | None]:
+        """`retriever.search` of the queries; when the call fails, each query alone, so one bad answer costs
+        only its own search (None)."""
+        try:
+            found = self.retriever.search(queries, self.topk)
+        except RetrievalClientError as e:
+            if len(queries) == 1:
+                return [self._search_failed(queries[0], e)]
+            log.warning("a search call of %d queries failed (%s); searching them one by one", len(queries), e)
+            found = []
+            for q in queries:
+                try:
+                    (hits,) = self.retriever.search([q], self.topk)
+                except RetrievalClientError as e1:
+                    hits = self._search_failed(q, e1)
+                else:
+                    self._failed_in_a_row = 0
+                found.append(hits)
+            return found
+        self._failed_in_a_row = 0
+        return found
+
+    def _search_failed(self, query: str, error: Exception) -> None:
+        self._failed += 1
+        self._failed_in_a_row += 1
+        if self._failed_in_a_row > self.max_failed_searches:
+            raise RetrievalClientError(f"{self._failed_in_a_row} searches in a row failed "
+                                       f"(retrieval.max_failed_searches={self.max_failed_searches}); last: {error}")
+        log.warning("search %r failed, shown no passages: %s", query[:80], error)
+        return None
+
+    def _insert(self, s: _State, query: str, hits: list[Passage] | None) -> list[int]:
+        """Append a search's information block (cut at the trajectory budget; empty when its retrieval failed:
+        `hits` None); returns its ids. A block that reaches the budget ends the trajectory (`token_budget`): no
+        token is left for another turn."""
+        if hits is None:
+            s.failed_searches += 1
+            hits = []
         numbered = []
         cumulative = self.template.information.numbering == "cumulative"
         for j, p in enumerate(hits):
@@ -349,4 +410,4 @@ class RolloutEngine:
             parsed = replace(parsed, valid=False, invalid_reason=forced)
         return Trajectory(prompt_ids=s.prompt, completion_ids=s.completion, env_mask=s.mask,
                           logprobs=s.logprobs, response_text=text, parsed=parsed, passages=s.passages,
-                          stop_reason=s.stop_reason or "eos")
+                          stop_reason=s.stop_reason or "eos", failed_searches=s.failed_searches)

@@ -18,10 +18,9 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from awarl.config import ConfigError
+from awarl.config import ConfigError, load_yaml
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 _PLACEHOLDER = re.compile(r"\{(number|title|text|id)\}")
@@ -154,10 +153,7 @@ def load_template(name_or_path: str | Path) -> Template:
     if not path.is_file():
         raise ConfigError(f"template {ref!r}: not a shipped template ({', '.join(available_templates())}) "
                           "and no such file")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: template is not valid YAML: {e}") from None
+    data = load_yaml(path.read_text(encoding="utf-8"), str(path))
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a template file must be a YAML mapping")
     data.setdefault("name", path.stem)

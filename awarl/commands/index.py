@@ -41,6 +41,9 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     b.add_argument("--stopwords", default="en", choices=["en", "none"], help="bm25: stopword list")
     b.add_argument("--memory-mb", type=int, default=None, help="bm25: the build's memory target in MiB (default "
                    "2048): postings are spilled to sorted shards on disk past it, then merged")
+    b.add_argument("--duplicate-ids", default="fail", choices=["fail", "keep-first"], help="a passage id that "
+                   "repeats an earlier one: stop naming both lines (fail, default), or keep the first passage "
+                   "of each id and count the rest (keep-first; reported, and recorded in index_meta.json)")
     b.add_argument("--overwrite", action="store_true", help="replace an existing index folder")
     b.set_defaults(func=run_build)
 
@@ -69,8 +72,10 @@ def run_build(args: argparse.Namespace) -> int:
                     "batch_size": args.batch_size, "device": args.device, "query_prefix": args.query_prefix,
                     "passage_prefix": args.passage_prefix, "nlist": args.nlist, "pq_m": args.pq_m,
                     "nprobe": args.nprobe, "train_size": args.train_size}
-    out = build_index(args.corpus, args.kind, args.out, overwrite=args.overwrite, **settings)
-    print(f"index written to {out}")
+    out = build_index(args.corpus, args.kind, args.out, overwrite=args.overwrite,
+                      duplicate_ids=args.duplicate_ids.replace("-", "_"), **settings)
+    dropped = json.loads((out / "index_meta.json").read_text())["duplicate_ids"]["dropped"]
+    print(f"index written to {out}" + (f" ({dropped} passage(s) with a repeated id left out)" if dropped else ""))
     return 0
 
 

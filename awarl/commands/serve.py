@@ -27,6 +27,12 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
                    "docstore (auto: for indexes over 1 GiB)")
     r.add_argument("--body-timeout-s", type=float, default=30.0, help="a request body must arrive within this "
                    "(else 408), so stalled clients do not hold connections")
+    r.add_argument("--header-timeout-s", type=float, default=10.0, help="a request head must be complete within "
+                   "this of connecting or of the previous response, else the connection is closed")
+    r.add_argument("--idle-timeout-s", type=float, default=15.0, help="a connection that sends nothing for this "
+                   "long (new or kept alive) is closed")
+    r.add_argument("--max-connections", type=int, default=None, help="open connections at most (default 1024, "
+                   "fewer under a low `ulimit -n`); past it the oldest idle one is closed to make room")
     r.add_argument("--access-log", action="store_true", help="log every request (costs throughput)")
     r.add_argument("--device", default=None, help="dense: cpu / cuda (default: cuda when available)")
     r.add_argument("--no-verify-corpus", action="store_true", help="skip hashing the corpus at start-up")
@@ -42,10 +48,13 @@ def run_retriever(args: argparse.Namespace) -> int:
     workers = default_workers() if args.workers is None else args.workers
     if workers < 1 or args.batch_wait_ms < 0 or args.body_timeout_s <= 0:
         raise ValueError("--workers must be >= 1, --batch-wait-ms >= 0 and --body-timeout-s > 0")
+    if args.header_timeout_s <= 0 or args.idle_timeout_s <= 0 or (args.max_connections or 1) < 1:
+        raise ValueError("--header-timeout-s and --idle-timeout-s must be > 0 and --max-connections >= 1")
     mmap = {"auto": "auto", "on": True, "off": False}[args.mmap]
     retriever = load_index(args.index, verify_corpus=not args.no_verify_corpus, device=args.device, mmap=mmap,
                            workers=workers)
     serve(retriever, retriever.meta, host=args.host, port=args.port, max_batch=args.max_batch,
           default_topk=args.topk, max_topk=args.max_topk, batch_wait_ms=args.batch_wait_ms, workers=workers,
-          body_timeout_s=args.body_timeout_s, access_log=args.access_log)
+          body_timeout_s=args.body_timeout_s, access_log=args.access_log, header_timeout_s=args.header_timeout_s,
+          idle_timeout_s=args.idle_timeout_s, max_connections=args.max_connections)
     return 0

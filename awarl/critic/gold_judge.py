@@ -22,7 +22,6 @@ fallbacks, and their verdicts are labelled `lexical`), or `none` (not judged: no
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
@@ -31,6 +30,7 @@ from typing import Any
 from awarl.config import CriticConfig
 from awarl.critic.schema import ClaimVerification, CriticInput, CriticOutput, PassageRef
 from awarl.data.evidence import GoldEvidence, GoldParagraph, passage_id_key, title_key
+from awarl.io import loads_json
 
 CLOSED_ID = re.compile(r"p-[0-9a-f]{16}")
 _CLAIM_CHARS = 300
@@ -47,7 +47,7 @@ def evidence_from(value: Any, where: str = "gold_evidence") -> GoldEvidence | No
         return None
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = loads_json(value)
         except ValueError as e:
             raise ValueError(f"{where}: not JSON: {e}") from None
     if isinstance(value, dict):

@@ -59,7 +59,7 @@ from awarl.http import (
     retry_after_s,
     retry_delay,
 )
-from awarl.io import atomic_write_json
+from awarl.io import atomic_write_json, loads_json
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,19 @@ def _extract_json(text: str) -> object:
         text = text.strip("`")
         if text.lower().startswith("json"):
             text = text[4:]
-    return json.loads(text)
+    return loads_json(text)
+
+
+_MAX_TOKEN_COUNT = 1 << 53  # beyond any real request's tokens; also where floats stop being exact
+
+
+def _token_count(value: Any) -> int:
+    """A usage token count, or 0 when it is not a non-negative integer below _MAX_TOKEN_COUNT."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _MAX_TOKEN_COUNT:
+        return 0
+    return value
 
 
 class JudgeResponseError(ValueError):
@@ -225,7 +237,7 @@ class OpenAIJudge:
         if path is None or not path.is_file():
             return None
         try:
-            return kind.model_validate(json.loads(path.read_text(encoding="utf-8")))
+            return kind.model_validate(loads_json(path.read_text(encoding="utf-8")))
         except (ValueError, ValidationError, OSError):
             log.warning("ignoring unreadable critic cache entry %s", path)
             return None
@@ -281,23 +293,27 @@ class OpenAIJudge:
                 last, wait = got
                 continue
             if got.status_code != 200:
-                raise JudgeResponseError(f"HTTP {got.status_code}: {got.text[:200]}")
+                raise JudgeResponseError(f"{self.url}: HTTP {got.status_code}: {got.text[:200]}")
             try:
-                data = got.json()
+                data = loads_json(got.body)
                 content = data["choices"][0]["message"]["content"]
                 out = kind.model_validate(_extract_json(content))
             except (ValueError, KeyError, IndexError, TypeError, ValidationError) as e:
-                raise JudgeResponseError(f"reply does not match the verdict schema: {str(e)[:300]}") from None
+                raise JudgeResponseError(f"{self.url}: reply does not match the verdict schema: "
+                                         f"{' '.join(str(e).split())[:300]}") from None
             self._count_usage(data)
             return out
         raise TimeoutError(f"no answer after {self.cfg.retries + 1} attempt(s): {last}")
 
     def _count_usage(self, data: Any) -> None:
+        """Sum the token counts the endpoint reports. `usage` is optional and informational: a count that is
+        not a plain non-negative integer ("1e400", NaN, a 400-digit number) is left out, never allowed to
+        cost the verdict it came with."""
         usage = data.get("usage") if isinstance(data, dict) else None
         if isinstance(usage, dict):
             with self._lock:
-                self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-                self.completion_tokens += int(usage.get("completion_tokens") or 0)
+                self.prompt_tokens += _token_count(usage.get("prompt_tokens"))
+                self.completion_tokens += _token_count(usage.get("completion_tokens"))
 
     def _call(self, messages: list[dict], kind: type[Verdict], schema_name: str, schema: dict,
               version: str) -> Verdict | None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from awarl.data.formats import CONVERTERS, DEFAULT_DATASET, FORMATS, RecordError, sniff_record
 from awarl.data.types import QAExample
-from awarl.io import DataError, iter_jsonl, shipped_data_dir
+from awarl.io import DataError, iter_jsonl, loads_json, shipped_data_dir
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def _first_jsonl_record(path: Path, text: str) -> Any:
         if not line.strip():
             continue
         try:
-            return json.loads(line)
+            return loads_json(line)
         except ValueError as e:
             first_error = first_error or f"{path}:{n}: not valid JSON: {e}"
     if len(complete) < min(len(lines), 100):
@@ -126,13 +126,15 @@ def _first_record(path: Path, container: str) -> Any:
     body = text.lstrip()[1:].lstrip()
     try:
         return json.JSONDecoder().raw_decode(body)[0]
-    except ValueError:
+    except (ValueError, RecursionError):
         pass  # the first record is longer than the head (or the file is broken): parse it all
     try:
         with open(path, encoding="utf-8-sig") as f:
-            data = json.load(f)
+            data = loads_json(f.read())
     except ValueError as e:
         raise DataError(f"{path}: invalid JSON: {e}") from None
+    if not isinstance(data, list):
+        raise DataError(f"{path}: expected a JSON array of records, got {type(data).__name__}")
     return data[0] if data else None
 
 
@@ -160,7 +162,7 @@ def _records(path: Path, on_error: str, errors: list[str]) -> Iterator[tuple[str
     elif container == "json":
         try:
             with open(path, encoding="utf-8-sig") as f:
-                data = json.load(f)
+                data = loads_json(f.read())
         except ValueError as e:
             raise DataError(f"{path}: invalid JSON: {e}") from None
         if not isinstance(data, list):

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from awarl.io import loads_json
 from awarl.retrieval.docstore import Docstore
 from awarl.retrieval.types import Passage
 
@@ -219,8 +220,8 @@ def load_bm25_vocab(index_dir: Path, n_terms: int) -> dict[str, int]:
     path = index_dir / "vocab.index.json"
     try:
         with open(path, encoding="utf-8") as f:
-            vocab = json.load(f)
-    except (ValueError, UnicodeDecodeError) as e:
+            vocab = loads_json(f.read())
+    except ValueError as e:  # UnicodeDecodeError is a ValueError
         raise ValueError(f"{path.name}: not valid JSON ({e})") from None
     if not isinstance(vocab, dict) or len(vocab) != n_terms:
         raise ValueError(f"{path.name}: expected an object of {n_terms} terms, got "

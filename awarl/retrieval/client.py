@@ -15,12 +15,13 @@ with the LLM judge).
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 import time
 from typing import Any
 
 from awarl.http import Answer, ResponseTooLarge, capped_request, deadline_client, retry_after_s, retry_delay
+from awarl.io import loads_json
 from awarl.retrieval.types import Passage
 
 log = logging.getLogger(__name__)
@@ -34,22 +35,43 @@ class _TooLarge(RetrievalClientError):
     """HTTP 413: the request had more (or longer) queries than the server takes."""
 
 
+def _score(value: Any, where: str) -> float:
+    """A passage's score as a finite float: NaN or infinite scores (JSON `NaN`, `1e400`) would poison any
+    ranking or average downstream, and an integer too large for a float (400 digits) has no float at all."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RetrievalClientError(f"{where}: \"score\" must be a number, got {str(value)[:50]!r}")
+    try:
+        score = float(value)
+    except OverflowError:
+        raise RetrievalClientError(f"{where}: \"score\" is out of range ({len(str(value))}-digit integer)") \
+            from None
+    if not math.isfinite(score):
+        raise RetrievalClientError(f"{where}: \"score\" must be finite, got {score}")
+    return score
+
+
 def _passage(item: Any, where: str) -> Passage:
     if not isinstance(item, dict):
         raise RetrievalClientError(f"{where}: expected a JSON object, got {type(item).__name__}")
     doc, score = (item["document"], item.get("score", 0.0)) if "document" in item else (item, 0.0)
     if not isinstance(doc, dict):
         raise RetrievalClientError(f"{where}: \"document\" must be an object")
-    if isinstance(score, bool) or not isinstance(score, (int, float)):
-        raise RetrievalClientError(f"{where}: \"score\" must be a number, got {str(score)[:50]!r}")
+    score = _score(score, where)
     pid = str(doc.get("id", doc.get("_id", "")))
     contents = doc.get("contents")
     if not isinstance(contents, str):
         title, text = doc.get("title"), doc.get("text")
         if not isinstance(text, str):
             raise RetrievalClientError(f"{where}: document has neither \"contents\" nor \"text\"")
-        return Passage(pid, str(title or ""), text, float(score))
-    return Passage.from_contents(pid, contents, float(score))
+        return Passage(pid, str(title or ""), text, score)
+    return Passage.from_contents(pid, contents, score)
+
+
+def _json(r: Answer, url: str) -> Any:
+    try:
+        return loads_json(r.body)
+    except ValueError as e:  # not JSON, not UTF-8, or nested too deeply
+        raise RetrievalClientError(f"{url}: answer is not valid JSON ({str(e)[:120]}): {r.text[:100]!r}") from None
 
 
 class RetrievalClient:
@@ -100,12 +122,9 @@ class RetrievalClient:
                 continue
             if r.status_code == 413:
                 raise _TooLarge(f"{url}: HTTP 413: {r.text[:500]}")
-            if r.status_code >= 400:
+            if not 200 <= r.status_code < 300:  # 4xx: the caller's fault; 1xx/3xx: not an answer (no redirects)
                 raise RetrievalClientError(f"{url}: HTTP {r.status_code}: {r.text[:500]}")
-            try:
-                return json.loads(r.body)
-            except ValueError:
-                raise RetrievalClientError(f"{url}: answer is not JSON: {r.text[:200]!r}") from None
+            return _json(r, url)
         raise RetrievalClientError(f"{url}: no answer after {self.retries + 1} attempts ({last})")
 
     def search(self, queries: list[str], k: int) -> list[list[Passage]]:
@@ -143,7 +162,8 @@ class RetrievalClient:
         for qi, row in enumerate(result):
             if not isinstance(row, list):
                 raise RetrievalClientError(f"{self.base_url}/retrieve: result[{qi}] is not a list")
-            rows.append([_passage(item, f"result[{qi}][{j}]") for j, item in enumerate(row[:k])])
+            rows.append([_passage(item, f"{self.base_url}/retrieve: result[{qi}][{j}]")
+                         for j, item in enumerate(row[:k])])
         return rows
 
     def check_reachable(self, wait_s: float = 0.0) -> None:
@@ -178,10 +198,7 @@ class RetrievalClient:
         r = self._request("GET", url)
         if r.status_code != 200:
             raise RetrievalClientError(f"{url}: HTTP {r.status_code}: {r.text[:200]}")
-        try:
-            return json.loads(r.body)
-        except ValueError:
-            raise RetrievalClientError(f"{url}: answer is not JSON: {r.text[:200]!r}") from None
+        return _json(r, url)
 
     def close(self) -> None:
         self._http.close()

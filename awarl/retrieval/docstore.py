@@ -24,7 +24,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from awarl.io import DataError
+from awarl.io import DataError, loads_json
 from awarl.retrieval.types import Passage
 
 DOCSTORE_FILE = "docstore.jsonl"
@@ -74,6 +74,7 @@ class CorpusReader:
     path: Path
     sha256: str = ""
     bytes_read: int = 0
+    line: int = 0   # the line of the record last yielded
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
         self.bytes_read = 0
@@ -96,11 +97,12 @@ class CorpusReader:
                 continue
             where = f"{self.path}:{n}"
             try:
-                obj = json.loads(raw)
-            except (ValueError, UnicodeDecodeError) as e:
+                obj = loads_json(raw)
+            except ValueError as e:  # UnicodeDecodeError is a ValueError
                 raise DataError(f"{where}: malformed JSON line: {e}") from None
             if not isinstance(obj, dict):
                 raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+            self.line = n
             yield passage_contents(obj, where)
 
 
@@ -159,7 +161,7 @@ class Docstore:
         start, end = int(self.offsets[i]), int(self.offsets[i + 1])
         try:
             raw = self._map[start:end] if self._map is not None else os.pread(self._fd, end - start, start)
-            obj = json.loads(raw)
+            obj = loads_json(raw)
             p = Passage.from_contents(obj["id"], obj["contents"])
         except (ValueError, KeyError, TypeError) as e:  # a docstore edited in place keeps its size
             raise DataError(f"{self.path}: passage {i} (bytes {start}-{end}) is corrupt ({type(e).__name__}: "

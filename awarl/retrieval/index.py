@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import glob
-import json
 import logging
 import os
 import re
@@ -25,8 +24,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from awarl.io import DataError, atomic_write_json, file_sha256
+from awarl.io import DataError, atomic_write_json, file_sha256, loads_json
 from awarl.retrieval.docstore import DOCSTORE_FILE, OFFSETS_FILE, CorpusReader, Docstore, DocstoreWriter
+from awarl.retrieval.passage_ids import POLICIES, SeenIds
 from awarl.retrieval.types import Retriever
 
 if TYPE_CHECKING:
@@ -74,8 +74,12 @@ def _make_builder(kind: str, settings: dict[str, Any], show_progress: bool, work
 
 
 def build_index(corpus_path: str | os.PathLike, kind: str, out_dir: str | os.PathLike, *,
-                overwrite: bool = False, show_progress: bool = True, **settings: Any) -> Path:
+                overwrite: bool = False, show_progress: bool = True, duplicate_ids: str = "fail",
+                **settings: Any) -> Path:
     """Build a `kind` ("bm25" | "dense") index of the corpus JSONL into `out_dir`; returns `out_dir`.
+
+    duplicate_ids: "fail" (a repeated passage id is a DataError naming both lines) or "keep_first" (later
+    passages with a seen id are left out, counted in the meta's `duplicate_ids` and logged).
 
     settings: bm25: k1, b, method, stopwords ("en"|"none"), stemmer ("s"|"snowball"|"none"), memory_mb (the
     build's memory target, default 2048); dense: model, query_prefix, passage_prefix, index_type
@@ -101,9 +105,14 @@ def build_index(corpus_path: str | os.PathLike, kind: str, out_dir: str | os.Pat
     try:
         builder, chunk_size = _make_builder(kind, settings, show_progress, tmp / ".shards")
         reader = CorpusReader(corpus_path)
-        count, store_bytes = _stream(reader, builder, DocstoreWriter(tmp), chunk_size, kind, show_progress)
+        duplicates = _Duplicates(corpus_path, duplicate_ids)
+        count, store_bytes = _stream(reader, builder, DocstoreWriter(tmp), chunk_size, kind, show_progress,
+                                     duplicates)
         if count == 0:
             raise DataError(f"{corpus_path}: corpus has no passages")
+        if duplicates.dropped:
+            log.warning("%s: left out %d passage(s) whose id repeats an earlier one (duplicate_ids=keep_first; "
+                        "first: %s)", corpus_path, duplicates.dropped, ", ".join(duplicates.examples))
         used = builder.finish(tmp)
         meta = {
             "format_version": FORMAT_VERSION,
@@ -112,6 +121,7 @@ def build_index(corpus_path: str | os.PathLike, kind: str, out_dir: str | os.Pat
             "corpus_sha256": reader.sha256,
             "corpus_bytes": reader.bytes_read,
             "passage_count": count,
+            "duplicate_ids": duplicates.meta(),
             "docstore_bytes": store_bytes,
             "settings": used,
             "awarl_version": __version__,
@@ -130,28 +140,80 @@ def build_index(corpus_path: str | os.PathLike, kind: str, out_dir: str | os.Pat
 
 
 def _stream(reader: CorpusReader, builder: Any, store: DocstoreWriter, chunk_size: int, kind: str,
-            show_progress: bool) -> tuple[int, int]:
-    """Read the corpus once into the docstore and, chunk by chunk, the builder; (passages, docstore bytes)."""
+            show_progress: bool, duplicates: _Duplicates) -> tuple[int, int]:
+    """Read the corpus once into the docstore and, chunk by chunk, the builder, leaving out repeated ids
+    (`duplicates`); (passages, docstore bytes)."""
     from tqdm import tqdm
 
-    chunk: list[str] = []
+    chunk: list[tuple[str, str, int]] = []
     with tqdm(total=reader.path.stat().st_size, unit="B", unit_scale=True, desc=f"index {kind}",
               disable=not show_progress, mininterval=1.0) as bar:
         seen = 0
         for pid, contents in reader:
-            store.add(pid, contents)
-            chunk.append(contents)
+            chunk.append((pid, contents, reader.line))
             if len(chunk) >= chunk_size:
-                builder.add(chunk)
+                _add_chunk(chunk, builder, store, duplicates)
                 chunk = []
                 bar.update(reader.bytes_read - seen)
                 seen = reader.bytes_read
                 bar.set_postfix(passages=store.count, refresh=False)
         if chunk:
-            builder.add(chunk)
+            _add_chunk(chunk, builder, store, duplicates)
         bar.update(reader.bytes_read - seen)
         bar.set_postfix(passages=store.count)
     return store.close()
+
+
+class _Duplicates:
+    """Repeated passage ids of one build: refused (`fail`, naming both lines) or left out and counted."""
+
+    def __init__(self, corpus: Path, policy: str) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"duplicate_ids must be one of {', '.join(POLICIES)}, got {policy!r}")
+        self.corpus, self.policy = corpus, policy
+        self.seen = SeenIds()
+        self.dropped = 0
+        self.examples: list[str] = []   # the first few, as `id (line N)`
+
+    def keep(self, pid: str, line: int, repeat: bool) -> bool:
+        if not repeat:
+            return True
+        if self.policy == "fail":
+            first = _first_line(self.corpus, pid, before=line)
+            if first is None:   # two ids with one 64-bit hash: not a repeat
+                return True
+            raise DataError(f"{self.corpus}:{line}: duplicate passage id {pid!r} (first at line {first}); "
+                            "ids must be unique (--duplicate-ids keep-first keeps the first and counts the rest)")
+        self.dropped += 1
+        if len(self.examples) < 5:
+            self.examples.append(f"{pid} (line {line})")
+        return False
+
+    def meta(self) -> dict[str, Any]:
+        return {"policy": self.policy, "dropped": self.dropped, "examples": self.examples}
+
+
+def _add_chunk(chunk: list[tuple[str, str, int]], builder: Any, store: DocstoreWriter,
+               duplicates: _Duplicates) -> None:
+    repeats = duplicates.seen.add([pid for pid, _, _ in chunk])
+    kept = []
+    for (pid, contents, line), repeat in zip(chunk, repeats, strict=True):
+        if duplicates.keep(pid, line, bool(repeat)):
+            store.add(pid, contents)
+            kept.append(contents)
+    if kept:
+        builder.add(kept)
+
+
+def _first_line(corpus: Path, pid: str, before: int) -> int | None:
+    """The first line before `before` whose id is `pid` (one more pass over the corpus, on the error path)."""
+    reader = CorpusReader(corpus)
+    for other, _ in reader:
+        if reader.line >= before:
+            return None
+        if other == pid:
+            return reader.line
+    return None
 
 
 # ----------------------------------------------------------------------------- build folders, swap
@@ -244,7 +306,7 @@ def read_meta(index_dir: str | os.PathLike) -> dict[str, Any]:
         raise RetrievalIndexError(f"{index_dir}: no {META_FILE}; not an index, or its build did not "
                                   "finish (rebuild with `awarl index build`)")
     try:
-        meta = json.loads(path.read_text())
+        meta = loads_json(path.read_text())
     except ValueError as e:
         raise RetrievalIndexError(f"{path}: corrupt meta file: {e}") from None
     for key in ("kind", "passage_count", "docstore_bytes", "settings", "corpus_sha256"):
@@ -387,7 +449,7 @@ def load_retriever(cfg: RetrievalConfig) -> Retriever:
         settings: dict[str, Any] = ({"model": cfg.embedding_model, "index_type": cfg.dense_index}
                                     if cfg.kind == "dense" else {"memory_mb": cfg.build_memory_mb})
         log.info("building %s index %s from %s", cfg.kind, index_dir, cfg.corpus)
-        build_index(cfg.corpus, cfg.kind, index_dir, **settings)
+        build_index(cfg.corpus, cfg.kind, index_dir, duplicate_ids=cfg.duplicate_ids, **settings)
     retriever = load_index(index_dir, verify_corpus=cfg.verify_corpus, mmap=cfg.mmap, workers=cfg.workers)
     kind = retriever.meta["kind"]
     if kind != cfg.kind:

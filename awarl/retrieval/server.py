@@ -32,6 +32,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from awarl.retrieval.connections import ConnectionLimits, ConnectionStats, uvicorn_config
 from awarl.retrieval.types import Passage, Retriever
 
 log = logging.getLogger(__name__)
@@ -95,10 +96,11 @@ def parse_request(body: bytes, limits: ServerLimits) -> tuple[list[str], int, bo
         except UnicodeEncodeError:
             raise _BadRequest(422, f"queries[{i}] is not valid Unicode (lone surrogate)") from None
     topk = data.get("topk")
+    # checked before the default: `false == 0` and `0.0 == 0` in Python, and neither is a topk
+    if topk is not None and (isinstance(topk, bool) or not isinstance(topk, int)):
+        raise _BadRequest(422, f"\"topk\" must be an integer, got {_short(topk)}")
     if topk is None or topk == 0:
         topk = limits.default_topk
-    if isinstance(topk, bool) or not isinstance(topk, int):
-        raise _BadRequest(422, f"\"topk\" must be an integer, got {_short(topk)}")
     if not 1 <= topk <= limits.max_topk:
         raise _BadRequest(422, f"\"topk\" must be in [1, {limits.max_topk}], got {topk}")
     return_scores = data.get("return_scores", False)
@@ -266,6 +268,7 @@ class RetrievalApp:
         self.state = SimpleNamespace(batcher=self.batcher, limits=limits)
         self.disconnects = 0
         self.body_timeouts = 0
+        self.connections = ConnectionStats()   # kept by serve()'s connection guard (awarl.retrieval.connections)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -303,7 +306,8 @@ class RetrievalApp:
         return {"status": "ok", "kind": self.meta.get("kind"), "passage_count": self.meta.get("passage_count"),
                 "meta": self.meta, "limits": vars(self.limits), "batch_calls": b.batch_calls,
                 "requests_served": b.requests, "queries_served": b.queries, "max_requests_merged": b.max_merged,
-                "client_disconnects": self.disconnects, "body_timeouts": self.body_timeouts}
+                "client_disconnects": self.disconnects, "body_timeouts": self.body_timeouts,
+                "connections": vars(self.connections)}
 
     async def _read_body(self, scope: dict[str, Any], receive: Any) -> bytes:
         limit = self.limits.max_body_bytes
@@ -383,12 +387,18 @@ def default_workers() -> int:
 
 
 def serve(retriever: Retriever, meta: dict[str, Any] | None = None, *, host: str = "127.0.0.1",
-          port: int = 8000, access_log: bool = False, **limits: Any) -> None:
-    """Run the server in the foreground until interrupted (uvloop + httptools when installed)."""
+          port: int = 8000, access_log: bool = False, header_timeout_s: float = 10.0, idle_timeout_s: float = 15.0,
+          max_connections: int | None = None, **limits: Any) -> None:
+    """Run the server in the foreground until interrupted (uvloop + httptools when installed), with the
+    connection guard of awarl.retrieval.connections (idle and header timeouts, a connection limit)."""
     import uvicorn
 
     if host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("binding %s: the retriever has no authentication; expose it only on a trusted network",
                     host)
-    uvicorn.run(make_app(retriever, meta, **limits), host=host, port=port, log_level="info",
-                access_log=access_log, timeout_keep_alive=30)
+    app = make_app(retriever, meta, **limits)
+    guard = ConnectionLimits(header_timeout_s, idle_timeout_s, max_connections)
+    log.info("connections: at most %d (idle ones closed after %g s, request heads due within %g s)",
+             guard.max_connections, guard.idle_timeout_s, guard.header_timeout_s)
+    uvicorn.Server(uvicorn_config(app, host=host, port=port, limits=guard, stats=app.connections,
+                                  access_log=access_log)).run()

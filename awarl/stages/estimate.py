@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.backends.base import question_seed
 from awarl.agent.rollout import RolloutEngine
 from awarl.config import AwarlConfig, save_resolved
 from awarl.critic import check_endpoints
@@ -20,7 +21,7 @@ from awarl.critic.correctness import close_grader, grade_trajectories, make_answ
 from awarl.data.estimates import estimate_row, estimates_path, read_estimates
 from awarl.data.questions import load_train_examples
 from awarl.data.types import QAExample, example_key
-from awarl.io import append_jsonl, pending_batches
+from awarl.io import append_jsonl, finish_interrupted_append, pending_batches
 from awarl.models.loading import load_tokenizer
 from awarl.retrieval import load_retriever
 from awarl.stages.resources import ensure_default_retrieval
@@ -42,6 +43,7 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
     save_resolved(cfg, out.parent / "estimate")
     examples = examples if examples is not None else load_train_examples(cfg)
     k = cfg.estimate.k
+    finish_interrupted_append(out)  # a batch a kill interrupted is completed before what is done is read
     done = {key for key, row in read_estimates(out).items() if row.get("k") == k}
     todo = [ex for ex in examples if example_key(ex.dataset, ex.id) not in done]
     if len(todo) < len(examples):
@@ -58,12 +60,13 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
     bar = tqdm(total=len(examples), initial=len(examples) - len(todo), desc="estimate p_i", unit="q")
     total_correct = n_new = 0
     try:
-        # Seeded by position in the whole list: a rerun after a kill draws what an uninterrupted run would.
         batches = pending_batches(examples, per_batch, lambda ex: example_key(ex.dataset, ex.id) in done)
-        for b, (start, batch) in enumerate(batches):
+        for b, (_, batch) in enumerate(batches):
             questions = [ex.question for ex in batch for _ in range(k)]
+            # Each sample from its own seed: a rerun after a kill draws what an uninterrupted run would.
+            seeds = [question_seed(cfg.run.seed, ex.dataset, ex.id, j) for ex in batch for j in range(k)]
             trajs = engine.run(questions, temperature=cfg.estimate.temperature, top_p=cfg.generation.top_p,
-                               seed=cfg.run.seed + start)
+                               seed=seeds)
             if len(trajs) != len(questions):
                 raise RuntimeError(f"rollout engine returned {len(trajs)} trajectories for {len(questions)} "
                                    "requests")

@@ -19,7 +19,7 @@ from typing import Any
 from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig
 from awarl.data.questions import EvalSet
-from awarl.io import file_sha256
+from awarl.io import file_sha256, loads_json
 from awarl.stages.predictions import PREDICTIONS, critic_label
 
 MANIFEST = "manifest.json"
@@ -134,7 +134,7 @@ def check_resumable(out_dir: Path, manifest: dict) -> None:
     if not old_path.is_file() or not pred_path.is_file() or pred_path.stat().st_size == 0:
         return
     try:
-        old = json.loads(old_path.read_text(encoding="utf-8"))
+        old = loads_json(old_path.read_text(encoding="utf-8"))
     except (ValueError, OSError) as e:
         raise ValueError(f"{old_path}: unreadable manifest ({e}); cannot tell whether {pred_path} was made "
                          "with the same settings: use another --out or delete the folder") from None

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.backends.base import question_seed
 from awarl.agent.rollout import RolloutEngine
 from awarl.config import AwarlConfig, save_resolved
 from awarl.critic import check_endpoints, critic_cache_dir, make_judge
@@ -44,7 +45,15 @@ from awarl.stages.eval_manifest import (
     model_identity,
     retriever_identity,
 )
-from awarl.stages.predictions import PREDICTIONS, critic_label, read_done, regrade_failed, trajectory_record
+from awarl.stages.predictions import (
+    PREDICTIONS,
+    REJECTED,
+    critic_label,
+    read_done,
+    regrade_failed,
+    set_aside_bad_lines,
+    trajectory_record,
+)
 from awarl.stages.score import score_predictions
 
 log = logging.getLogger(__name__)
@@ -68,8 +77,10 @@ class LiveStats:
 
 def single_pass_rows(engine: Any, judge: Any, grader: Any, batch: list[QAExample], cfg: AwarlConfig, *,
                      temperature: float, top_p: float, seed: int) -> list[dict[str, Any]]:
-    """One trajectory per question; its line with the grader's verdict and the citation critic's summary."""
-    trajs = engine.run([ex.question for ex in batch], temperature=temperature, top_p=top_p, seed=seed)
+    """One trajectory per question, sampled from the question's own seed (`question_seed`: a resumed question
+    gets the answer of an uninterrupted run); its line with the grader's verdict and the critic's summary."""
+    seeds = [question_seed(seed, ex.dataset, ex.id) for ex in batch]
+    trajs = engine.run([ex.question for ex in batch], temperature=temperature, top_p=top_p, seed=seeds)
     grades = grade_trajectories(grader, [ex.question for ex in batch], trajs, [ex.answers for ex in batch],
                                 engine.abstention_phrases)
     rows = [trajectory_record(ex, t, cfg, engine.abstention_phrases, g)
@@ -93,7 +104,9 @@ def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfi
     questions were generated now."""
     from tqdm.auto import tqdm
 
-    done = read_done(out_path)
+    phrases = engine.abstention_phrases
+    set_aside_bad_lines(out_path, cfg.metrics.correctness, phrases)  # also completes a batch a kill interrupted
+    done = read_done(out_path, cfg.metrics.correctness, phrases)
     # The same question listed twice (two data.eval files) is generated once.
     unique = list({example_key(ex.dataset, ex.id): ex for ex in examples}.values())
     n_todo = sum(example_key(ex.dataset, ex.id) not in done for ex in unique)
@@ -106,7 +119,7 @@ def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfi
     bar.set_postfix(stats.postfix())
     if cfg.eval.agent == "critic_loop" and planner is None:
         planner = make_planner(cfg)
-    # Seeded by position in the whole list: a rerun after a kill draws what an uninterrupted run would.
+    # single_pass seeds each question by itself; the critic loop seeds a batch by its position in the whole list.
     for start, batch in pending_batches(unique, batch_size, lambda ex: example_key(ex.dataset, ex.id) in done):
         if cfg.eval.agent == "critic_loop":
             rows = critic_loop_rows(engine, judge, grader, batch, cfg, temperature=temperature, top_p=top_p,
@@ -114,7 +127,7 @@ def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfi
                                     planner=planner)
         else:
             rows = single_pass_rows(engine, judge, grader, batch, cfg, temperature=temperature, top_p=top_p,
-                                    seed=seed + start)
+                                    seed=seed)
         append_jsonl(out_path, rows)
         for r in rows:
             stats.add(r["outcome"])
@@ -157,6 +170,7 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
                                   retriever_identity(retriever), {"status": "running"})
         check_resumable(out, manifest)
         atomic_write_json(out / MANIFEST, manifest)
+        set_aside = set_aside_bad_lines(pred_path, cfg.metrics.correctness, engine.abstention_phrases)
         regrade_failed(pred_path, grader, cfg, engine.abstention_phrases)
         t0 = time.time()
         n_new = generate_predictions(engine, eval_set.examples, cfg, pred_path,
@@ -170,11 +184,14 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
             judge.close()
         close_grader(grader, flagged_in=str(pred_path))
     wanted = {example_key(ex.dataset, ex.id) for ex in eval_set.examples}
-    rows = [r for k, r in read_done(pred_path).items() if k in wanted]
+    rows = [r for k, r in read_done(pred_path, cfg.metrics.correctness, engine.abstention_phrases).items()
+            if k in wanted]
     results = score_predictions(rows, cfg.metrics, engine.abstention_phrases, seed=cfg.run.seed)
     if (research := research_summary(rows)) is not None:
         results["research"] = research
     write_report(results, out)
     manifest.update(status="complete", generated_now=n_new, seconds=round(time.time() - t0, 1))
+    if set_aside:  # what the resume found wrong, and where the lines went
+        manifest["lines_set_aside"] = {"count": len(set_aside), "file": REJECTED, "first": set_aside[0]}
     atomic_write_json(out / MANIFEST, manifest)
     return results

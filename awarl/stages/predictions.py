@@ -12,11 +12,21 @@ from awarl.critic.correctness import Grade, answer_outcome, grade_answers, grade
 from awarl.critic.gold_judge import compact_evidence
 from awarl.data.evidence import gold_evidence
 from awarl.data.types import QAExample, example_key
-from awarl.io import atomic_write_text, iter_jsonl
+from awarl.io import (
+    append_jsonl,
+    atomic_write_bytes,
+    atomic_write_text,
+    finish_interrupted_append,
+    iter_jsonl,
+    loads_json,
+    repair_torn_tail,
+)
+from awarl.stages.score import line_problem
 
 log = logging.getLogger(__name__)
 
 PREDICTIONS = "predictions.jsonl"
+REJECTED = "predictions.rejected.jsonl"  # lines a resume found unscorable, kept with what was wrong with them
 
 
 def trajectory_record(ex: QAExample, traj: Any, cfg: AwarlConfig, phrases: list[str],
@@ -44,6 +54,7 @@ def trajectory_record(ex: QAExample, traj: Any, cfg: AwarlConfig, phrases: list[
             "malformed_citations": list(p.malformed_citations),
             "invalid_reason": p.invalid_reason,
             "stop_reason": traj.stop_reason,
+            "failed_searches": traj.failed_searches,
             "num_turns": p.num_turns,
             "passages": [{k: d.get(k) for k in ("number", "id", "title")} for d in traj.passages],
             "response": traj.response_text,
@@ -59,16 +70,49 @@ def critic_label(cfg: AwarlConfig) -> str:
     return f"openai:{cfg.critic.model}" if cfg.critic.judge == "openai" else cfg.critic.judge
 
 
-def read_done(path: Path) -> dict[str, dict]:
-    """Finished predictions keyed by (dataset, id); a torn last line from a killed run is ignored."""
+def read_done(path: Path, correctness: str = "em", phrases: list[str] | None = None) -> dict[str, dict]:
+    """Finished predictions keyed by (dataset, id): the lines the scorer scores (`line_problem` under
+    `correctness`, with the abstention `phrases`). Any other line is not done: its question is generated
+    again (`set_aside_bad_lines` first moves it out of the file)."""
     if not path.exists():
         return {}
-    errors: list[str] = []
-    done = {example_key(str(r["dataset"]), str(r["id"])): r
-            for _, r in iter_jsonl(path, on_error="skip", errors=errors) if "id" in r and "dataset" in r}
-    for e in errors:
-        log.warning("ignoring unreadable line (an interrupted write?): %s", e)
-    return done
+    return {example_key(str(r["dataset"]), str(r["id"])): r for _, r in iter_jsonl(path, on_error="skip")
+            if line_problem(r, correctness, phrases) is None}
+
+
+def set_aside_bad_lines(path: Path, correctness: str, phrases: list[str] | None = None) -> list[str]:
+    """Move the lines the scorer cannot score (not JSON, or failing `line_problem`) out of a predictions file
+    before a resume: each goes to REJECTED next to it (`{"file", "line", "problem", "text"}`), the file is
+    rewritten without them (atomically; the other lines byte for byte), and their questions count as not
+    done, so they are generated again instead of being dropped from the report. A batch a kill interrupted
+    is completed first, and a partial last line (no newline at its end: its write was cut off) cut. Returns
+    one message per line set aside, saying what was found."""
+    if not path.exists():
+        return []
+    finish_interrupted_append(path)
+    repair_torn_tail(path)
+    raw_lines = path.read_bytes().splitlines(keepends=True)
+    keep, rejected, messages = [], [], []
+    for n, raw in enumerate(raw_lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            row = loads_json(raw.decode("utf-8"))
+            problem = line_problem(row, correctness, phrases)
+        except ValueError as e:  # not UTF-8, not JSON, nested too deeply
+            problem = f"not valid JSON ({e})"
+        if problem is None:
+            keep.append(raw)
+            continue
+        text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+        rejected.append({"file": path.name, "line": n, "problem": problem, "text": text})
+        messages.append(f"{path}:{n}: {problem}; moved to {REJECTED} (its question is generated again)")
+    if rejected:
+        append_jsonl(path.with_name(REJECTED), rejected)
+        atomic_write_bytes(path, b"".join(keep))
+        for m in messages:
+            log.warning("%s", m)
+    return messages
 
 
 def regrade_failed(path: Path, grader: Any, cfg: AwarlConfig, phrases: list[str]) -> tuple[int, int]:
@@ -82,9 +126,9 @@ def regrade_failed(path: Path, grader: Any, cfg: AwarlConfig, phrases: list[str]
     todo: list[tuple[int, dict]] = []
     for i, line in enumerate(lines):
         try:
-            row = json.loads(line)
+            row = loads_json(line)
         except ValueError:
-            continue  # a torn or foreign line: left as it is (read_done skips it)
+            continue  # a line set_aside_bad_lines would move: left as it is
         if isinstance(row, dict) and row.get("judge_failed") is True:
             todo.append((i, row))
     if not todo:

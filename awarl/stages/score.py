@@ -85,8 +85,8 @@ def _validate_critic(critic: Any) -> str | None:
     return None
 
 
-def _validate(row: Any, correctness: str, phrases: list[str] | None = None) -> str | None:
-    """The reason a row cannot be scored, or None."""
+def line_problem(row: Any, correctness: str, phrases: list[str] | None = None) -> str | None:
+    """The reason a predictions line cannot be scored, or None (a resumed eval regenerates such a line)."""
     if not isinstance(row, dict):
         return f"expected a JSON object, got {type(row).__name__}"
     missing = [k for k in REQUIRED_KEYS if k not in row]
@@ -148,7 +148,7 @@ def scorable_rows(rows: list[Any], metrics_cfg: MetricsConfig, phrases: list[str
     seen: dict[tuple[str, str], str] = {}
     for k, row in enumerate(rows):
         where = f"{source}:{line_numbers[k]}" if line_numbers else f"{source}: row {k}"
-        reason = _validate(row, metrics_cfg.correctness, phrases)
+        reason = line_problem(row, metrics_cfg.correctness, phrases)
         key = (str(row.get("dataset")), str(row.get("id"))) if isinstance(row, dict) else None
         if reason is None and key in seen:
             reason = f"duplicate id {key[1]!r} in dataset {key[0]!r} (first at {seen[key]})"

@@ -12,6 +12,7 @@ each at its own pace); the rollout engine then uses it instead of one `generate`
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -26,7 +27,7 @@ class Generation:
 
 class Backend(Protocol):
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
-                 top_p: float, stop_strings: Sequence[str], seed: int | None) -> list[Generation]:
+                 top_p: float, stop_strings: Sequence[str], seed: Seed) -> list[Generation]:
         ...
 
 
@@ -103,7 +104,7 @@ class Session(Protocol):
     drives it: `add` starts a sequence (its prompt) or continues a paused one (the information block its
     search returned), `step` advances every running sequence by one forward and returns the turns that
     ended there (those sequences pause until `add` or `release`), `release` frees the sequence's slot.
-    Sampling (temperature, top-p, each sequence's own random stream from `stream_seed(seed, key)`) and the
+    Sampling (temperature, top-p, each sequence's own random stream from `sequence_seed(seed, key)`) and the
     stop strings are fixed when the session is opened."""
 
     def free_slots(self) -> int: ...
@@ -124,11 +125,32 @@ class SessionBackend(Protocol):
     engine then runs one `generate` per turn)."""
 
     def open_session(self, *, n_sequences: int, max_len: int, max_new_total: int, temperature: float,
-                     top_p: float, stop_strings: Sequence[str], seed: int | None) -> Session | None:
+                     top_p: float, stop_strings: Sequence[str], seed: Seed) -> Session | None:
         ...
 
 
 _MASK64 = (1 << 64) - 1
+
+# What a backend call is seeded with: one seed for the call (sequence i's stream is `stream_seed(seed, i)`), one
+# seed per sequence (its stream, whatever else is in the call: see `question_seed`), or None (unseeded).
+Seed = int | Sequence[int] | None
+
+
+def sequence_seed(seed: Seed, index: int) -> int | None:
+    """The seed of sequence `index`'s own random stream in a call seeded `seed`."""
+    if seed is None:
+        return None
+    if isinstance(seed, int):
+        return stream_seed(seed, index)
+    return int(seed[index])
+
+
+def question_seed(seed: int, dataset: str, qid: str, sample: int = 0) -> int:
+    """The seed of sample `sample` of question (`dataset`, `qid`) in a run seeded `seed`: a function of the
+    question alone, so a question resumed into a smaller batch, or listed in another order, is sampled as it
+    would have been in an uninterrupted run, at any temperature."""
+    key = "\x1f".join((str(int(seed)), str(dataset), str(qid), str(int(sample)))).encode("utf-8")
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") & ((1 << 63) - 1)
 
 
 def stream_seed(seed: int, index: int) -> int:

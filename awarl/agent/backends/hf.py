@@ -21,7 +21,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from awarl.agent.backends.base import Generation, Session, StopMatcher, eos_ids, finish
+from awarl.agent.backends.base import Generation, Seed, Session, StopMatcher, eos_ids, finish, stream_seed
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class HFBackend:
         return None
 
     def open_session(self, *, n_sequences: int, max_len: int, max_new_total: int, temperature: float,
-                     top_p: float, stop_strings: Sequence[str], seed: int | None) -> Session | None:
+                     top_p: float, stop_strings: Sequence[str], seed: Seed) -> Session | None:
         if self.session_support() is not None:
             return None
         from awarl.agent.backends.hf_slots import SlotSession
@@ -149,8 +149,8 @@ class HFBackend:
 
     # ------------------------------------------------------------------------------ one turn per call
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
-                 top_p: float = 1.0, stop_strings: Sequence[str] = (), seed: int | None = None) -> list[Generation]:
-        """One turn per prompt (the Backend protocol): prompt i samples from stream_seed(seed, i)."""
+                 top_p: float = 1.0, stop_strings: Sequence[str] = (), seed: Seed = None) -> list[Generation]:
+        """One turn per prompt (the Backend protocol): prompt i samples from sequence_seed(seed, i)."""
         if not prompts:
             return []
         if any(not p for p in prompts):
@@ -175,8 +175,14 @@ class HFBackend:
         return [out[i] for i in range(len(prompts))]
 
     def _generate_transformers(self, prompts: list[list[int]], max_new_tokens: int, temperature: float,
-                               top_p: float, stop_strings: Sequence[str], seed: int | None) -> list[Generation]:
-        """transformers' `generate`, left-padded batches of `batch_size`, for models without sessions."""
+                               top_p: float, stop_strings: Sequence[str], seed: Seed) -> list[Generation]:
+        """transformers' `generate`, left-padded batches of `batch_size`, for models without sessions. It draws
+        from ONE random stream per call (per-sequence seeds are folded into it): samples depend on the batch."""
+        if seed is not None and not isinstance(seed, int):
+            folded = len(seed)
+            for x in seed:
+                folded = stream_seed(folded, int(x))
+            seed = folded
         import torch
 
         step = self.batch_size or len(prompts)

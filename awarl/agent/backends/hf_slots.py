@@ -14,7 +14,7 @@ Two kinds of forward:
   `logits_to_keep=1` reads one logits row per sequence. Nothing keeps [batch x tokens x vocab] logits.
 
 Sampling: greedy at temperature 0; otherwise inverse-CDF sampling of softmax(logits / T), top-p truncated as
-transformers' TopPLogitsWarper does, with uniforms from the sequence's own stream (`stream_seed(seed, key)`)
+transformers' TopPLogitsWarper does, with uniforms from the sequence's own stream (`sequence_seed(seed, key)`)
 indexed by its model-token count, so a sequence's samples do not depend on which others share its forwards.
 The log-prob kept is log softmax(logits / T) of the sampled token (T = 0 uses T = 1), what TRL recomputes.
 Only temperature and top-p shape sampling: a checkpoint's generation_config processors (repetition
@@ -35,7 +35,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.cache_utils import Cache
 
-from awarl.agent.backends.base import TurnEnd, stream_seed
+from awarl.agent.backends.base import Seed, TurnEnd, sequence_seed
 
 ATTENTION = "awarl_slots"
 
@@ -192,7 +192,7 @@ class SlotSession:
     cache at once; keys are 0 .. n_sequences - 1."""
 
     def __init__(self, backend: Any, *, slots: int, length: int, n_sequences: int, max_new_total: int,
-                 temperature: float, top_p: float, stop_strings: Any, seed: int | None) -> None:
+                 temperature: float, top_p: float, stop_strings: Any, seed: Seed) -> None:
         self.backend = backend
         self.model = backend.model
         self.device = next(self.model.parameters()).device
@@ -273,7 +273,7 @@ class SlotSession:
     # ---------------------------------------------------------------------------------------- internals
     def _draw_uniforms(self, key: int) -> None:
         if self.uniforms is not None:
-            gen = torch.Generator().manual_seed(stream_seed(self.seed, key))
+            gen = torch.Generator().manual_seed(sequence_seed(self.seed, key))
             self.uniforms[key] = torch.rand(self.uniforms.shape[1], generator=gen).to(self.device)
 
     def _swap(self, a: int, b: int) -> None:

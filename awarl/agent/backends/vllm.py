@@ -7,9 +7,9 @@ The semantics, shared by both and by the transformers backend where they apply:
   token's own log-prob), `skip_special_tokens=False` (the ids, not vLLM's text, are what we keep; the text is
   only for humans), and `top_p` reset to 1 at temperature 0 (greedy has no nucleus; a checkpoint's
   top_p must not leak into a greedy evaluation);
-- seeds: in process each prompt gets its own seed (seed + index), since one shared seed would make every
-  completion of a GRPO group identical; a server request of several prompts gets none (vLLM would apply a
-  request's one seed to every prompt in it);
+- seeds: in process each prompt gets its own seed (seed + index, or its own when given one per prompt),
+  since one shared seed would make every completion of a GRPO group identical; a server request of several
+  prompts gets none (vLLM would apply a request's one seed to every prompt in it);
 - log-probs are vLLM's `processed_logprobs` (after temperature, as TRL configures its colocated engine and
   `trl vllm-serve`): log softmax(logits / T), what the transformers backend reports and TRL recomputes (at
   top_p < 1 vLLM's are renormalised over the nucleus, the transformers backend's are not); a log-prob vLLM
@@ -26,8 +26,9 @@ blocks), resubmitted as soon as its search returns, so no turn waits for the oth
 - in process, :class:`EngineSession` adds requests to the engine and runs one `engine.step()` per tick;
 - against a server, :class:`ServerSession` keeps one request in flight per trajectory (a thread pool over
   TRL's client, as TRL's own client does for its per-prompt routes).
-A session's requests carry one prompt each, so each gets its own seed, `stream_seed(seed, key)` mixed with
-the turn number: a trajectory's samples depend on its run seed and position, never on its companions.
+A session's requests carry one prompt each, so each gets its own seed, `sequence_seed(seed, key)` mixed with
+the turn number: a trajectory's samples depend on its run seed and position (or on its own seed, when given
+one per trajectory), never on its companions.
 Everything else is the semantics above, read by the same code as `generate`. The per-turn path (one
 `generate` per turn) stays for engines a session cannot drive (`continuous=False`, objects without vLLM's
 engine API, tensor-parallel engines whose ranks must run in lockstep).
@@ -49,7 +50,16 @@ from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
-from awarl.agent.backends.base import Generation, Session, TurnEnd, eos_ids, finish, stream_seed
+from awarl.agent.backends.base import (
+    Generation,
+    Seed,
+    Session,
+    TurnEnd,
+    eos_ids,
+    finish,
+    sequence_seed,
+    stream_seed,
+)
 from awarl.config import ConfigError
 
 log = logging.getLogger(__name__)
@@ -150,10 +160,17 @@ def _generation_config_eos(llm: Any) -> list[int]:
     return [eos] if isinstance(eos, int) else [int(e) for e in eos or []]
 
 
-def turn_seed(seed: int | None, key: int, turn: int) -> int | None:
-    """The seed of a session request: trajectory `key`'s own stream (`stream_seed(seed, key)`) at its turn
+def _prompt_seed(seed: Seed, i: int) -> int | None:
+    """Prompt i's seed in one in-process `generate`: seed + i for a call's seed, else its own."""
+    if seed is None or isinstance(seed, int):
+        return None if seed is None else seed + i
+    return int(seed[i])
+
+
+def turn_seed(seed: Seed, key: int, turn: int) -> int | None:
+    """The seed of a session request: trajectory `key`'s own stream (`sequence_seed(seed, key)`) at its turn
     `turn`, so its samples do not depend on which trajectories share the engine (None: unseeded)."""
-    return None if seed is None else stream_seed(stream_seed(seed, key), turn)
+    return None if seed is None else stream_seed(sequence_seed(seed, key), turn)
 
 
 def tokens_prompt(ids: Sequence[int]) -> Any:
@@ -198,11 +215,11 @@ class VLLMBackend:
         return cls(llm, llm.get_tokenizer())
 
     def sampling_params(self, n_prompts: int, *, max_new_tokens: int, temperature: float, top_p: float,
-                        stop_strings: Sequence[str], seed: int | None) -> list[Any]:
+                        stop_strings: Sequence[str], seed: Seed) -> list[Any]:
         cls = self._params_cls or _import_vllm().SamplingParams
         kw = sampling_kwargs(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                              stop_strings=stop_strings)
-        return [cls(**kw, seed=None if seed is None else seed + i) for i in range(n_prompts)]
+        return [cls(**kw, seed=_prompt_seed(seed, i)) for i in range(n_prompts)]
 
     def request_params(self, *, max_new_tokens: int, temperature: float, top_p: float,
                        stop_strings: Sequence[str], seed: int | None) -> Any:
@@ -229,7 +246,7 @@ class VLLMBackend:
         return g
 
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
-                 top_p: float = 1.0, stop_strings: Sequence[str] = (), seed: int | None = None) -> list[Generation]:
+                 top_p: float = 1.0, stop_strings: Sequence[str] = (), seed: Seed = None) -> list[Generation]:
         if not prompts:
             return []
         params = self.sampling_params(len(prompts), max_new_tokens=max_new_tokens, temperature=temperature,
@@ -254,7 +271,7 @@ class VLLMBackend:
         return None
 
     def open_session(self, *, n_sequences: int, max_len: int, max_new_total: int, temperature: float,
-                     top_p: float, stop_strings: Sequence[str], seed: int | None) -> Session | None:
+                     top_p: float, stop_strings: Sequence[str], seed: Seed) -> Session | None:
         why = self.session_support()
         if why is not None:
             if self.continuous:   # not asked for: say why
@@ -328,7 +345,7 @@ class EngineSession(_RequestSession):
     `TurnEnd`s. `free_slots` is the scheduler's `max_num_seqs` minus the requests in flight."""
 
     def __init__(self, backend: VLLMBackend, *, n_sequences: int, temperature: float, top_p: float,
-                 stop_strings: Sequence[str], seed: int | None) -> None:
+                 stop_strings: Sequence[str], seed: Seed) -> None:
         self.backend = backend
         self.engine = backend.llm.llm_engine
         sched = getattr(getattr(self.engine, "vllm_config", None), "scheduler_config", None)
@@ -390,7 +407,7 @@ class VLLMServerBackend:
         self.max_concurrency = int(max_concurrency)
 
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
-                 top_p: float = 1.0, stop_strings: Sequence[str] = (), seed: int | None = None) -> list[Generation]:
+                 top_p: float = 1.0, stop_strings: Sequence[str] = (), seed: Seed = None) -> list[Generation]:
         if not prompts:
             return []
         # `seed` is ignored on purpose (module docstring).
@@ -415,7 +432,7 @@ class VLLMServerBackend:
         return result
 
     def open_session(self, *, n_sequences: int, max_len: int, max_new_total: int, temperature: float,
-                     top_p: float, stop_strings: Sequence[str], seed: int | None) -> Session | None:
+                     top_p: float, stop_strings: Sequence[str], seed: Seed) -> Session | None:
         if not self.continuous or n_sequences < 1:
             return None
         return ServerSession(self, n_sequences=n_sequences, temperature=temperature, top_p=top_p,
@@ -433,7 +450,7 @@ class ServerSession(_RequestSession):
     trajectory's next turn never waits for the others'."""
 
     def __init__(self, backend: VLLMServerBackend, *, n_sequences: int, temperature: float, top_p: float,
-                 stop_strings: Sequence[str], seed: int | None) -> None:
+                 stop_strings: Sequence[str], seed: Seed) -> None:
         self.backend = backend
         workers = max(1, min(n_sequences, backend.max_concurrency))
         super().__init__(n_sequences, workers)
