@@ -69,7 +69,7 @@ class FixedPlanner:
         from awarl.research.planner import DecompositionPlanner
 
         deps = deps or [[] for _ in texts]
-        self.plan = Plan(steps=[SubQuestion(index=i, text=t, depends_on=d) for i, (t, d) in enumerate(zip(texts, deps))],
+        self.plan = Plan(steps=[SubQuestion(index=i, text=t, depends_on=d) for i, (t, d) in enumerate(zip(texts, deps, strict=True))],
                          reduce=reduce or Reduce(), rule="fixed")
         self.offline = DecompositionPlanner()
 

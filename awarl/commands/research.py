@@ -69,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
         if res["recorded"]:
             print(f"recorded the expectations of {res['tasks']} task(s) into {args.regression}")
             return 0
+        for note in res["setting_differences"]:
+            print(f"note: {note}")
         for tid, diffs in res["failures"].items():
             for d in diffs:
                 print(f"{tid}: {d}")

@@ -40,14 +40,13 @@ def make_loop_judge(cfg: Any, cache_dir: Any = None, *, check: bool = False, reu
     """The judge of `research.judge`, which decides the loop (not critic.judge, the citation reward's: see
     the field's description). `reuse`: a judge already built for critic.judge, used when both are the same
     kind (one client, one cache, one set of counters). The OpenAI one is checked reachable when `check`."""
-    from awarl.critic import check_endpoints, make_judge
+    from awarl.critic import OpenAIJudge, make_judge
 
     if reuse is not None and getattr(reuse, "name", None) == cfg.research.judge:
         return reuse
-    ccfg = cfg.critic.model_copy(update={"judge": cfg.research.judge})
-    judge = make_judge(ccfg, cache_dir)
-    if check:
-        check_endpoints(ccfg, judge, None)
+    judge = make_judge(cfg.critic.model_copy(update={"judge": cfg.research.judge}), cache_dir)
+    if check and cfg.critic.check_endpoint and isinstance(judge, OpenAIJudge):
+        judge.check_reachable("critic-loop judge (research.judge: openai)")
     return judge
 
 

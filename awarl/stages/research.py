@@ -148,9 +148,8 @@ def dry_run(cfg: AwarlConfig, *, question: str | None, tasks: str | None, model:
     else:
         check_question(question, r.max_question_chars)
         lines.append(f"question: {question!r} ({len(question or '')} characters, limit {r.max_question_chars})")
-    if cfg.generation.backend == "scripted":
-        if not cfg.generation.script or not Path(cfg.generation.script).is_file():
-            raise FileNotFoundError(f"generation.script: no script file at {cfg.generation.script!r}")
+    if cfg.generation.backend == "scripted" and not (cfg.generation.script and Path(cfg.generation.script).is_file()):
+        raise FileNotFoundError(f"generation.script: no script file at {cfg.generation.script!r}")
     ref = model or cfg.train.model
     local = Path(ref)
     where = ("local" if local.is_dir() else "not found locally: a hub id, or a path still to be made "
