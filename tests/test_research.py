@@ -230,6 +230,8 @@ def test_eval_critic_loop_is_scored_like_single_pass_and_compared_with_it(tmp_pa
                  "research.judge=gold"]) == 0
     oracle_rows = [json.loads(x) for x in (tmp_path / "oracle" / "predictions.jsonl").read_text().splitlines()]
     assert any(r["research"]["oracle"] for r in oracle_rows)
+    assert "Decisions by: lexical." in (tmp_path / "loop" / "results.md").read_text()
+    assert "**Oracle:** the gold judge decided this loop" in (tmp_path / "oracle" / "results.md").read_text()
     assert main(["compare", str(tmp_path / "single"), str(tmp_path / "loop"), str(tmp_path / "oracle"),
                  "--out", str(tmp_path / "cmp")]) == 0
     cmp_md = (tmp_path / "cmp" / "compare.md").read_text()

@@ -29,9 +29,10 @@ from awarl.research.schema import Plan, Reduce, SubQuestion
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
+
 # Capitalised only because they open the question.
 _LEADERS = _words("is are was were did do does which what who whom whose where when how in to both the a an "
-                     "and or of has have had will can")
+                  "and or of has have had will can")
 # Lowercase words allowed inside a name between capitalised ones ("Song of the South", "Lope Díaz de Haro").
 _CONNECT = _words("of the de di da du del della la le von van der den y for on")
 _ROLES = ("director", "producer", "composer", "writer", "author", "creator", "performer", "founder",
@@ -43,13 +44,13 @@ _RELATIONAL = frozenset(_ROLES) | _words(
     "actor actress designer architect inventor publisher developer manufacturer capital seat mayor governor king "
     "queen emperor predecessor successor employer teammate partner birthplace")
 _DESCRIPTORS = _words("the film song album novel book band series show play game opera poem romantic comedy "
-                         "television tv documentary musical video")
+                      "television tv documentary musical video")
 _PREPOSITIONS = _words("of in to on at by for with from into about as")
 _AUX_ONE = {"are": "Is", "were": "Was", "do": "Does", "did": "Did", "is": "Is", "was": "Was", "does": "Does",
             "have": "Has", "has": "Has"}
 _TRIVIAL = re.compile(r"^(?:who|what|which) (?:is|was|are|were) #1\??$", re.IGNORECASE)
 _STARTERS = _words("which what who whom whose where when how why is are was were did do does has have had can "
-                      "could will would in on to for from at by")
+                   "could will would in on to for from at by")
 _KIN_MODIFIERS = _words("paternal maternal elder eldest younger youngest step first second late")
 
 
@@ -338,9 +339,6 @@ def _r_of_e(q: str) -> Plan | None:
             continue
         return Plan(steps=_steps([f"{relation} of {entity}?", hop2 + "?"], [[], [0]]), rule="bridge")
     return None
-
-
-_POSSESSIVE = re.compile(r"['’]s\s+([a-z][a-z-]*(?:\s+[a-z][a-z-]*)?)\b")
 
 
 def _possessive(q: str) -> Plan | None:

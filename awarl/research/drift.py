@@ -34,10 +34,10 @@ _MULT = {"thousand": 1e3, "k": 1e3, "million": 1e6, "m": 1e6, "billion": 1e9, "b
          "trillion": 1e12, "t": 1e12}
 _NAME = re.compile(r"\b[A-Z][\w'’.-]*(?:\s+(?:of|de|the|van|von|da|del|la|le|du)?\s*[A-Z][\w'’.-]*)*")
 _OPENERS = _words("the a an in on at what which who when where how is are was were it this that these those "
-                     "there its his her their according")
+                  "there its his her their according")
 # Words of a sub-question that say what is asked, not what it is about.
 _ASKING = _words("what which who whom whose when where how year date many much number value name called "
-                    "did does do is are was were")
+                 "did does do is are was were")
 
 
 @dataclass

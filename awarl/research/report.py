@@ -9,8 +9,8 @@ def report_markdown(r: ResearchReport) -> str:
     verdict = "approved" if r.approved else "not approved: abstained"
     lines = ["# Research report\n", f"**Question:** {r.question}\n", f"**Answer:** {r.answer} ({verdict})\n",
              f"Decided by the {r.judge or 'configured'} judge" + (
-                 " — an ORACLE: it read the dataset's gold evidence, so this result is an upper bound, not what a "
-                 "system without that evidence would report" if r.oracle else "") + f"; plan: {r.plan.get('rule', '?')}"
+                 " — an ORACLE: it read the dataset's gold evidence, so this result is not what a system "
+                 "without that evidence would report" if r.oracle else "") + f"; plan: {r.plan.get('rule', '?')}"
              f" (reduce: {(r.plan.get('reduce') or {}).get('kind', '?')}).\n",
              f"Confidence (grounded share of all findings): {r.confidence:.2f}; critic-loop cycles: {r.iterations}; "
              f"re-queries: {r.requeries}; groundedness before/after: {_num(r.groundedness_before)} / "

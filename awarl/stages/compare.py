@@ -184,8 +184,8 @@ def compare_markdown(res: dict[str, Any]) -> str:
     oracles = [r["name"] for r in res["runs"] if (r.get("judges") or {}).get("oracle")]
     if oracles:
         lines += ["", f"**Oracle:** the critic loop of {', '.join(oracles)} decided with the gold judge, which reads "
-                  "the dataset's gold evidence: its figures are an upper bound, not comparable with a run that "
-                  "could not see the evidence (research.judge: lexical or openai is the fair setting)."]
+                  "the dataset's gold evidence: its figures are not comparable with a run that could not see "
+                  "the evidence (research.judge: lexical or openai is the fair setting)."]
     left = [r for r in res["runs"] if r["not_shared"] or r["skipped_lines"]]
     if left:
         lines += ["", "Left out:"]
