@@ -191,14 +191,17 @@ class OpenAIJudge:
 
     # ---------------------------------------------------------------------------- start-up check
     def check_reachable(self, what: str = "citation judge", url_key: str = "critic.base_url",
-                        model_key: str = "critic.model") -> None:
+                        model_key: str = "critic.model",
+                        instead: str = "set critic.judge to gold, lexical or none (and metrics.correctness away "
+                                       "from judge)") -> None:
         """Raise JudgeUnavailable unless `GET {base_url}/models` answers (one attempt, within timeout_s) and,
         when it lists models, lists the model. Called before any model loads. `url_key` / `model_key` name the
         options that set the endpoint and the model, so the message points at the setting to fix (the
-        research planner's are research.planner_base_url / planner_model when those set them)."""
+        research planner's are research.planner_base_url / planner_model when those set them); `instead` says
+        how to do without the endpoint."""
         fix = (f"start one with `scripts/serve_judge.sh --model {self.cfg.model} --gpus N --port "
                f"{httpx.URL(self.base_url).port or 80}` (docs/agent.md), point {url_key} at a running one, "
-               "or set critic.judge to gold, lexical or none (and metrics.correctness away from judge)")
+               f"or {instead}")
         try:
             r = capped_request(self._client, "GET", self.base_url + "/models",
                                timeout_s=min(self.cfg.timeout_s, 10.0), max_bytes=self.cfg.max_response_bytes)

@@ -32,7 +32,8 @@ def make_planner(cfg: Any, cache_dir: Any = None, *, check: bool = False) -> Pla
         url_key = ("research.planner_base_url" if r.planner_base_url
                    else "critic.base_url (research.planner_base_url is unset)")
         model_key = "research.planner_model" if r.planner_model else "critic.model (research.planner_model is unset)"
-        client.check_reachable("research planner", url_key=url_key, model_key=model_key)
+        client.check_reachable("research planner", url_key=url_key, model_key=model_key,
+                               instead="set research.planner to decomposition (the offline planner)")
     return LLMPlanner(client, cfg.agent.abstention_phrases[0])
 
 
@@ -46,7 +47,8 @@ def make_loop_judge(cfg: Any, cache_dir: Any = None, *, check: bool = False, reu
         return reuse
     judge = make_judge(cfg.critic.model_copy(update={"judge": cfg.research.judge}), cache_dir)
     if check and cfg.critic.check_endpoint and isinstance(judge, OpenAIJudge):
-        judge.check_reachable("critic-loop judge (research.judge: openai)")
+        judge.check_reachable("critic-loop judge (research.judge: openai)",
+                              instead="set research.judge to lexical (offline)")
     return judge
 
 

@@ -6,7 +6,10 @@ from awarl.research.schema import Finding, ResearchReport
 
 
 def report_markdown(r: ResearchReport) -> str:
+    marked = [f for f in r.findings if f.mark]
     verdict = "approved" if r.approved else "not approved: abstained"
+    if r.approved and marked:
+        verdict += f", with {len(marked)} marked claim(s): see Marked claims"
     lines = ["# Research report\n", f"**Question:** {r.question}\n", f"**Answer:** {r.answer} ({verdict})\n",
              f"Decided by the {r.judge or 'configured'} judge" + (
                  " — an ORACLE: it read the dataset's gold evidence, so this result is not what a system "
@@ -17,7 +20,6 @@ def report_markdown(r: ResearchReport) -> str:
              f"{_num(r.groundedness_after)}. Generated {r.generated_at}.\n", "## Coverage gaps\n"]
     lines += [f"- {g}" for g in r.coverage_gaps] or ["- none"]
     lines += ["", "## Query failures\n"] + ([f"- {g}" for g in r.query_failures] or ["- none"])
-    marked = [f for f in r.findings if f.mark]
     if marked:
         lines += ["", "## Marked claims\n"] + [f"- {_where(f)}: {f.claim!r} — {f.mark}" for f in marked]
     lines += ["", "## Sub-questions\n", "| # | asked | attempts | approved | answer | searches |",
