@@ -439,14 +439,37 @@ class ResearchConfig(Section):
                                 "re-queries); what is still unsupported then becomes a coverage gap.")
     planner: Literal["decomposition", "openai"] = Field("decomposition", description="decomposition: the "
                                                         "dataset's own question_decomposition (MuSiQue) where "
-                                                        "present, else the question itself, and a chain's last "
-                                                        "hop answers it (offline); openai: an LLM at "
+                                                        "present, else offline rules over the question text "
+                                                        "(comparison, bridge, conjunction), else the question "
+                                                        "itself, with a reduce that combines the sub-answers "
+                                                        "(offline); openai: an LLM at "
                                                         "research.planner_base_url decomposes, rewrites re-queries "
                                                         "and synthesises (JSON-schema bound).")
     planner_base_url: str | None = Field(None, description="planner=openai: OpenAI-compatible endpoint base URL "
                                          "(default: critic.base_url, the judge's server).")
     planner_model: str | None = Field(None, description="planner=openai: model name (default: critic.model). "
                                       "Timeouts, retries, key and cache are the critic's.")
+    judge: Literal["lexical", "gold", "openai"] = Field(
+        "lexical", description="The judge whose verdicts decide the loop's approvals, re-queries and abstentions "
+        "(every attempt and the final answer): lexical (offline heuristic over the answer's own claims), openai "
+        "(the LLM judge at critic.base_url / critic.model: the GPU recipes'), or gold, an ORACLE: it reads the "
+        "dataset's gold evidence, so a loop deciding with it is not comparable with a system that cannot. Its "
+        "own setting because critic.judge is training's citation-reward judge (offline default gold); "
+        "critic.judge still gives the citation metrics of `awarl eval`, loop and single pass alike.")
+    requery_temperature: float = Field(0.7, ge=0.0, description="Sampling temperature of re-query attempts "
+                                       "(the first attempt uses eval.temperature): greedy decoding would "
+                                       "repeat the same searches, sampling provides the different terms the "
+                                       "loop then checks for.")
+    requery_draws: int = Field(2, ge=1, description="Draws a re-query attempt may take to issue at least one "
+                               "search no earlier attempt tried; a draw that only repeats is discarded, and an "
+                               "attempt whose every draw repeats counts as a repeat (a query failure).")
+    min_claim_confidence: float = Field(0.5, ge=0.0, le=1.0, description="A grounded claim the judge gives "
+                                        "less confidence than this is marked low-confidence in the report.")
+    drift_overlap: float = Field(0.8, gt=0.0, le=1.0, description="Share of the smaller statement's subject "
+                                 "words two statements of different sub-questions must share to be about the "
+                                 "same subject (then different values are flagged as drift).")
+    max_question_chars: int = Field(2000, ge=1, description="Longest research question accepted (characters); "
+                                    "longer ones are refused before any work (the shipped dev questions are at most 254).")
 
 
 # ------------------------------------------------------------------------------------------- train

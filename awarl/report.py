@@ -79,6 +79,7 @@ def results_markdown(results: dict[str, Any]) -> str:
     lines += _grader_markdown(results)
     lines += _critic_markdown(results)
     lines += _evidence_markdown(results)
+    lines += _research_markdown(results)
     gaps = results.get("coverage_gaps", [])
     lines += ["", "## Coverage gaps", ""]
     if not gaps:
@@ -159,6 +160,26 @@ def _table(rows: list[tuple[str, dict[str, Any]]], columns: list[tuple[str, str]
     return out
 
 
+def _research_markdown(results: dict[str, Any]) -> list[str]:
+    """The critic loop's own figures (`awarl eval --agent critic_loop`), with the judge that decided it."""
+    res = results.get("research")
+    if not isinstance(res, dict):
+        return []
+    m = res.get("macro") or {}
+    lines = ["", "## Critic loop", "", f"Decisions by: {', '.join(res.get('judges') or ['?'])}."]
+    if res.get("oracle"):
+        lines += ["", "**Oracle:** the gold judge decided this loop from the dataset's gold evidence; its figures are "
+                  "not comparable with a system without that evidence."]
+
+    def num(key: str) -> str:
+        return "—" if m.get(key) is None else f"{m[key]:.2f}"
+
+    return lines + ["", f"Macro: approved share {num('approved_share')}, critic-loop cycles {num('iterations')}, "
+                    f"re-queries {num('requeries')}, groundedness before/after {num('groundedness_before')} / "
+                    f"{num('groundedness_after')}, coverage gaps {num('coverage_gaps_per_question')} and query "
+                    f"failures {num('query_failures_per_question')} per question."]
+
+
 def _critic_markdown(results: dict[str, Any]) -> list[str]:
     rows = [(name, m["critic"]) for name, m in _rows(results) if isinstance(m.get("critic"), dict)]
     if not rows:
@@ -166,8 +187,8 @@ def _critic_markdown(results: dict[str, Any]) -> list[str]:
     lines = ["", "## Citation critic", "",
              "Means over the answered, valid trajectories the judge verified (abstained and invalid ones are "
              "not judged): coverage = share of claims grounded in a cited passage, redundancy = share of cited "
-             "passages supporting no claim, r_cite = coverage − redundancy, groundedness = the judge's share of "
-             "grounded claims (cited or not); flagged = judged answers with at least one flag; fallbacks = "
+             "passages supporting no claim, r_cite = coverage − redundancy, groundedness = the share of "
+             "grounded claims (cited or not), recounted from the judge's labels; flagged = judged answers with at least one flag; fallbacks = "
              "answers a gold judge left to its fallback (no gold evidence); not judged = answers without gold "
              "evidence under `critic.gold_fallback: none`. Macro means are over the datasets with at least one "
              "judged answer.", ""]

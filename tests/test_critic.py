@@ -56,7 +56,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         user = body["messages"][-1]["content"]
-        kind = user.split("QUESTION:\n", 1)[1].split("\n", 1)[0]
+        kind = json.loads(user)["question"]  # the user message is one JSON object
         srv = self.server
         with srv.lock:
             srv.counts[kind] = srv.counts.get(kind, 0) + 1

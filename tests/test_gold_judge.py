@@ -196,11 +196,7 @@ def _hop_judge_app(log: list[dict]):
     def chat(body: dict) -> dict:
         log.append(body)
         user = body["messages"][-1]["content"]
-        passages = user.split("ALL RETRIEVED PASSAGES (original text):\n", 1)[1]
-        ids = {}
-        for block in passages.split("\n\n"):
-            head = block.split("\n", 1)[0]  # [n] id=ID Title: T
-            ids[head.split(" Title: ", 1)[1]] = head.split(" id=", 1)[1].split(" Title: ", 1)[0]
+        ids = {p["title"]: p["id"] for p in json.loads(user)["passages"]}  # the user message is one JSON object
         claims = [{"claim": "Nobody's Hero is a song by Rush", "status": "grounded",
                    "source_ids": [ids["Nobody's Hero"]], "confidence": 0.9},
                   {"claim": "Neil Peart, Rush's drummer, is in the Modern Drummer Hall of Fame", "status": "grounded",

@@ -10,14 +10,17 @@ EPILOG = """examples:
   # a released Search-R1 checkpoint, with its own prompt, against a running wiki-18 retrieval server
   awarl eval --model PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-7b-em-ppo --template search-r1 \\
       --retriever-url http://127.0.0.1:8000 --limit 500 --out runs/eval/searchr1-7b generation.backend=vllm
-  # one of ours, on the shipped dev samples with the closed-corpus BM25 index (built on first use)
-  awarl eval --model runs/demo/policy --limit 20 --out runs/eval/demo
+  # one of ours (`make demo` writes runs/demo/final), on the shipped dev samples with the closed-corpus BM25
+  # index (built on first use)
+  awarl eval --model runs/demo/final --limit 20 --out runs/eval/demo
   # the same checkpoint inside the critic-loop research agent (docs/research.md), then side by side
-  awarl eval --model runs/demo/policy --limit 20 --out runs/eval/demo-loop --agent critic_loop
+  awarl eval --model runs/demo/final --limit 20 --out runs/eval/demo-loop --agent critic_loop
   awarl compare runs/eval/demo runs/eval/demo-loop --out runs/eval/loop-vs-single
 A rerun of the same command resumes: finished questions are skipped (a rerun with another model, template,
 agent limits, sampling, seed, data or index is refused: use another --out). Every answered, valid trajectory
-is checked by the citation critic (critic.judge: gold by default, lexical, openai, or none to skip)."""
+is checked by the citation critic (critic.judge: gold by default, an oracle yardstick; lexical, openai, or
+none to skip). The critic loop's own decisions are made by research.judge (lexical by default; gold there
+is an oracle, and `awarl compare` says so)."""
 
 
 def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:

@@ -65,8 +65,13 @@ class CriticOutput(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     verified_claims: list[ClaimVerification]
-    overall_groundedness: float = Field(..., ge=0.0, le=1.0, description="Share of claims that are grounded.")
+    overall_groundedness: float = Field(..., ge=0.0, le=1.0, description="Share of claims that are grounded. "
+                                        "Recounted from the claims once a verdict is read (awarl.critic.audit): "
+                                        "a judge's own figure is never trusted.")
     flags: list[str] = Field(default_factory=list, description="Issues: conflicting values, uncited support, ...")
+    reported_groundedness: float | None = Field(None, ge=0.0, le=1.0, description="The judge's own "
+                                                "overall_groundedness, kept beside the recount (set by the "
+                                                "audit; None before it). Not part of the request schema.")
 
 
 class PassageRef(BaseModel):

@@ -1,6 +1,11 @@
-"""The critic's side of the loop: the configured judge over each attempt's summary and original passages,
-once more over the final synthesis (reduce) against every passage the approved steps retrieved, and the
-conflicts across sub-questions, which are flagged, never averaged."""
+"""The critic's side of the loop: the loop's judge (`research.judge`) over each attempt's summary and original
+passages, and once more over the final answer (reduce) against every passage the approved steps retrieved.
+
+Every verdict is audited on the way in (awarl.critic.audit, through `safe_verify`): approval reads the
+groundedness recounted from the claims, never the judge's own figure. The gold judge reads the dataset's
+gold evidence: it is an ORACLE for the loop, labelled so wherever its verdicts are used (`judge_label`), and
+its claims (gold facts) are never quoted back to the executor or in a gap (`claims_to_name`).
+"""
 
 from __future__ import annotations
 
@@ -10,27 +15,64 @@ from typing import Any
 from awarl.critic.schema import CriticInput, CriticOutput, PassageRef
 from awarl.data.evidence import GoldEvidence, gold_evidence
 from awarl.data.types import QAExample
-from awarl.metrics import normalize_answer
 from awarl.rewards.citation import safe_verify
 
+ORACLE = "gold"
 
-def verify(judge: Any, inputs: Sequence[CriticInput]) -> list[CriticOutput | None]:
-    """One verdict per input (None where the judge failed or there is no judge): a judge never fails the loop;
-    an unverified attempt is simply not approved."""
+
+def judge_name(judge: Any, item: CriticInput) -> str:
+    """The judge that gives this item's verdict: the gold judge routes items without evidence to its fallback."""
+    route = getattr(judge, "route", None)
+    return (route(item) if route else None) or getattr(judge, "name", type(judge).__name__)
+
+
+def judge_label(name: str) -> str:
+    """A judge's name as results show it: the gold judge is marked as the oracle it is."""
+    return f"{name} (oracle)" if name == ORACLE else name
+
+
+def verify(judge: Any, inputs: Sequence[CriticInput]) -> list[tuple[CriticOutput | None, str]]:
+    """(audited verdict or None, judge name) per input. A judge never fails the loop: an unverified attempt is
+    simply not approved."""
     if not inputs:
         return []
     if judge is None:
-        return [None] * len(inputs)
-    return safe_verify(judge, inputs, "research critic")[0]
+        return [(None, "none")] * len(inputs)
+    verdicts = safe_verify(judge, inputs, "research critic")[0]
+    return [(v, judge_name(judge, inp)) for v, inp in zip(verdicts, inputs, strict=True)]
+
+
+def nothing_to_verify() -> CriticOutput:
+    """The verdict of an attempt without an answer (an abstention, an invalid trajectory): no claims, nothing
+    grounded; the judge is not asked (an abstention phrase is not a claim about the sources)."""
+    return CriticOutput(verified_claims=[], overall_groundedness=0.0, flags=[], reported_groundedness=0.0)
+
+
+def answered(traj: Any) -> bool:
+    p = traj.parsed
+    return bool(p.valid and not p.abstained and (p.answer or "").strip())
+
+
+def own_answer(result: Any) -> str:
+    """The executor's answer as a claim it made: empty for an abstention or an invalid trajectory."""
+    return "" if result.abstained or not result.valid else result.summary
 
 
 def unsupported_claims(verdict: CriticOutput | None) -> list[str]:
     return [c.claim for c in verdict.verified_claims if c.status == "unsupported"] if verdict else []
 
 
+def claims_to_name(verdict: CriticOutput | None, judge: str, answer: str) -> list[str]:
+    """What a re-query or a gap may name as unsupported: the claims of the answer, or, under the oracle (whose
+    claims are the dataset's gold facts, the answer itself), only the executor's own answer."""
+    if judge == ORACLE:
+        return [answer] if answer.strip() else []
+    return unsupported_claims(verdict)
+
+
 def step_gold(example: Any, n_steps: int) -> list[GoldEvidence | None]:
     """The gold evidence each step of a plan is checked against by the gold judge: a decomposed question's hop k
-    against hop k's supporting paragraph, a single-step plan against the whole question's evidence; None where
+    against hop k's supporting paragraph, another plan's steps against the whole question's evidence; None where
     the record has none (then the judge's fallback, if any, decides)."""
     if not isinstance(example, QAExample):
         return [None] * n_steps
@@ -46,27 +88,18 @@ def step_gold(example: Any, n_steps: int) -> list[GoldEvidence | None]:
     return out
 
 
-def synthesis_input(question: str, answer: str, passages: Sequence[dict], cited_ids: set[str],
-                    gold: GoldEvidence | None = None) -> CriticInput:
-    """The final pass: the synthesised answer against every passage of the approved steps, renumbered 1..n in
-    order of first retrieval (ids kept, so a claim still maps to its original passage)."""
+def passage_refs(passages: Sequence[dict]) -> list[PassageRef]:
+    """Passages renumbered 1..n in order of first retrieval (ids kept, so a claim still maps to its passage)."""
     seen: dict[str, PassageRef] = {}
     for d in passages:
         pid = str(d["id"])
         if pid not in seen:
             seen[pid] = PassageRef(number=len(seen) + 1, id=pid, title=str(d.get("title") or ""), text=str(d["text"]))
-    refs = list(seen.values())
+    return list(seen.values())
+
+
+def synthesis_input(question: str, answer: str, refs: Sequence[PassageRef], cited_ids: set[str],
+                    gold: GoldEvidence | None = None) -> CriticInput:
+    """The final pass: an answer against every passage of the approved steps."""
     return CriticInput(question=question, answer=answer, cited=[p for p in refs if p.id in cited_ids],
-                       passages=refs, gold=gold)
-
-
-def conflicts(findings: Sequence[tuple[str, str, bool]]) -> list[str]:
-    """Flags for one fact answered differently: (question asked, answer, grounded) triples whose normalised
-    questions agree but whose grounded answers differ (two attempts of one step, or two steps asking the same
-    thing). The loop reports them and does not approve, rather than pick or average one value."""
-    by_question: dict[str, dict[str, str]] = {}
-    for question, answer, grounded in findings:
-        if grounded and answer.strip():
-            by_question.setdefault(normalize_answer(question), {})[normalize_answer(answer)] = answer
-    return [f"conflicting values for {q!r}: " + " vs ".join(repr(a) for a in answers.values())
-            for q, answers in by_question.items() if len(answers) > 1]
+                       passages=list(refs), gold=gold)

@@ -12,11 +12,12 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from awarl.critic.openai_judge import OpenAIJudge
-from awarl.research.planner import DecompositionPlanner, requery_text
-from awarl.research.schema import ExecutorResult, SubQuestion
+from awarl.research.planner import one_step, requery_text
+from awarl.research.reduce import combine
+from awarl.research.schema import ExecutorResult, Plan, Reduce, SubQuestion
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,9 @@ class PlanStep(BaseModel):
     depends_on: list[int] = Field(default_factory=list, description="1-based numbers of earlier steps")
 
 
-class Plan(BaseModel):
+class PlanReply(BaseModel):
+    model_config = ConfigDict(title="Plan")  # the request schema as before (research.schema.Plan is the plan)
+
     sub_questions: list[PlanStep] = Field(..., min_length=1)
 
 
@@ -73,7 +76,6 @@ class LLMPlanner:
 
     def __init__(self, client: OpenAIJudge, abstention_phrase: str = "not enough information") -> None:
         self.client = client
-        self.offline = DecompositionPlanner()
         self.abstention = abstention_phrase
         self.failures = 0
 
@@ -84,24 +86,26 @@ class LLMPlanner:
             self.failures += 1
         return out
 
-    def decompose(self, question: str, example: Any = None) -> list[SubQuestion]:
-        plan = self._ask(DECOMPOSE, f"QUESTION:\n{question}", Plan, "research_plan")
+    def decompose(self, question: str, example: Any = None) -> Plan:
+        plan = self._ask(DECOMPOSE, f"QUESTION:\n{question}", PlanReply, "research_plan")
         if plan is None:
-            return [SubQuestion(index=0, text=question)]
+            return one_step(question)
         steps = []
         for i, st in enumerate(plan.sub_questions):
             deps = sorted({d - 1 for d in st.depends_on if 0 < d <= i})  # only earlier steps: no cycles
             steps.append(SubQuestion(index=i, text=st.question.strip(), depends_on=deps))
-        return steps
+        return Plan(steps=steps, reduce=Reduce(kind="llm"), rule="llm")
 
-    def requery(self, text: str, result: ExecutorResult, unsupported: Sequence[str]) -> str:
+    def requery(self, text: str, result: ExecutorResult, unsupported: Sequence[str],
+                tried: Sequence[str] = ()) -> str:
+        searches = list(dict.fromkeys([*tried, *result.searches]))
         user = json.dumps({"sub_question": text, "answer": result.summary, "unsupported_claims": list(unsupported),
-                           "searches_tried": result.searches}, ensure_ascii=False)
+                           "searches_tried": searches}, ensure_ascii=False)
         out = self._ask(REQUERY, user, Rewrite, "research_requery")
-        return out.question if out is not None else requery_text(text, result, unsupported)
+        return out.question if out is not None else requery_text(text, result, unsupported, tried)
 
-    def synthesize(self, question: str, plan: Sequence[SubQuestion], answers: dict[int, str]) -> str:
-        findings = [{"sub_question": s.text, "answer": answers.get(s.index, "")} for s in plan]
+    def synthesize(self, question: str, plan: Plan, answers: dict[int, str]) -> str:
+        findings = [{"sub_question": s.text, "answer": answers.get(s.index, "")} for s in plan.steps]
         user = json.dumps({"question": question, "findings": findings}, ensure_ascii=False)
         out = self._ask(SYNTHESIZE.format(abstain=self.abstention), user, Synthesis, "research_synthesis")
-        return out.answer.strip() if out is not None else self.offline.synthesize(question, plan, answers)
+        return out.answer.strip() if out is not None else combine(plan.reduce, plan.steps, answers)[0]

@@ -3,8 +3,11 @@ composes the final answer from the approved findings.
 
 `DecompositionPlanner` is the offline planner: MuSiQue's own `question_decomposition` where the record has
 one (its `#k` references become dependencies, filled with the EXECUTOR's answer for hop k, never the gold
-one), else the question itself; the final answer of a chain is its last hop's answer. An LLM planner behind
-an OpenAI-compatible endpoint implements the same three methods (awarl/research/llm_planner.py).
+one); else the offline rules of awarl/research/decompose.py over the question text (comparison, bridge,
+conjunction: HotpotQA, 2Wiki and free text alike); else the question itself. Its reduce combines the
+approved sub-answers by the plan's rule (awarl/research/reduce.py): a chain's last hop, a list joined, a
+comparison decided from its parts. An LLM planner behind an OpenAI-compatible endpoint implements the same
+three methods (awarl/research/llm_planner.py).
 """
 
 from __future__ import annotations
@@ -13,17 +16,20 @@ import re
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from awarl.research.schema import ExecutorResult, SubQuestion
+from awarl.research.decompose import offline_plan
+from awarl.research.reduce import combine
+from awarl.research.schema import ExecutorResult, Plan, Reduce, SubQuestion
 
 _HOP_REF = re.compile(r"#(\d+)")
 
 
 class Planner(Protocol):
-    def decompose(self, question: str, example: Any = None) -> list[SubQuestion]: ...
+    def decompose(self, question: str, example: Any = None) -> Plan: ...
 
-    def requery(self, text: str, result: ExecutorResult, unsupported: Sequence[str]) -> str: ...
+    def requery(self, text: str, result: ExecutorResult, unsupported: Sequence[str],
+                tried: Sequence[str] = ()) -> str: ...
 
-    def synthesize(self, question: str, plan: Sequence[SubQuestion], answers: dict[int, str]) -> str: ...
+    def synthesize(self, question: str, plan: Plan, answers: dict[int, str]) -> str: ...
 
 
 def render_hop(text: str) -> str:
@@ -39,32 +45,49 @@ def fill(text: str, answers: dict[int, str]) -> str:
     return _HOP_REF.sub(lambda m: answers.get(int(m.group(1)) - 1, m.group(0)), text)
 
 
-def requery_text(text: str, result: ExecutorResult, unsupported: Sequence[str]) -> str:
-    """A re-queued sub-question with explicit instructions: the claims the sources did not support and the
-    searches already tried, so the executor searches with different terms."""
-    tried = "; ".join(f'"{q}"' for q in result.searches) or "none"
+def requery_text(text: str, result: ExecutorResult, unsupported: Sequence[str], tried: Sequence[str] = ()) -> str:
+    """A re-queued sub-question with explicit instructions: the claims the sources did not support and EVERY
+    search already tried (all earlier attempts), so the executor searches with different terms (the loop then
+    checks that it did: awarl/research/loop.py)."""
+    searches = list(dict.fromkeys([*tried, *result.searches]))
+    listed = "; ".join(f'"{q}"' for q in searches) or "none"
     claims = "; ".join(f'"{c}"' for c in unsupported) or "no answer was found"
-    return (f"{text} (Not supported by the retrieved sources: {claims}. Searches already tried: {tried}. "
+    return (f"{text} (Not supported by the retrieved sources: {claims}. Searches already tried: {listed}. "
             "Search with different terms.)")
+
+
+def musique_plan(example: Any) -> Plan | None:
+    """The record's own decomposition (MuSiQue), or None."""
+    hops = (getattr(example, "metadata", None) or {}).get("question_decomposition") or []
+    texts = [str(h.get("question", "")).strip() for h in hops if isinstance(h, dict)]
+    if len(texts) < 2 or not all(texts):
+        return None
+    steps = []
+    for i, t in enumerate(texts):
+        deps = sorted({int(k) - 1 for k in _HOP_REF.findall(t) if 0 < int(k) <= i})
+        steps.append(SubQuestion(index=i, text=render_hop(t), depends_on=deps))
+    return Plan(steps=steps, rule="musique_decomposition")
 
 
 class DecompositionPlanner:
     """Offline planner (module docstring)."""
 
-    def decompose(self, question: str, example: Any = None) -> list[SubQuestion]:
-        hops = (getattr(example, "metadata", None) or {}).get("question_decomposition") or []
-        texts = [str(h.get("question", "")).strip() for h in hops if isinstance(h, dict)]
-        if len(texts) < 2 or not all(texts):
-            return [SubQuestion(index=0, text=question)]
-        plan = []
-        for i, t in enumerate(texts):
-            deps = sorted({int(k) - 1 for k in _HOP_REF.findall(t) if 0 < int(k) <= i})
-            plan.append(SubQuestion(index=i, text=render_hop(t), depends_on=deps))
-        return plan
+    def decompose(self, question: str, example: Any = None) -> Plan:
+        return (musique_plan(example) or offline_plan(question)
+                or Plan(steps=[SubQuestion(index=0, text=question)], rule="question"))
 
-    def requery(self, text: str, result: ExecutorResult, unsupported: Sequence[str]) -> str:
-        return requery_text(text, result, unsupported)
+    def requery(self, text: str, result: ExecutorResult, unsupported: Sequence[str],
+                tried: Sequence[str] = ()) -> str:
+        return requery_text(text, result, unsupported, tried)
 
-    def synthesize(self, question: str, plan: Sequence[SubQuestion], answers: dict[int, str]) -> str:
-        """The last step answers the question (a chain's final hop, or the question itself)."""
-        return answers.get(plan[-1].index, "")
+    def synthesize(self, question: str, plan: Plan, answers: dict[int, str]) -> str:
+        return combine(plan.reduce, plan.steps, answers)[0]
+
+    @staticmethod
+    def explain(plan: Plan, answers: dict[int, str]) -> str:
+        """How the offline reduce reached (or could not reach) its answer, for the report."""
+        return combine(plan.reduce, plan.steps, answers)[1]
+
+
+def one_step(question: str, rule: str = "question") -> Plan:
+    return Plan(steps=[SubQuestion(index=0, text=question)], reduce=Reduce(), rule=rule)

@@ -3,12 +3,14 @@
 `ExecutorResult` keeps the ORIGINAL text of every passage the executor retrieved next to its summary, so the
 critic can check claims against the sources and not against a summary of them (the article's requirement).
 `ResearchReport.coverage_gaps` is required and never omitted: an empty list says "no gaps", a missing field
-would let gaps go unreported.
+would let gaps go unreported. Every finding carries its evidence trail (the passage ids and the quoted span
+that support it) and, when it is not plainly grounded, the mark that keeps it from passing silently.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,6 +28,31 @@ class SubQuestion(BaseModel):
     depends_on: list[int] = Field(default_factory=list)
 
 
+class Reduce(BaseModel):
+    """How the planner combines the approved sub-answers into the final answer (awarl/research/reduce.py).
+
+    last: the last step answers the question (a chain's final hop, or a one-step plan); join: independent
+    parts listed ("Paris and Rome"); pick: the entity whose part (a date or a number) is the smallest
+    (`order: min`) or largest (`max`); pick_yes: the one entity whose part answered yes; all_yes: yes when
+    every part is yes, no when one is no; same: yes when the parts agree, else no; common: the answer the
+    parts share; llm: the LLM planner composes it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["last", "join", "pick", "pick_yes", "all_yes", "same", "common", "llm"] = "last"
+    parts: list[int] = Field(default_factory=list, description="Step indexes whose answers are combined.")
+    entities: list[str] = Field(default_factory=list, description="pick / pick_yes: the entity of each part.")
+    value: Literal["date", "number"] | None = None
+    order: Literal["min", "max"] | None = None
+
+
+class Plan(BaseModel):
+    steps: list[SubQuestion] = Field(..., min_length=1)
+    reduce: Reduce = Field(default_factory=Reduce)
+    rule: str = Field("question", description="What made the plan: musique_decomposition, comparison, "
+                      "bridge, conjunction, question (asked as it is) or llm.")
+
+
 class ExecutorResult(BaseModel):
     """What the executor (the search agent) found for one sub-question in one attempt."""
 
@@ -39,23 +66,52 @@ class ExecutorResult(BaseModel):
     abstained: bool = False
     valid: bool = True
     attempt: int = 1
+    repeated: bool = Field(False, description="A re-query whose searches were all tried before (checked after "
+                           "every allowed draw): a query failure, not new evidence.")
+    draws: int = Field(1, ge=1, description="Executor draws this attempt took (a draw repeating earlier "
+                       "searches is discarded and drawn again, up to research.requery_draws).")
+
+
+class Quote(BaseModel):
+    passage_id: str
+    text: str = Field(..., description="The span of the passage's original text that supports the claim.")
+
+
+class Finding(ClaimVerification):
+    """A verified claim with its evidence trail: which step it came from, which judge labelled it, the quoted
+    span of each supporting passage, and its mark when it is not plainly grounded (the article's inferred /
+    unsupported categories, or a low confidence)."""
+
+    step: int | None = Field(None, description="0-based step index; None: the final answer (reduce).")
+    judge: str = Field("", description="The judge that labelled it (`gold (oracle)` for the gold judge).")
+    quotes: list[Quote] = Field(default_factory=list)
+    mark: str | None = Field(None, description="Why the claim is marked in the report; None when grounded "
+                             "with enough confidence.")
 
 
 class ResearchReport(BaseModel):
     question: str
     answer: str = Field(..., description="The approved answer, or the abstention phrase with the gaps stated.")
     approved: bool
-    findings: list[ClaimVerification] = Field(default_factory=list)
-    coverage_gaps: list[str] = Field(..., description="Where the sources were insufficient; required, possibly "
-                                     "empty, never omitted.")
-    flags: list[str] = Field(default_factory=list, description="Conflicting values across sub-questions and the "
-                             "critic's flags, reported, never averaged.")
+    findings: list[Finding] = Field(default_factory=list)
+    coverage_gaps: list[str] = Field(..., description="Where the sources were insufficient after searching "
+                                     "with different terms; required, possibly empty, never omitted.")
+    query_failures: list[str] = Field(default_factory=list, description="Steps that failed for want of a real "
+                                      "search (none at all, or re-queries repeating the searches tried): not "
+                                      "evidence about the sources.")
+    flags: list[str] = Field(default_factory=list, description="Conflicting values across sub-questions, claims "
+                             "marked in an approved answer, and every critic flag (the final pass's too).")
     confidence: float = Field(..., ge=0.0, le=1.0, description="Share of grounded claims over all findings.")
     iterations: int = Field(..., ge=0, description="Critic-loop cycles: the most attempts any sub-question took.")
     requeries: int = Field(0, ge=0, description="Re-queued sub-question attempts, over all sub-questions.")
     groundedness_before: float | None = Field(None, description="Mean groundedness of the first attempts.")
     groundedness_after: float | None = Field(None, description="Mean groundedness of the final attempts.")
+    judge: str = Field("", description="The judge whose verdicts decided approval (`gold (oracle)`: it read "
+                       "the dataset's gold evidence).")
+    oracle: bool = Field(False, description="Whether that judge is an oracle (the gold judge).")
+    plan: dict = Field(default_factory=dict, description="The planner's rule and reduce.")
     sub_questions: list[dict] = Field(default_factory=list, description="Per step: text as asked, attempts, "
-                                      "approved, answer.")
+                                      "approved, answer, searches, and per attempt the recounted and the "
+                                      "judge's own groundedness.")
     generated_at: str = Field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(
         timespec="seconds"))

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from awarl.critic.audit import audit_verdict, disagrees
 from awarl.critic.schema import CriticInput, CriticOutput, PassageRef
 from awarl.data.evidence import GoldEvidence
 from awarl.metrics import Outcome
@@ -145,6 +146,7 @@ class CitationJudgement:
         return {"judge": label, **({"fallback": True} if self.fallback else {}),
                 "coverage": self.score.coverage, "redundancy": self.score.redundancy,
                 "reward": self.score.reward, "groundedness": float(self.verdict.overall_groundedness),
+                **({"judge_groundedness": self.verdict.reported_groundedness} if disagrees(self.verdict) else {}),
                 "claims": len(self.verdict.verified_claims), "supporting": list(self.score.supporting),
                 "flags": list(self.verdict.flags)}
 
@@ -183,7 +185,9 @@ def _inputs(judge: Any, items: Sequence[CitationItem], out: list[CitationJudgeme
 def safe_verify(judge: Any, inputs: Sequence[CriticInput], who: str) -> tuple[list[CriticOutput | None], str | None]:
     """`judge.verify(inputs)` that never raises: (one verdict per input, None), or ([None] * n, why) when the
     judge raised or returned another number of verdicts (logged once, as `who`). A judge must never fail
-    training, evaluation or the critic loop; its failures are returned for the caller to count."""
+    training, evaluation or the critic loop; its failures are returned for the caller to count. Every verdict
+    is audited against its input (`awarl.critic.audit`: sources must be retrieved passages, groundedness
+    recounted from the claims, the judge's own figure kept beside it)."""
     try:
         verdicts = list(judge.verify(list(inputs)))
         if len(verdicts) != len(inputs):
@@ -191,7 +195,12 @@ def safe_verify(judge: Any, inputs: Sequence[CriticInput], who: str) -> tuple[li
     except Exception as e:  # noqa: BLE001 - see the docstring
         log.warning("%s: the judge failed on a batch of %d: %s", who, len(inputs), e)
         return [None] * len(inputs), str(e)
-    return verdicts, None
+    audited = [None if v is None else audit_verdict(v, inp) for v, inp in zip(verdicts, inputs, strict=True)]
+    off = sum(1 for v in audited if v is not None and disagrees(v))
+    if off:
+        log.info("%s: %d of %d verdicts reported another groundedness than their claims give (recount used)",
+                 who, off, len(audited))
+    return audited, None
 
 
 def judge_citations(judge: Any, items: Sequence[CitationItem],

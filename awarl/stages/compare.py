@@ -10,6 +10,7 @@ two γ) were evaluated on one question set.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -62,6 +63,30 @@ def check_same_questions(names: list[str], questions: list[dict[tuple[str, str],
                          f"{ds}/{qid} ({texts}): the runs were made on different data")
 
 
+def run_judges(path: Path) -> dict[str, Any]:
+    """Which agent made a run and which judges it used, from its eval folder's manifest (else from its lines):
+    `decisions` (the critic loop's approving judge; None for a single pass, which decides nothing by a judge),
+    `citations` (the judge behind its citation metrics) and `oracle` (the gold judge decided the loop: it read
+    the gold evidence, so the run is not comparable with one that could not)."""
+    manifest_path = path.parent / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.is_file() else {}
+    except (OSError, ValueError):
+        manifest = {}
+    agent = manifest.get("eval_agent") or {}
+    kind = agent.get("kind")
+    decisions = agent.get("loop_judge")
+    if kind is None:  # a predictions file without its folder: the lines say what they can
+        rows = read_predictions(path)[0]
+        reports = [r["research"] for r in rows if isinstance(r, dict) and isinstance(r.get("research"), dict)]
+        kind = "critic_loop" if reports else "single_pass"
+        decisions = ", ".join(sorted({str(x.get("judge")) for x in reports if x.get("judge")})) or None
+    citations = (manifest.get("critic") or {}).get("judge")
+    oracle = bool(agent.get("oracle")) or bool(decisions and "oracle" in decisions)
+    label = {"gold": "gold (oracle)"}.get(citations, citations)
+    return {"agent": kind or "unknown", "decisions": decisions, "citations": label, "oracle": oracle}
+
+
 def compare_runs(runs: list[str | os.PathLike], cfg: AwarlConfig, names: list[str] | None = None) -> dict[str, Any]:
     """The comparison table (see the module docstring) as a dict; the first run is the baseline."""
     if len(runs) < 2:
@@ -90,6 +115,7 @@ def compare_runs(runs: list[str | os.PathLike], cfg: AwarlConfig, names: list[st
         per_ds = {ds: aggregate(outs) for ds, outs in by_dataset(outcomes).items()}
         macro = macro_average(per_ds)
         table.append({"name": name, "source": str(path), "questions": len(outcomes),
+                      "judges": run_judges(path),
                       "not_shared": len(outcomes) - len(common), "skipped_lines": skipped,
                       "macro": {m: macro[m] for m in METRICS},
                       "per_dataset": {ds: {m: per_ds[ds][m] for m in (*METRICS, "n")} for ds in datasets}})
@@ -150,6 +176,16 @@ def compare_markdown(res: dict[str, Any]) -> str:
     for r in res["runs"]:
         lines.append(f"| {r['name']} | " + " | ".join(_f(r["per_dataset"][ds]["ra_f1"]) for ds in res["datasets"])
                      + f" | {_f(r['macro']['ra_f1'])} |")
+    lines += ["", "Agents and judges:", "", "| run | agent | loop decisions by | citation metrics by |", "|---|---|---|---|"]
+    for r in res["runs"]:
+        j = r.get("judges") or {}
+        lines.append(f"| {r['name']} | {j.get('agent', 'unknown')} | {j.get('decisions') or '—'} | "
+                     f"{j.get('citations') or 'unknown'} |")
+    oracles = [r["name"] for r in res["runs"] if (r.get("judges") or {}).get("oracle")]
+    if oracles:
+        lines += ["", f"**Oracle:** the critic loop of {', '.join(oracles)} decided with the gold judge, which reads "
+                  "the dataset's gold evidence: its figures are not comparable with a run that could not see "
+                  "the evidence (research.judge: lexical or openai is the fair setting)."]
     left = [r for r in res["runs"] if r["not_shared"] or r["skipped_lines"]]
     if left:
         lines += ["", "Left out:"]

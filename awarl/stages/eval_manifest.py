@@ -65,6 +65,13 @@ def template_sha256(template_ref: str) -> str | None:
         return None
 
 
+def loop_judge_fields(cfg: AwarlConfig) -> dict[str, Any]:
+    """Which judge decided a critic-loop run, and whether it is an oracle (the gold judge reads gold evidence)."""
+    j = cfg.research.judge
+    label = f"openai:{cfg.critic.model}" if j == "openai" else ("gold (oracle)" if j == "gold" else j)
+    return {"loop_judge": label, "oracle": j == "gold"}
+
+
 def build_manifest(cfg: AwarlConfig, eval_set: EvalSet, model_ident: dict, retriever_meta: dict | None,
                    extra: dict | None = None) -> dict:
     return {
@@ -74,8 +81,8 @@ def build_manifest(cfg: AwarlConfig, eval_set: EvalSet, model_ident: dict, retri
         "template_sha256": template_sha256(cfg.agent.template),
         "agent": cfg.agent.model_dump(mode="json"),
         "eval_agent": {"kind": cfg.eval.agent,
-                       **({"research": cfg.research.model_dump(mode="json")} if cfg.eval.agent == "critic_loop"
-                          else {})},
+                       **({"research": cfg.research.model_dump(mode="json"), **loop_judge_fields(cfg)}
+                          if cfg.eval.agent == "critic_loop" else {})},
         "sampling": {"temperature": cfg.eval.temperature, "top_p": cfg.generation.top_p,
                      "backend": cfg.generation.backend, "batch_size": cfg.generation.batch_size},
         "seed": cfg.run.seed,

@@ -35,7 +35,7 @@ from awarl.io import append_jsonl, atomic_write_json, pending_batches
 from awarl.metrics import Outcome
 from awarl.models.loading import load_tokenizer
 from awarl.report import write_report
-from awarl.research.records import critic_loop_rows, make_planner, research_summary
+from awarl.research.records import critic_loop_rows, make_loop_judge, make_planner, research_summary
 from awarl.retrieval import load_retriever
 from awarl.rewards.citation import CitationItem, judge_citations
 from awarl.stages.eval_manifest import (
@@ -97,7 +97,8 @@ def single_pass_rows(engine: Any, judge: Any, grader: Any, batch: list[QAExample
 def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfig, out_path: Path, *,
                          batch_size: int, temperature: float, seed: int, top_p: float = 1.0,
                          judge: Any = None, grader: Any = None,
-                         on_batch: Callable[[int], None] | None = None, planner: Any = None) -> int:
+                         on_batch: Callable[[int], None] | None = None, planner: Any = None,
+                         loop_judge: Any = None) -> int:
     """Run the agent (`eval.agent`: one trajectory per question, or the critic loop) over the examples not yet
     in `out_path`, appending one line per question after each batch (with the critic's verdict summary when
     `judge` is given, and the answer grader's verdict under `metrics.correctness: judge`). Returns how many
@@ -119,12 +120,14 @@ def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfi
     bar.set_postfix(stats.postfix())
     if cfg.eval.agent == "critic_loop" and planner is None:
         planner = make_planner(cfg)
+    if cfg.eval.agent == "critic_loop" and loop_judge is None:
+        loop_judge = make_loop_judge(cfg, reuse=judge)
     # single_pass seeds each question by itself; the critic loop seeds a batch by its position in the whole list.
     for start, batch in pending_batches(unique, batch_size, lambda ex: example_key(ex.dataset, ex.id) in done):
         if cfg.eval.agent == "critic_loop":
             rows = critic_loop_rows(engine, judge, grader, batch, cfg, temperature=temperature, top_p=top_p,
                                     seed=seed + start, label=critic_label(cfg),
-                                    planner=planner)
+                                    planner=planner, loop_judge=loop_judge)
         else:
             rows = single_pass_rows(engine, judge, grader, batch, cfg, temperature=temperature, top_p=top_p,
                                     seed=seed)
@@ -156,9 +159,12 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
     judge = make_judge(cfg.critic, critic_cache_dir(cfg.critic, out))
     grader = make_answer_grader(cfg, out / "critic_cache")
     pred_path = out / PREDICTIONS
+    loop, loop_judge = cfg.eval.agent == "critic_loop", None
     try:
         check_endpoints(cfg.critic, judge, grader)  # a dead judge endpoint fails here, before any model loads
-        planner = make_planner(cfg, out / "critic_cache", check=True) if cfg.eval.agent == "critic_loop" else None
+        planner = make_planner(cfg, out / "critic_cache", check=True) if loop else None
+        if loop:  # the loop's own judge (research.judge), checked before any model loads too
+            loop_judge = make_loop_judge(cfg, critic_cache_dir(cfg.critic, out), check=True, reuse=judge)
         model = model if model is not None else cfg.train.model
         model_ref = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path",
                                                                  "model")
@@ -176,12 +182,14 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
         n_new = generate_predictions(engine, eval_set.examples, cfg, pred_path,
                                      batch_size=cfg.generation.batch_size, temperature=cfg.eval.temperature,
                                      top_p=cfg.generation.top_p, seed=cfg.run.seed, judge=judge, grader=grader,
-                                     on_batch=on_batch, planner=planner)
+                                     on_batch=on_batch, planner=planner, loop_judge=loop_judge)
     finally:
         if hasattr(judge, "usage"):
             log.info("citation judge: %s", judge.usage())
         if hasattr(judge, "close"):
             judge.close()
+        if loop_judge is not None and loop_judge is not judge and hasattr(loop_judge, "close"):
+            loop_judge.close()
         close_grader(grader, flagged_in=str(pred_path))
     wanted = {example_key(ex.dataset, ex.id) for ex in eval_set.examples}
     rows = [r for k, r in read_done(pred_path, cfg.metrics.correctness, engine.abstention_phrases).items()

@@ -1,0 +1,116 @@
+"""The offline reduce: combine the approved sub-answers into the final answer by the plan's `Reduce`
+(awarl/research/schema.py), never by keeping only the last one when the parts are independent.
+
+`combine(reduce, steps, answers)` returns (answer, why): the answer ("" when the parts do not decide it) and a
+sentence saying how it was reached or why it could not be (the report shows it; an undecided reduce
+abstains). Dates and numbers are read from the answers' text (`read_date`, `read_number`); a part that cannot
+be read leaves the comparison undecided rather than guessed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from awarl.metrics import normalize_answer
+from awarl.research.schema import Reduce, SubQuestion
+
+_MONTHS = {m: i + 1 for i, m in enumerate(("january", "february", "march", "april", "may", "june", "july", "august",
+                                           "september", "october", "november", "december"))}
+_MONTHS.update({m[:3]: i for m, i in list(_MONTHS.items())})
+_MONTH = r"(?P<month>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+_DATE_FORMS = (
+    re.compile(r"\b(?P<year>\d{4})-(?P<mnum>\d{1,2})-(?P<day>\d{1,2})\b"),
+    re.compile(r"\b(?P<day>\d{1,2})(?:st|nd|rd|th)?\s+" + _MONTH + r",?\s+(?P<year>\d{3,4})\b", re.IGNORECASE),
+    re.compile(r"\b" + _MONTH + r"\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?,?\s+(?P<year>\d{3,4})\b", re.IGNORECASE),
+    re.compile(r"\b" + _MONTH + r",?\s+(?P<year>\d{3,4})\b", re.IGNORECASE),
+    re.compile(r"\b(?P<year>\d{3,4})\s*(?P<bc>BC|BCE)?\b"),
+)
+_NUMBER = re.compile(r"(?<![\w.])(?P<num>\d+(?:,\d{3})*(?:\.\d+)?)\s*(?P<mult>thousand|million|billion|trillion|"
+                     r"bn|[kmb])?\b", re.IGNORECASE)
+_MULT = {"thousand": 1e3, "k": 1e3, "million": 1e6, "m": 1e6, "billion": 1e9, "bn": 1e9, "b": 1e9, "trillion": 1e12}
+
+
+def read_date(text: str) -> tuple[int, int, int] | None:
+    """(year, month, day) of the first date in the text (0 for a missing month or day; BC years negative)."""
+    for form in _DATE_FORMS:
+        m = form.search(text)
+        if m is None:
+            continue
+        g = m.groupdict()
+        year = int(g["year"]) * (-1 if g.get("bc") else 1)
+        month = int(g["mnum"]) if g.get("mnum") else _MONTHS.get((g.get("month") or "").lower().rstrip("."), 0)
+        return year, month, int(g.get("day") or 0)
+    return None
+
+
+def read_number(text: str) -> float | None:
+    m = _NUMBER.search(text)
+    if m is None:
+        return None
+    mult = _MULT.get((m.group("mult") or "").lower(), 1.0)
+    return float(m.group("num").replace(",", "")) * mult
+
+
+def yes_no(text: str) -> bool | None:
+    norm = normalize_answer(text)
+    if norm == "yes" or norm.startswith("yes "):
+        return True
+    if norm == "no" or norm.startswith("no "):
+        return False
+    return None
+
+
+def combine(reduce: Reduce, steps: Sequence[SubQuestion], answers: dict[int, str]) -> tuple[str, str]:
+    """(final answer or "", how it was reached / why not); see the module docstring."""
+    if reduce.kind in ("last", "llm"):
+        last = steps[-1].index
+        return answers.get(last, ""), f"the last step (step {last + 1}) answers the question"
+    parts = reduce.parts or [s.index for s in steps]
+    got = [answers.get(p, "").strip() for p in parts]
+    missing = [p + 1 for p, a in zip(parts, got, strict=True) if not a]
+    if missing:
+        return "", f"no approved answer for step(s) {missing}"
+    if reduce.kind == "join":
+        return " and ".join(got), "the parts' answers joined"
+    if reduce.kind == "pick":
+        return _pick(reduce, parts, got)
+    if reduce.kind == "pick_yes":
+        yes = [yes_no(a) for a in got]
+        if yes.count(True) == 1 and yes.count(False) == len(yes) - 1:
+            return reduce.entities[yes.index(True)], "the one entity the sources say yes for"
+        return "", f"the parts do not single out one entity (yes/no answers: {got})"
+    if reduce.kind == "all_yes":
+        yes = [yes_no(a) for a in got]
+        if None in yes:
+            return "", f"a part is not a yes/no answer ({got})"
+        return ("yes" if all(yes) else "no"), "yes only when every part is yes"
+    if reduce.kind == "same":
+        same = len({normalize_answer(a) for a in got}) == 1
+        return ("yes" if same else "no"), f"the parts {'agree' if same else 'differ'}: {got}"
+    return _common(got)
+
+
+def _pick(reduce: Reduce, parts: list[int], got: list[str]) -> tuple[str, str]:
+    read = read_date if reduce.value == "date" else read_number
+    values = [read(a) for a in got]
+    unread = [f"step {p + 1}: {a!r}" for p, a, v in zip(parts, got, values, strict=True) if v is None]
+    if unread:
+        return "", f"could not read a {reduce.value} from {', '.join(unread)}"
+    best = (min if reduce.order == "min" else max)(values)  # type: ignore[type-var]
+    if values.count(best) > 1:
+        return "", f"the parts give the same {reduce.value} ({got})"
+    i = values.index(best)
+    word = {"date": {"min": "earliest", "max": "latest"}, "number": {"min": "smallest", "max": "largest"}}
+    detail = " vs ".join(f"{e} ({a})" for e, a in zip(reduce.entities, got, strict=True))
+    return reduce.entities[i], f"the {word[reduce.value or 'number'][reduce.order or 'max']} {reduce.value}: {detail}"
+
+
+def _common(got: list[str]) -> tuple[str, str]:
+    norms = [normalize_answer(a) for a in got]
+    if len(set(norms)) == 1:
+        return got[0], "every part gives this answer"
+    shortest = min(range(len(got)), key=lambda i: len(norms[i]))
+    if norms[shortest] and all(norms[shortest] in n for n in norms):
+        return got[shortest], "the answer every part contains"
+    return "", f"the parts give different answers ({got}): no shared answer"

@@ -1,0 +1,91 @@
+"""Issue 24, reproducible evals (the critic-loop article's last section): the shipped regression suites record
+the judge, planner and executor policy that produced them and are refused under others; one suite replays a
+scripted executor, the other runs a REAL executor (the tiny model after its protocol warm-up, built like the
+`protocol_dir` fixture), whose searches and answers are checked so that drift of the executor itself (a
+changed prompt, template, model or setting) fails the check. Real retrieval (the shipped closed corpus)."""
+
+from __future__ import annotations
+
+import json
+
+from awarl.io import file_sha256, repo_root
+
+SHIPPED_TASKS = "data/research/regression.jsonl"
+SHIPPED_SCRIPT = "data/research/regression_script.jsonl"
+TINY_TASKS = "data/research/regression_tiny.jsonl"
+
+
+def scripted_args(tiny_dir, index):
+    # the lexical judge checks the answer's own claims
+    return ["--model", str(tiny_dir), "--index", str(index), "generation.backend=scripted",
+            f"generation.script={repo_root() / SHIPPED_SCRIPT}", "research.judge=lexical"]
+
+
+def tiny_args(model_dir, index):
+    # the settings it was recorded with (its header): topk 1, as the warm-up trained it
+    return ["--model", str(model_dir), "--index", str(index), "retrieval.topk=1"]
+
+
+def test_the_shipped_regression_suite_holds_and_a_lenient_critic_fails_it_loudly(tmp_path, tiny_dir,
+                                                                                shipped_bm25_dir, capsys):
+    from awarl.cli import main
+    from awarl.io import repo_root
+
+    tasks = str(repo_root() / SHIPPED_TASKS)
+    base = ["research", "--regression", tasks, "--out", str(tmp_path / "r"), *scripted_args(tiny_dir, shipped_bm25_dir)]
+    assert main(base) == 0, capsys.readouterr().out
+    assert "2/2 tasks as recorded, 0 regression(s)" in capsys.readouterr().out
+    # a critic that grounds anything approves the claim recorded as unsupported: a loud failure
+    assert main(base + ["critic.support_threshold=0", "critic.short_support_threshold=0"]) == 1
+    said = capsys.readouterr().out
+    assert "REGRESSION: 'Caravaggio the Elder' was unsupported when recorded" in said
+
+
+def test_a_regression_run_is_refused_on_another_source_snapshot(tmp_path, tiny_dir, bm25_index, capsys):
+    from awarl.cli import main
+    from awarl.io import repo_root
+
+    argv = ["research", "--regression", str(repo_root() / SHIPPED_TASKS), "--out", str(tmp_path / "r"),
+            *scripted_args(tiny_dir, bm25_index)]  # the wiki-18 sample, not the closed corpus recorded
+    assert main(argv) == 2
+    assert "another source snapshot" in capsys.readouterr().err
+
+
+def test_the_shipped_suites_record_their_judge_planner_and_policy():
+    for path in (SHIPPED_TASKS, TINY_TASKS):
+        header = json.loads((repo_root() / path).read_text().splitlines()[0])
+        rec = header["recorded_with"]
+        assert rec["judge"] == "lexical" and rec["planner"] == "decomposition", path
+    scripted = json.loads((repo_root() / SHIPPED_TASKS).read_text().splitlines()[0])["recorded_with"]["policy"]
+    assert scripted == {"kind": "scripted", "script_sha256": file_sha256(repo_root() / SHIPPED_SCRIPT)}
+    real = json.loads((repo_root() / TINY_TASKS).read_text().splitlines()[0])["recorded_with"]["policy"]
+    assert real["kind"] == "model" and len(real["weights_sha256"]) == 64
+
+
+def test_a_regression_run_with_another_judge_is_refused(tmp_path, tiny_dir, shipped_bm25_dir, capsys):
+    from awarl.cli import main
+
+    argv = ["research", "--regression", str(repo_root() / SHIPPED_TASKS), "--out", str(tmp_path / "r"),
+            *scripted_args(tiny_dir, shipped_bm25_dir), "research.judge=gold"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "recorded with another judge" in err and "re-record with --record" in err
+
+
+def test_the_real_executor_suite_holds_and_catches_drift_of_the_executor(tmp_path, protocol_dir, tiny_dir,
+                                                                          shipped_bm25_dir, capsys):
+    from awarl.cli import main
+
+    base = ["research", "--regression", str(repo_root() / TINY_TASKS), "--out", str(tmp_path / "r")]
+    assert main([*base, *tiny_args(protocol_dir, shipped_bm25_dir)]) == 0, capsys.readouterr().out
+    assert "5/5 tasks as recorded, 0 regression(s)" in capsys.readouterr().out
+    report = json.loads((tmp_path / "r" / "regression.json").read_text())["reports"]["hotpotqa-polanski-film"]
+    assert report["approved"] and report["answer"] == "The Ninth Gate"  # the real executor searched and answered
+    # another prompt template: the same policy behaves differently, and the check says where
+    assert main([*base, *tiny_args(protocol_dir, shipped_bm25_dir), "agent.template=search-r1"]) == 1
+    said = capsys.readouterr().out
+    assert "the executor's behaviour drifted" in said
+    assert "note: setting template: recorded 'awarl', now 'search-r1'" in said  # what may explain it
+    # another policy (the model before its warm-up) is not what was recorded: refused, not compared
+    assert main([*base, *tiny_args(tiny_dir, shipped_bm25_dir)]) == 2
+    assert "recorded with another policy" in capsys.readouterr().err
