@@ -78,12 +78,6 @@ def test_aggregate_compares_finished_runs_and_marks_missing(tmp_path):
     assert (tmp_path / "sw" / "comparison.png").stat().st_size > 1000
 
 
-def test_shipped_sweep_config_expands(tmp_path):
-    spec, base_dir = load_sweep(REPO / "configs" / "sweep_gamma.yaml", [f"sweep.out_dir={tmp_path}/s"])
-    runs = expand(spec, base_dir)
-    assert sorted(load_config(r["config"]).reward.gamma for r in runs) == [0.25, 0.5, 0.75, 1.0]
-
-
 def test_local_dry_run_checks_every_run_with_train(tmp_path):
     """Each grid point goes through `awarl train --dry-run` in its own process (no weights loaded)."""
     res = run_sweep(sweep_file(tmp_path, grid={"reward.gamma": [0.25, 1.0]}), dry_run=True)
@@ -125,3 +119,25 @@ def test_launcher_is_found_in_an_environment_that_is_not_activated(monkeypatch):
     assert resolve_launcher(["/bin/echo", "hi"]) == ["/bin/echo", "hi"]  # a path is taken as it is
     with pytest.raises(ConfigError, match="sweep.launcher: 'no-such-launcher' is not on PATH"):
         resolve_launcher(["no-such-launcher", "launch"])
+
+
+def test_shipped_gamma_sweep_crosses_gamma_with_every_expected_rate_reading(tmp_path, capsys):
+    """configs/sweep_gamma.yaml is the confirming experiment of docs/method.md: γ × the expected-rate readings; the
+    command lists the grid (here with --aggregate, which runs nothing)."""
+    from awarl.cli import main
+    from awarl.config import RewardConfig, load_config
+    from awarl.io import repo_root
+
+    shipped = repo_root() / "configs" / "sweep_gamma.yaml"
+    assert main(["sweep", "--config", str(shipped), "--aggregate", f"sweep.out_dir={tmp_path / 'sw'}"]) == 0
+    out = capsys.readouterr().out
+    assert "12 runs over reward.gamma x reward.expected_rate:" in out
+    runs = json.loads((tmp_path / "sw" / "runs.json").read_text())
+    points = {(r["point"]["reward.gamma"], r["point"]["reward.expected_rate"]) for r in runs}
+    assert {rate for _, rate in points} == {"posterior", "threshold", "r_base_mean"} and len(points) == 12
+    assert RewardConfig().gamma in {g for g, _ in points}  # the shipped γ is on the grid
+    for r in runs:
+        cfg = load_config(r["config"])
+        assert (cfg.reward.gamma, cfg.reward.expected_rate) == (r["point"]["reward.gamma"],
+                                                                r["point"]["reward.expected_rate"])
+        assert f"reward.gamma={cfg.reward.gamma}, reward.expected_rate={cfg.reward.expected_rate}" in out

@@ -26,8 +26,11 @@ def run(args: argparse.Namespace) -> int:
     from awarl.stages.sweep import run_sweep
 
     res = run_sweep(args.config, args.overrides, aggregate_only=args.aggregate, dry_run=args.dry_run)
+    keys = list(res["runs"][0]["point"]) if res["runs"] else []
+    print(f"{len(res['runs'])} runs over {' x '.join(keys) or 'no key'}:")
     for r in res["runs"]:
-        print(f"  {r['name']:<30} {r['config']}")
+        point = ", ".join(f"{k}={v}" for k, v in r["point"].items())
+        print(f"  {point:<48} {r['config']}")
     if "scripts" in res:
         print("launch scripts:\n  " + "\n  ".join(res["scripts"]))
     if "comparison" in res:
