@@ -147,7 +147,7 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
         check_endpoints(cfg.critic, judge, grader)  # a dead judge endpoint fails here, before any model loads
         planner = make_planner(cfg, out / "critic_cache", check=True) if cfg.eval.agent == "critic_loop" else None
         model = model if model is not None else cfg.train.model
-        model_ref = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path",
+        model_ref = model if isinstance(model, str) else getattr(getattr(model, "config", None), "name_or_path",
                                                                  "model")
         if tokenizer is None:
             tokenizer = load_tokenizer(model_ref, "--model / train.model")

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import AttentionInterface
-from transformers.cache_utils import Cache
 
 from awarl.agent.backends.base import TurnEnd, stream_seed
+from awarl.upstream import torch as upstream_torch
+from awarl.upstream import transformers as upstream_transformers
 
 ATTENTION = "awarl_slots"
 
@@ -44,7 +44,7 @@ ATTENTION = "awarl_slots"
 _LENGTH_QUANTUM = 256
 
 
-class SlotCache(Cache):
+class SlotCache(upstream_transformers.cache_base()):
     """The KV cache of `slots` sequences of up to `length` positions: per layer [slots, kv_heads, capacity + 1,
     head_dim] keys and values, allocated at the first forward (when the model's shapes are known) and grown
     (doubling) as sequences get longer; `fixed` allocates the whole length at once (static shapes). Index
@@ -52,7 +52,7 @@ class SlotCache(Cache):
     covers and where each new key goes."""
 
     def __init__(self, slots: int, length: int, *, fixed: bool = False) -> None:
-        super().__init__(layers=[])
+        upstream_transformers.init_cache(self)
         self.slots, self.length, self.fixed = slots, length, fixed
         self.capacity = length if fixed else 0
         self.keys: list[torch.Tensor] = []
@@ -121,7 +121,7 @@ def slot_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: t
     return out.transpose(1, 2).contiguous(), None
 
 
-AttentionInterface.register(ATTENTION, slot_attention)
+upstream_transformers.register_attention(ATTENTION, slot_attention)
 
 
 def run_forward(model: Any, cache: SlotCache, ids: torch.Tensor, pos: torch.Tensor, write: torch.Tensor,
@@ -142,7 +142,7 @@ def compiled_static_step(model: Any, cache: SlotCache, dtype: torch.dtype) -> An
     """The static-mode decode step (all slots, the whole length) compiled once per cache: fixed shapes, the
     cache tensors marked static so CUDA graphs can replay over them."""
     for t in (*cache.keys, *cache.values):
-        torch._dynamo.mark_static_address(t)
+        upstream_torch.mark_static_address(t)
 
     def step(ids: torch.Tensor, pos: torch.Tensor, write: torch.Tensor) -> torch.Tensor:
         return run_forward(model, cache, ids, pos, write, None, cache.slots, cache.capacity, dtype)
@@ -212,8 +212,8 @@ class SlotSession:
         self.uniforms = (torch.zeros((n_sequences, max_new_total), device=self.device)
                          if self.temperature > 0 else None)
         # The session's attention reads its masks and the slot cache; the model's own one comes back at close.
-        self._attention = self.model.config._attn_implementation
-        self.model.set_attn_implementation(ATTENTION)
+        self._attention = upstream_transformers.attention_implementation(self.model)
+        upstream_transformers.set_attention_implementation(self.model, ATTENTION)
         self._dtype = next(self.model.parameters()).dtype
         self._was_training = self.model.training
         self.model.eval()
@@ -262,7 +262,7 @@ class SlotSession:
 
     def close(self) -> dict[str, Any]:
         self.model.train(self._was_training)
-        self.model.set_attn_implementation(self._attention)
+        upstream_transformers.set_attention_implementation(self.model, self._attention)
         st = self.stats
         return {"slots": self.slots, "cache_length": self.cache.capacity, "static": self.static,
                 "decode_steps": st.decode_steps, "prefill_forwards": st.prefill_forwards,
