@@ -184,6 +184,7 @@ def test_a_regression_run_is_refused_on_another_source_snapshot(tmp_path, tiny_d
     assert "another source snapshot" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_eval_critic_loop_is_scored_like_single_pass_and_compared_with_it(tmp_path, tiny_dir, server_url, capsys):
     import json
 

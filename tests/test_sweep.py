@@ -84,6 +84,7 @@ def test_shipped_sweep_config_expands(tmp_path):
     assert sorted(load_config(r["config"]).reward.gamma for r in runs) == [0.25, 0.5, 0.75, 1.0]
 
 
+@pytest.mark.slow
 def test_local_dry_run_checks_every_run_with_train(tmp_path):
     """Each grid point goes through `awarl train --dry-run` in its own process (no weights loaded)."""
     res = run_sweep(sweep_file(tmp_path, grid={"reward.gamma": [0.25, 1.0]}), dry_run=True)
