@@ -9,7 +9,8 @@
 - The shims do what the code they replaced did: the colocated-engine options reach TRL's `LLM` call and are
   restored (a stand-in for vLLM's `LLM`: it is not installed in this tier; the vLLM tier builds the real
   one in tests/test_vllm_training.py), and on vLLM's CPU build a real engine exposes its worker, takes weights
-  through the reload API and then generates what transformers generates with those weights.
+  through the reload API and then computes what transformers computes with those weights (except for tied
+  embeddings, a strict xfail: vLLM 0.32 leaves the output head at its initial weights).
 
 Outside the scan on purpose: tests/ (they spy on TRL internals, e.g. `trainer._compute_loss`, to probe
 gradients) and benchmarks/ (they time TRL internals such as `_generate_single_turn`).
@@ -253,34 +254,73 @@ def test_the_scan_leaves_awarls_own_and_the_standard_librarys_private_names_alon
 
 
 # ------------------------------------------------------------------------------------- vLLM, for real
-@pytest.mark.vllm
-def test_a_real_engine_takes_weights_through_the_reload_api(tiny_dir):
-    """vLLM's CPU build: the engine's worker is where the shim looks, its reload API takes weights, and after
-    a reload of perturbed weights the engine generates what transformers generates with them."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+LP_TOL = 1e-3   # float32 log-probs of vLLM's CPU kernels against transformers' forward
 
-    from awarl.agent.backends.hf import HFBackend
+
+@pytest.fixture(scope="module")
+def engine(tiny_dir):
     from awarl.agent.backends.vllm import VLLMBackend
+
+    return VLLMBackend.from_pretrained(str(tiny_dir), dtype="float32", enforce_eager=True, max_model_len=256)
+
+
+def _teacher_forced(model, prompt: list[int], ids: list[int]) -> list[float]:
+    """transformers' log-probs of `ids` after `prompt`."""
+    import torch
+
+    with torch.no_grad():
+        lp = torch.log_softmax(model(torch.tensor([prompt + ids])).logits[0].float(), -1)
+    return [lp[len(prompt) - 1 + i, t].item() for i, t in enumerate(ids)]
+
+
+def _reload_changed(engine, tiny_dir, changed):
+    """Reload the tiny model into the engine with the parameters `changed(name)` selects moved; returns the
+    moved transformers model, the original one and the engine's greedy completion of a prompt."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
     from awarl.upstream import vllm as uv
 
-    tok = AutoTokenizer.from_pretrained(tiny_dir)
-    engine = VLLMBackend.from_pretrained(str(tiny_dir), dtype="float32", enforce_eager=True, max_model_len=256)
+    original = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
+    moved = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in moved.named_parameters():
+            if changed(name):
+                p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+    worker = uv.engine_worker(engine.llm)
+    uv.reload_weights(worker, ((n, t.detach().clone()) for n, t in moved.named_parameters()))
+    engine.llm.reset_prefix_cache()
+    prompt = engine.tokenizer("The capital of France is")["input_ids"]
+    return moved, original, prompt, engine.generate([prompt], max_new_tokens=8, temperature=0.0)[0]
+
+
+@pytest.mark.vllm
+def test_a_real_engine_exposes_what_the_shims_reach(engine):
+    from vllm.inputs.engine import tokens_input
+
+    from awarl.upstream import vllm as uv
+
     worker = uv.engine_worker(engine.llm)
     assert worker is not None and uv.reload_takes_weights(worker)
     assert isinstance(uv.generation_config(engine.llm), dict)
-    from vllm.inputs.engine import tokens_input
-
     assert uv.tokens_input() is tokens_input
 
-    model = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
-    with torch.no_grad():
-        gen = torch.Generator().manual_seed(1)
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.5)
-    uv.reload_weights(worker, ((n, t.detach().clone()) for n, t in model.named_parameters()))
-    engine.llm.reset_prefix_cache()
-    prompts = [tok("The capital of France is")["input_ids"], tok("Who wrote")["input_ids"]]
-    got = engine.generate(prompts, max_new_tokens=12, temperature=0.0)
-    want = HFBackend(model, tok).generate(prompts, max_new_tokens=12, temperature=0.0)
-    assert [g.token_ids for g in got] == [w.token_ids for w in want]
+
+@pytest.mark.vllm
+def test_weights_reloaded_through_the_shims_are_what_the_engine_then_computes(engine, tiny_dir):
+    """The transformer layers moved (what LoRA on the attention and MLP projections moves): after the reload
+    the engine's log-probs are the moved model's, no longer the original's."""
+    moved, original, prompt, g = _reload_changed(engine, tiny_dir, lambda name: "layers." in name)
+    assert g.logprobs == pytest.approx(_teacher_forced(moved, prompt, g.token_ids), abs=LP_TOL)
+    assert g.logprobs != pytest.approx(_teacher_forced(original, prompt, g.token_ids), abs=LP_TOL)
+
+
+@pytest.mark.vllm
+@pytest.mark.xfail(strict=True, reason="vLLM 0.32's layerwise reload leaves the lm_head of a model with tied "
+                                       "embeddings (the tiny model, Qwen2.5 0.5B-3B) at its initial weights "
+                                       "('ParallelLMHead: Failed to load weights'): moved embeddings reach the "
+                                       "input side only; docs/dependencies.md")
+def test_reloaded_tied_embeddings_reach_the_output_head_too(engine, tiny_dir):
+    moved, _, prompt, g = _reload_changed(engine, tiny_dir, lambda name: "embed_tokens" in name)
+    assert g.logprobs == pytest.approx(_teacher_forced(moved, prompt, g.token_ids), abs=LP_TOL)
