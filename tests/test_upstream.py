@@ -175,6 +175,53 @@ def test_report_to_names_come_from_transformers():
         check_report_to(["nope"])
 
 
+def test_the_slot_session_hands_the_model_its_cache_under_the_forwards_own_name(tiny_dir):
+    """transformers 5.24 renamed forward's `past_key_values` to `cache` (the old name warns, and goes in 5.40):
+    the slot session passes the name the installed forward takes, so a decode never warns."""
+    import warnings
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from awarl.agent.backends.hf import HFBackend
+    from awarl.upstream.transformers import cache_argument, forward_parameters
+
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    assert cache_argument(model) in forward_parameters(model)
+    prompt = tok("The capital of France is")["input_ids"]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*past_key_values.*")
+        session = HFBackend(model, tok).open_session(n_sequences=1, max_len=len(prompt) + 8, max_new_total=8,
+                                                     temperature=0.0, top_p=1.0, stop_strings=(), seed=0)
+        session.add(0, prompt, max_new_tokens=8)
+        ends = []
+        while not ends:
+            ends += session.step()
+        stats = session.close()
+    assert stats["model_tokens"] == len(ends[0].token_ids) > 0
+
+
+def test_the_hub_revision_comes_from_the_config_or_the_hub_cache(tmp_path, monkeypatch, tiny_dir):
+    """transformers <= 5.17 keeps the commit on the config; later releases do not, and the hub cache's snapshot
+    folder of the default revision tells (a cache laid out here by hand: no hub download in the tests)."""
+    from types import SimpleNamespace
+
+    import huggingface_hub.constants as hub_constants
+
+    from awarl.upstream.transformers import commit_hash
+
+    repo = tmp_path / "models--org--name"
+    (repo / "snapshots" / "abc123").mkdir(parents=True)
+    (repo / "snapshots" / "abc123" / "config.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path))
+    assert commit_hash(SimpleNamespace(config=SimpleNamespace(_commit_hash="fromconfig")), "org/name") == "fromconfig"
+    assert commit_hash(SimpleNamespace(config=SimpleNamespace()), "org/name") == "abc123"
+    assert commit_hash(None, "org/other") is None          # not in the cache
+    assert commit_hash(None, str(tiny_dir)) is None        # a local folder: its files are hashed instead
+
+
 # ------------------------------------------------------------------------------------- the scan
 def _private(name: str) -> bool:
     return name.startswith("_") and not name.endswith("__")

@@ -42,7 +42,7 @@ def model_identity(model_ref: str, model: Any = None) -> dict[str, Any]:
     """Model name and revision: the hub commit when loaded from the hub, else a hash of the local config
     and tokenizer files (hashing multi-GB weights at every eval would cost minutes; their sizes are kept)."""
     ident: dict[str, Any] = {"name": model_ref}
-    commit = upstream_transformers.commit_hash(model)
+    commit = upstream_transformers.commit_hash(model, model_ref)
     if commit:
         ident["revision"] = commit
     p = Path(model_ref)

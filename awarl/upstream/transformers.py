@@ -8,21 +8,24 @@
   dropout=, scaling=, **kwargs).
 - `attention_implementation` / `set_attention_implementation`: the model's current attention
   (`config._attn_implementation`, no public getter) and `PreTrainedModel.set_attn_implementation`.
-- `forward_parameters`: the names a model's `forward` takes (the slot session needs `position_ids` and
-  `logits_to_keep`), through a PEFT wrapper.
+- `forward_parameters` / `cache_argument`: the names a model's `forward` takes (the slot session needs
+  `position_ids` and `logits_to_keep`), through a PEFT wrapper, and the one it takes the KV cache under:
+  `past_key_values` up to 5.23, `cache` from 5.24 (`past_key_values` is deprecated there, gone in 5.40).
 - `trainer_loggers`: the `report_to` names the Trainer knows (`integration_utils.INTEGRATION_TO_CALLBACK`).
-- `commit_hash`: the hub revision a model was loaded from (`config._commit_hash`), for the eval manifest.
+- `commit_hash`: the hub revision a model was loaded from, for the eval manifest: `config._commit_hash` up
+  to 5.17; from 5.18 the config no longer keeps it and the hub cache's snapshot folder tells.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from awarl.upstream import changed, shim
 
-CHECKED = "5.17.0"
+CHECKED = "5.17.0 and 5.24.0"
 
 
 # ------------------------------------------------------------------------------------------ the cache
@@ -105,13 +108,20 @@ def forward_parameters(model: Any) -> set[str]:
     return set(inspect.signature(base.forward).parameters)
 
 
+def cache_argument(model: Any) -> str:
+    """The keyword the model's forward takes its KV cache under."""
+    return "cache" if "cache" in forward_parameters(model) else "past_key_values"
+
+
 @shim("transformers.forward", dist="transformers", checked=CHECKED,
-      reaches="CausalLM.forward(position_ids=, logits_to_keep=) (Qwen2ForCausalLM checked)")
+      reaches="CausalLM.forward(position_ids=, logits_to_keep=, past_key_values= | cache=) (Qwen2ForCausalLM)")
 def _forward_shape() -> str | None:
     from transformers import Qwen2ForCausalLM
 
-    missing = {"position_ids", "logits_to_keep", "past_key_values"} - set(
-        inspect.signature(Qwen2ForCausalLM.forward).parameters)
+    params = set(inspect.signature(Qwen2ForCausalLM.forward).parameters)
+    missing = {"position_ids", "logits_to_keep"} - params
+    if not params & {"past_key_values", "cache"}:
+        missing.add("past_key_values (or cache)")
     return f"Qwen2ForCausalLM.forward takes no {sorted(missing)}" if missing else None
 
 
@@ -131,16 +141,42 @@ def _loggers_shape() -> str | None:
 
 
 # ------------------------------------------------------------------------------------------ revision
-def commit_hash(model: Any) -> str | None:
-    """The hub commit the model's config was loaded from (None for local folders, objects without a config)."""
-    return getattr(getattr(model, "config", None), "_commit_hash", None)
+def commit_hash(model: Any, ref: str | None = None) -> str | None:
+    """The hub commit the model was loaded from: its config's `_commit_hash` (transformers <= 5.17), else the
+    commit the local hub cache holds for hub id `ref` at its default revision (what awarl loads; transformers
+    >= 5.18 no longer records it on the config). None for local folders and objects without a config."""
+    commit = getattr(getattr(model, "config", None), "_commit_hash", None)
+    if commit or not ref or Path(ref).exists():
+        return commit
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(ref, "config.json")
+    except ValueError:   # not a hub id
+        return None
+    return Path(cached).parent.name if isinstance(cached, str) else None
 
 
 @shim("transformers.commit_hash", dist="transformers", checked=CHECKED,
-      reaches="PretrainedConfig._commit_hash (set by from_pretrained)")
+      reaches="PretrainedConfig._commit_hash (<= 5.17); else huggingface_hub.try_to_load_from_cache's snapshot "
+              "folder (hub-cache layout models--ORG--NAME/snapshots/COMMIT/config.json)")
 def _commit_hash_shape() -> str | None:
+    import tempfile
+
+    import huggingface_hub.constants as hub_constants
     from transformers import PretrainedConfig
 
-    if getattr(PretrainedConfig(_commit_hash="abc"), "_commit_hash", None) != "abc":
-        return "PretrainedConfig no longer keeps _commit_hash"
-    return None
+    if getattr(PretrainedConfig(_commit_hash="abc"), "_commit_hash", None) == "abc":
+        return None
+    with tempfile.TemporaryDirectory() as cache:
+        repo = Path(cache) / "models--org--name"
+        (repo / "snapshots" / "c0ffee").mkdir(parents=True)
+        (repo / "snapshots" / "c0ffee" / "config.json").write_text("{}")
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text("c0ffee")
+        saved, hub_constants.HF_HUB_CACHE = hub_constants.HF_HUB_CACHE, cache
+        try:
+            found = commit_hash(None, "org/name")
+        finally:
+            hub_constants.HF_HUB_CACHE = saved
+    return None if found == "c0ffee" else f"the hub cache gave {found!r} for a cached snapshot c0ffee"

@@ -125,16 +125,18 @@ upstream_transformers.register_attention(ATTENTION, slot_attention)
 
 
 def run_forward(model: Any, cache: SlotCache, ids: torch.Tensor, pos: torch.Tensor, write: torch.Tensor,
-                rows: torch.Tensor | None, n: int, view: int, dtype: torch.dtype) -> torch.Tensor:
+                rows: torch.Tensor | None, n: int, view: int, dtype: torch.dtype,
+                cache_arg: str = "past_key_values") -> torch.Tensor:
     """Logits at the last position of each row: the new tokens `ids` at positions `pos`, their keys
-    written at cache index `write`, reading keys [0, view) of the cache rows `rows` (None: the first n)."""
+    written at cache index `write`, reading keys [0, view) of the cache rows `rows` (None: the first n).
+    `cache_arg`: the name the model's forward takes the cache under (awarl.upstream.transformers)."""
     keys = torch.arange(view, device=ids.device)
     hidden = keys[None, None, :] > pos[:, :, None]   # [n, q, view]: a query sees the keys up to its position
     mask = torch.zeros(hidden.shape, dtype=dtype, device=ids.device).masked_fill_(hidden, float("-inf"))[:, None]
     cache.rows, cache.n, cache.write, cache.view = rows, n, write, view
     with torch.no_grad():
-        out = model(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True,
-                    logits_to_keep=1)
+        out = model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True, logits_to_keep=1,
+                    **{cache_arg: cache})
     return out.logits[:, -1]
 
 
@@ -143,9 +145,10 @@ def compiled_static_step(model: Any, cache: SlotCache, dtype: torch.dtype) -> An
     cache tensors marked static so CUDA graphs can replay over them."""
     for t in (*cache.keys, *cache.values):
         upstream_torch.mark_static_address(t)
+    cache_arg = upstream_transformers.cache_argument(model)
 
     def step(ids: torch.Tensor, pos: torch.Tensor, write: torch.Tensor) -> torch.Tensor:
-        return run_forward(model, cache, ids, pos, write, None, cache.slots, cache.capacity, dtype)
+        return run_forward(model, cache, ids, pos, write, None, cache.slots, cache.capacity, dtype, cache_arg)
 
     return torch.compile(step, mode="reduce-overhead", dynamic=False)
 
@@ -215,6 +218,7 @@ class SlotSession:
         self._attention = upstream_transformers.attention_implementation(self.model)
         upstream_transformers.set_attention_implementation(self.model, ATTENTION)
         self._dtype = next(self.model.parameters()).dtype
+        self._cache_arg = upstream_transformers.cache_argument(self.model)
         self._was_training = self.model.training
         self.model.eval()
 
@@ -359,7 +363,7 @@ class SlotSession:
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, write: torch.Tensor, rows: torch.Tensor | None,
                  view: int, n: int | None = None) -> torch.Tensor:
         return run_forward(self.model, self.cache, ids, pos, write, rows, ids.shape[0] if n is None else n, view,
-                           self._dtype)
+                           self._dtype, self._cache_arg)
 
     def _advance(self, seqs: list[_Seq], logits: torch.Tensor) -> list[TurnEnd]:
         """Sample each row's next token, record it and end the turns that are over."""
