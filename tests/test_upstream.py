@@ -44,10 +44,13 @@ def test_every_shim_matches_the_installed_library(name):
     upstream.check(name)
 
 
-def test_every_library_awarl_reaches_into_has_its_shims():
-    dists = {s.dist for s in upstream.all_shims().values()}
-    assert dists == {"trl", "vllm", "transformers", "torch", "httpx"}
-    assert all(s.checked and s.reaches for s in upstream.all_shims().values())
+def test_each_shim_lives_in_the_module_of_its_library_and_names_a_checked_version():
+    import re
+
+    for name, s in upstream.all_shims().items():
+        module = name.split(".")[0]
+        assert s.probe.__module__ == f"awarl.upstream.{module}" and module in upstream.MODULES, name
+        assert s.dist == module and re.search(r"\d+\.\d+", s.checked) and s.reaches, name
 
 
 # ------------------------------------------------------------------------------------- loud failures
