@@ -1,7 +1,7 @@
 # The two set-up commands of the README:
 #   make demo   installs awarl into .venv and runs the offline demo (CPU, < 10 minutes)
 #   make test   installs awarl with its test extras into .venv and runs the test suite
-#   make test-fast  the same without the tests marked `slow` (the inner loop, under a minute of CPU)
+#   make test-fast  the same without the tests marked `slow` (the inner loop, about a minute of CPU)
 # and the second test command CI runs after `make test`:
 #   make test-vllm  installs vLLM's CPU build into .venv-vllm and runs the tests marked `vllm` there
 PYTHON ?= python3
