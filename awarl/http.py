@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from awarl.upstream import httpx as upstream_httpx
+
 _deadline = threading.local()  # the running request's time.monotonic() deadline, per calling thread
 
 
@@ -46,7 +48,6 @@ def _bounded(timeout: float | None) -> float | None:
 def _deadline_transport() -> Any:
     """An httpx transport whose every socket read, write and connect is bounded by the request deadline."""
     import httpcore
-    import httpx
 
     class Stream(httpcore.NetworkStream):
         def __init__(self, inner: Any) -> None:
@@ -73,11 +74,8 @@ def _deadline_transport() -> Any:
                         socket_options: Any = None) -> Any:
             return Stream(super().connect_tcp(host, port, _bounded(timeout), local_address, socket_options))
 
-    transport = httpx.HTTPTransport()
-    # httpx does not take a network backend; its transport's pool is swapped for one that has ours
-    transport._pool = httpcore.ConnectionPool(network_backend=Backend(), max_connections=100,
-                                              max_keepalive_connections=20, keepalive_expiry=5.0)
-    return transport
+    # httpx does not take a network backend: awarl.upstream swaps its transport's pool for one that has ours
+    return upstream_httpx.transport_with_backend(Backend())
 
 
 def deadline_client(timeout_s: float, headers: dict[str, str] | None = None) -> Any:

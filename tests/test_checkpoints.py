@@ -90,6 +90,7 @@ def resume(cfg, tok, backend, out: Path, steps: int, **kw):
     return run_train(cfg, tokenizer=tok, backend_factory=lambda t: backend, final_eval=False, **kw)
 
 
+@pytest.mark.slow
 def test_training_marks_checkpoints_complete_and_resume_falls_back_past_a_killed_save(two_steps, tmp_path):
     cfg, tok, backend = two_steps
     src = Path(cfg.run.out_dir)
@@ -106,6 +107,7 @@ def test_training_marks_checkpoints_complete_and_resume_falls_back_past_a_killed
     assert summary["reward_state"]["updates"] == state1["updates"] + 2  # steps 2 and 3 ran again from 1
 
 
+@pytest.mark.slow
 def test_resuming_without_reward_state_is_refused_then_restarts_e_bar_only_when_asked(two_steps, tmp_path):
     cfg, tok, backend = two_steps
     out = tmp_path / "run"

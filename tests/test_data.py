@@ -275,6 +275,7 @@ def test_dataset_stats_hand_checked():
     assert st["y"]["types"] == {"bridge": 1} and st["all"]["n"] == 3
 
 
+@pytest.mark.slow
 def test_cli_data_stats_and_corpus(tmp_path, capsys):
     assert main(["data", "stats", str(HOTPOT), str(MUSIQUE)]) == 0
     out = capsys.readouterr().out

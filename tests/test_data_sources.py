@@ -264,6 +264,7 @@ def test_truncated_or_fake_parquet_is_a_data_error_naming_the_file(tmp_path):
         load_examples(html)
 
 
+@pytest.mark.slow
 def test_dataset_lines_are_read_under_a_length_cap(tmp_path):
     from awarl.io import MAX_LINE_BYTES
 

@@ -49,6 +49,7 @@ def test_teacher_sequences_train_only_model_turns(parts):
             == f"<search> {ex.question} </search>"
 
 
+@pytest.mark.slow
 def test_warmup_lowers_the_loss(parts, tiny_dir):
     from transformers import AutoModelForCausalLM
 
@@ -62,6 +63,7 @@ def test_warmup_lowers_the_loss(parts, tiny_dir):
     assert any(not (a == b).all() for a, b in zip(before, model.parameters(), strict=True))
 
 
+@pytest.mark.slow
 def test_demo_small_end_to_end_and_resume(tmp_path):
     out = tmp_path / "demo"
     small = ["demo.warmup_steps=4", "demo.train_questions=4", "estimate.k=2", "eval.limit=1",

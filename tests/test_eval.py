@@ -34,6 +34,7 @@ def read_lines(path):
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 def test_eval_end_to_end_with_server_resume_and_manifest(tmp_path, tiny_dir, server_url, monkeypatch):
     out = tmp_path / "ev"
     args = ["eval", "--model", str(tiny_dir), "--limit", "2", "--out", str(out),

@@ -45,6 +45,7 @@ def ran(tmp_path_factory, tiny_dir):
     return {"rc": rc, "rows": {r["run"]: r for r in rows}, "n": len(rows), "stdout": buf.getvalue()}
 
 
+@pytest.mark.slow
 def test_both_runs_recorded_with_positive_times_and_tokens(ran):
     assert ran["rc"] == 0
     assert ran["n"] == 2 and set(ran["rows"]) == {"awarl", "trl"}
@@ -63,6 +64,7 @@ def test_both_runs_recorded_with_positive_times_and_tokens(ran):
         assert r["params"] > 0 and r["vocab_size"] > 0
 
 
+@pytest.mark.slow
 def test_rates_are_tokens_over_seconds_of_the_measured_steps(ran):
     for r in ran["rows"].values():
         assert r["measured_steps"] == list(range(2, STEPS + 1))  # the first step is left out
@@ -76,6 +78,7 @@ def test_rates_are_tokens_over_seconds_of_the_measured_steps(ran):
         assert r["median_step_s"] == pytest.approx(sorted(r["step_seconds"][1:])[(STEPS - 1) // 2], abs=1e-3)
 
 
+@pytest.mark.slow
 def test_token_counts_agree_with_what_trl_logged(ran):
     # TRL logs the mean model-token length of the step's completions (env tokens excluded via env_mask)
     for r in ran["rows"].values():
@@ -85,6 +88,7 @@ def test_token_counts_agree_with_what_trl_logged(ran):
     assert ran["rows"]["trl"]["env_tokens"] == [0] * STEPS
 
 
+@pytest.mark.slow
 def test_side_by_side_table_printed_last(ran):
     lines = ran["stdout"].rstrip().splitlines()
     header = next(i for i, ln in enumerate(lines) if ln.startswith("run ") and "tokens/s" in ln)
@@ -123,6 +127,7 @@ def test_step_timer_stops_training_once_the_budget_is_spent():
         assert len(rec.step_seconds) == 1 and rec.step_seconds[0] >= 0
 
 
+@pytest.mark.slow
 def test_spent_budget_skips_runs_not_started(tmp_path, tiny_dir, capsys):
     rc = bench.main(["--shape", "tiny", "--steps", "1", "--completions", "2", "--num-generations", "2",
                      "--max-new-tokens", "16", "--which", "trl", "--budget-s", "0.001", "--out", str(tmp_path),

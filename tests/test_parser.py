@@ -128,6 +128,7 @@ TAGS = ["<think>", "</think>", "<search>", "</search>", "<information>", "</info
 tag_soup = st.lists(st.sampled_from(TAGS) | st.text(max_size=5), max_size=40).map("".join)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(st.text(max_size=200), tag_soup), st.integers(min_value=0, max_value=5), st.booleans())
 def test_never_raises_and_verdict_is_stable(text, max_turns, require):

@@ -202,6 +202,7 @@ def test_cli_research_prints_the_markdown_report_and_writes_its_json(tmp_path, t
     assert saved["answer"] == "Stanley" and saved["coverage_gaps"] == [] and saved["iterations"] == 2
 
 
+@pytest.mark.slow
 def test_eval_critic_loop_is_scored_like_single_pass_and_compared_with_it(tmp_path, tiny_dir, server_url, capsys):
     import json
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from awarl.cli import main as cli_main
 from awarl.retrieval import load_index, read_meta
@@ -49,6 +50,7 @@ def test_ivfpq_defaults() -> None:
     assert default_nlist(1_000_000) == 4096 and default_nlist(21_000_000) == 16384 and default_nlist(10) == 16
 
 
+@pytest.mark.slow
 def test_cli_builds_a_compressed_dense_index_that_serves(tmp_path: Path, wiki18_tiny: Path,
                                                          capsys) -> None:  # noqa: ANN001
     out = tmp_path / "ivfpq"

@@ -130,6 +130,7 @@ def test_title_text_corpus_form_is_accepted(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------- dense
+@pytest.mark.slow
 def test_dense_index_finds_own_passages(dense_index: Path, wiki18_tiny: Path) -> None:
     rows = corpus_rows(wiki18_tiny)
     retriever = load_index(dense_index)
@@ -148,6 +149,7 @@ def test_dense_index_finds_own_passages(dense_index: Path, wiki18_tiny: Path) ->
     assert sum(res[0].id == row["id"] for row, res in zip(picked, results, strict=True)) >= 0.8 * len(picked)
 
 
+@pytest.mark.slow
 def test_dense_hnsw_agrees_with_flat(tmp_path: Path, wiki18_tiny: Path, dense_index: Path) -> None:
     hnsw = load_index(build_index(wiki18_tiny, "dense", tmp_path / "hnsw", hnsw=True, batch_size=16,
                                   show_progress=False))
@@ -159,6 +161,7 @@ def test_dense_hnsw_agrees_with_flat(tmp_path: Path, wiki18_tiny: Path, dense_in
 
 
 # ---------------------------------------------------------------------------------------- streaming
+@pytest.mark.slow
 def test_bm25_build_memory_does_not_scale_with_corpus_text(tmp_path: Path) -> None:
     """wiki-18 is 14 GB: the build may hold the token ids the index is made of, never the texts. Passages
     here are 4 KB of one-letter words (no BM25 tokens), so a streamed build's peak is a small fraction of
@@ -182,6 +185,7 @@ def test_bm25_build_memory_does_not_scale_with_corpus_text(tmp_path: Path) -> No
     assert load_index(tmp_path / "idx").search(["word7 title"], 1)[0][0].title == "Title 7"
 
 
+@pytest.mark.slow
 def test_dense_build_embeds_the_stream_chunk_by_chunk(tmp_path: Path, wiki18_tiny: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from awarl.retrieval.dense import DenseBuilder
@@ -231,6 +235,7 @@ def test_truncated_docstore_refused(bm25_index: Path, tmp_path: Path) -> None:
         load_index(idx)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["data.csc.index.npy", "vocab.index.json", "faiss.index"])
 def test_corrupt_index_files_refused_with_the_folder_named(name: str, bm25_index: Path, dense_index: Path,
                                                           tmp_path: Path) -> None:

@@ -43,6 +43,7 @@ def test_answers_match_direct_calls(bm25) -> None:
         assert health["queries_served"] == 7 and health["requests_served"] == 2
 
 
+@pytest.mark.slow
 def test_dense_answers_match_direct_calls(dense_index: Path) -> None:
     dense = load_index(dense_index)
     with serve_app(make_app(dense)) as url:

@@ -23,6 +23,7 @@ def _torchrun() -> str | None:
     return str(local) if local.exists() else shutil.which("torchrun")
 
 
+@pytest.mark.slow
 def test_two_ranks_agree_with_single_process(tmp_path):
     torchrun = _torchrun()
     if torchrun is None:

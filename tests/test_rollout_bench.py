@@ -45,6 +45,7 @@ def check_report(rep, lines, n=2):
     assert w["searches"] > 0 and sum(w["stop_reasons"].values()) == 6
 
 
+@pytest.mark.slow
 def test_cpu_run_tiny(tmp_path, tiny_dir, shipped_bm25_dir):
     rc, rep, lines = run(tmp_path, tiny_dir, shipped_bm25_dir, "--shape", "tiny")
     assert rc == 0
@@ -53,6 +54,7 @@ def test_cpu_run_tiny(tmp_path, tiny_dir, shipped_bm25_dir):
     assert not rep["engine"]["static"]
 
 
+@pytest.mark.slow
 def test_static_cache_path_at_qwen_output_width(tmp_path, tiny_dir, shipped_bm25_dir):
     """The GPU variant's path (static cache; compiled only on CUDA) on the tiny layers with a 151,936-wide
     output: ids the tokenizer lacks are never sampled."""

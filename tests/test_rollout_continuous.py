@@ -62,6 +62,7 @@ def ids(trajs):
     return [t.completion_ids for t in trajs]
 
 
+@pytest.mark.slow
 def test_sampled_trajectories_depend_on_seed_and_position_only(model, tok, retriever, questions):
     import torch
 

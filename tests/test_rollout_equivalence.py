@@ -223,6 +223,7 @@ def env_spans(t: Trajectory) -> int:
     return sum(1 for i, m in enumerate(t.env_mask) if m == 0 and (i == 0 or t.env_mask[i - 1] == 1))
 
 
+@pytest.mark.slow
 def test_greedy_multi_turn_trajectories_equal_the_reference_engine(model, tok, retriever, questions):
     ref_engine, new_engine = engines(model, tok, retriever, "awarl", max_turns=2, max_new_tokens_per_turn=12,
                                      max_trajectory_tokens=1000)
@@ -236,6 +237,7 @@ def test_greedy_multi_turn_trajectories_equal_the_reference_engine(model, tok, r
     assert_same(ref, new)
 
 
+@pytest.mark.slow
 def test_budget_cuts_fewer_slots_than_questions_and_static_cache_are_equal_too(model, tok, retriever, questions):
     """A trajectory budget that cuts information blocks, search-r1's per-block numbering, and 5 slots for 12
     questions (finished trajectories hand their slot on), dynamic and static cache."""

@@ -15,6 +15,7 @@ from awarl.rewards.trl_reward import AwaRLReward
 from awarl.simulate import dead_zone, make_population, population_from_counts, simulate_run
 
 
+@pytest.mark.slow
 def test_simulate_penalty_pulls_toward_rho_hat_and_plateau_rises_with_gamma(tmp_path):
     out = tmp_path / "sim"
     # The previous default's target (r_base_mean) is off by more than the dead zone, so the penalty has work to do
@@ -58,6 +59,7 @@ SMALL = ["simulate.steps=60", "simulate.n_queries=200", "simulate.batch_queries=
 @pytest.mark.parametrize("option", ["reward.expected_rate=r_base_mean", "reward.expected_rate=soft",
                                     "reward.r_ref_margin=0.1", "reward.ema_start=bias_corrected",
                                     "reward.p_definition=among_answered", "reward.p_online=ema"])
+@pytest.mark.slow
 def test_every_reconstruction_option_runs_from_the_command_line(tmp_path, option):
     out = tmp_path / "sim"
     assert main(["simulate", "--out", str(out), "--no-progress", *SMALL, "simulate.seeds=2",

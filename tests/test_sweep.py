@@ -78,6 +78,7 @@ def test_aggregate_compares_finished_runs_and_marks_missing(tmp_path):
     assert (tmp_path / "sw" / "comparison.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_local_dry_run_checks_every_run_with_train(tmp_path):
     """Each grid point goes through `awarl train --dry-run` in its own process (no weights loaded)."""
     res = run_sweep(sweep_file(tmp_path, grid={"reward.gamma": [0.25, 1.0]}), dry_run=True)

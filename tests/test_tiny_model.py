@@ -90,6 +90,7 @@ def test_deterministic_for_seed(tmp_path):
     assert a["tokenizer.json"] == c["tokenizer.json"]
 
 
+@pytest.mark.slow
 def test_cli_builds_model(tmp_path, capsys):
     from transformers import AutoTokenizer
 

@@ -148,6 +148,7 @@ def trained(tmp_path_factory, tiny_dir, closed_index, train_examples):
             "backend": backend}
 
 
+@pytest.mark.slow
 def test_loss_gradient_is_zero_on_environment_tokens(trained):
     g = trained["rec"]["grad"]
     assert g is not None, "the loss was never computed"
@@ -164,6 +165,7 @@ def test_loss_gradient_is_zero_on_environment_tokens(trained):
     assert (grad_norm[model_tok & rows.unsqueeze(1)] > 0).float().mean() > 0.9
 
 
+@pytest.mark.slow
 def test_parameters_change_and_checkpoints_written(trained):
     summary, rec = trained["summary"], trained["rec"]
     trainer = summary["trainer"]
@@ -181,6 +183,7 @@ def test_parameters_change_and_checkpoints_written(trained):
     assert (out / "resolved_config.yaml").is_file()
 
 
+@pytest.mark.slow
 def test_reward_statistics_are_logged(trained):
     trainer = trained["summary"]["trainer"]
     logs = [h for h in trainer.state.log_history if "awarl/rho" in h]
@@ -197,6 +200,7 @@ def test_reward_statistics_are_logged(trained):
     assert {"correct", "abstain", "wrong"} <= outcomes
 
 
+@pytest.mark.slow
 def test_p_from_estimate_file_sets_refusal_reward(trained):
     from awarl.data.types import example_key
     from awarl.rewards import abstention as A
@@ -218,6 +222,7 @@ def test_p_from_estimate_file_sets_refusal_reward(trained):
     assert seen >= 2
 
 
+@pytest.mark.slow
 def test_finished_message_says_where_the_outputs_are(trained):
     from types import SimpleNamespace
 
@@ -235,6 +240,7 @@ def test_finished_message_says_where_the_outputs_are(trained):
     assert f"tensorboard --logdir {out}/runs" in msg and "macro RA-F1 0.250, abstention 0.500" in msg
 
 
+@pytest.mark.slow
 def test_resume_continues_step_and_ema_state(trained, tiny_dir, closed_index):
     from transformers import AutoTokenizer
 
@@ -256,6 +262,7 @@ def test_resume_continues_step_and_ema_state(trained, tiny_dir, closed_index):
     assert log3[0]["awarl/E_bar"] == pytest.approx(beta * saved["e_bar"] + (1 - beta) * log3[0]["awarl/E"])
 
 
+@pytest.mark.slow
 def test_live_policy_rollout_one_step(tmp_path, tiny_dir, closed_index, train_examples):
     """The real generation path: transformers on the trainer's own (random) policy."""
     from transformers import AutoTokenizer
@@ -303,6 +310,7 @@ def test_missing_estimates_is_an_error_for_awarl_and_counted_when_partial(tmp_pa
     assert f"{N_TRAIN - 1} of {N_TRAIN} training questions have no p_i" in caplog.text
 
 
+@pytest.mark.slow
 def test_two_process_training_with_torchrun(tmp_path, tiny_dir, closed_index, train_examples):
     """torchrun --nproc_per_node=2 (gloo, CPU): DDP keeps both replicas equal and the reward statistics
     cover the whole generation batch of both processes."""
@@ -329,6 +337,7 @@ def test_two_process_training_with_torchrun(tmp_path, tiny_dir, closed_index, tr
     assert (tmp_path / "run" / "checkpoint-2" / "awarl_reward_state.json").is_file()
 
 
+@pytest.mark.slow
 def test_lora_run_saves_a_merged_full_model(tmp_path, tiny_dir, closed_index, train_examples):
     """With LoRA the trainer saved only adapter files to final/, which vLLM (`awarl eval ... backend=vllm`,
     `trl vllm-serve`, a warm start) cannot load; final/ now holds the merged model, final/adapter the adapters."""

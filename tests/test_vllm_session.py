@@ -271,6 +271,7 @@ def fake_server_app(tok, log: list, slow_marker: str, delay_s: float):
     return fake_vllm_app(tok, turn, record)
 
 
+@pytest.mark.slow
 def test_server_session_keeps_one_request_per_trajectory_in_flight(tiny_dir, shipped_bm25_dir, monkeypatch):
     """Two trajectories against a server that answers one of them slowly: the fast one's second turn goes out
     (and its whole trajectory ends) while the slow one's first request is still out; every request carries

@@ -94,7 +94,7 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
 def _build_engine(cfg: AwarlConfig, model: Any, tokenizer: Any, retriever: Any) -> Any:
     model = model if model is not None else (cfg.estimate.model or cfg.train.model)
     if tokenizer is None:
-        ref = model if isinstance(model, str) else model.config._name_or_path
+        ref = model if isinstance(model, str) else model.config.name_or_path
         tokenizer = load_tokenizer(ref, "estimate.model" if cfg.estimate.model else "train.model")
     if retriever is None:
         retriever = load_retriever(ensure_default_retrieval(cfg).retrieval)

@@ -21,6 +21,7 @@ from awarl.config import AwarlConfig
 from awarl.data.questions import EvalSet
 from awarl.io import file_sha256, loads_json
 from awarl.stages.predictions import PREDICTIONS, critic_label
+from awarl.upstream import transformers as upstream_transformers
 
 MANIFEST = "manifest.json"
 PACKAGES = ("awarl", "torch", "transformers", "trl", "datasets", "accelerate", "peft", "bm25s", "vllm",
@@ -41,7 +42,7 @@ def model_identity(model_ref: str, model: Any = None) -> dict[str, Any]:
     """Model name and revision: the hub commit when loaded from the hub, else a hash of the local config
     and tokenizer files (hashing multi-GB weights at every eval would cost minutes; their sizes are kept)."""
     ident: dict[str, Any] = {"name": model_ref}
-    commit = getattr(getattr(model, "config", None), "_commit_hash", None)
+    commit = upstream_transformers.commit_hash(model, model_ref)
     if commit:
         ident["revision"] = commit
     p = Path(model_ref)

@@ -166,7 +166,7 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
         if loop:  # the loop's own judge (research.judge), checked before any model loads too
             loop_judge = make_loop_judge(cfg, critic_cache_dir(cfg.critic, out), check=True, reuse=judge)
         model = model if model is not None else cfg.train.model
-        model_ref = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path",
+        model_ref = model if isinstance(model, str) else getattr(getattr(model, "config", None), "name_or_path",
                                                                  "model")
         if tokenizer is None:
             tokenizer = load_tokenizer(model_ref, "--model / train.model")

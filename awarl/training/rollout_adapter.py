@@ -30,6 +30,7 @@ from awarl.agent.templates import abstention_phrases, render_prompt
 from awarl.config import AwarlConfig
 from awarl.critic.correctness import Grade, grade_trajectories, trajectory_outcome
 from awarl.metrics import Outcome
+from awarl.upstream import trl as upstream_trl
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ class RolloutAdapter:
             return
         from trl.models import unwrap_model_for_generation
 
-        summon = getattr(getattr(trainer, "_dist", None), "summon_full_params", None)
+        summon = upstream_trl.fsdp_summon(trainer)
         with contextlib.ExitStack() as stack:
             model = stack.enter_context(unwrap_model_for_generation(
                 trainer.model_wrapped, trainer.accelerator,
@@ -199,7 +200,7 @@ class RolloutAdapter:
 
     @staticmethod
     def _log(trainer: Any, trajs: list[Any], out: dict[str, list], grades: list[Grade] | None) -> None:
-        log_metric = getattr(trainer, "_log_metric", None)
+        log_metric = upstream_trl.metric_logger(trainer)
         if log_metric is None or not trajs:
             return
         n = len(trajs)

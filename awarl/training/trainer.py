@@ -18,6 +18,9 @@ from typing import Any
 from awarl.agent.backends.vllm import check_engine_can_start, engine_kwargs, vllm_cpu_build
 from awarl.config import AwarlConfig, ConfigError
 from awarl.training import weight_sync
+from awarl.upstream import installed
+from awarl.upstream import transformers as upstream_transformers
+from awarl.upstream import trl as upstream_trl
 
 log = logging.getLogger(__name__)
 
@@ -70,15 +73,13 @@ def check_report_to(targets: list[str]) -> list[str]:
     i.e. after the policy (and vLLM) have loaded."""
     import importlib.util
 
-    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
-
+    known = upstream_transformers.trainer_loggers()
     out = [r for r in targets if r != "none"]
     if "none" in targets and out:
         raise ConfigError(f"train.report_to: `none` cannot be combined with other loggers, got {targets}")
     for name in out:
-        if name not in INTEGRATION_TO_CALLBACK:
-            raise ConfigError(f"train.report_to: unknown logger {name!r}; known: none, "
-                              f"{', '.join(sorted(INTEGRATION_TO_CALLBACK))}")
+        if name not in known:
+            raise ConfigError(f"train.report_to: unknown logger {name!r}; known: none, {', '.join(sorted(known))}")
         pkgs, hint = _LOGGER_PACKAGES.get(name, ((), ""))
         if pkgs and not any(importlib.util.find_spec(m) is not None for m in pkgs):
             raise ConfigError(f"train.report_to: {name!r} is selected but the {pkgs[0]!r} package is not "
@@ -183,25 +184,13 @@ def colocate_engine_options(cfg: AwarlConfig) -> dict[str, Any]:
 @contextlib.contextmanager
 def colocated_engine_options(options: dict[str, Any]) -> Iterator[None]:
     """While TRL builds its colocated `vllm.LLM`, add `options` to the arguments it passes (never overriding
-    one TRL sets). TRL 1.16 calls the `LLM` name of trl.generation.vllm_generation; if a TRL release stops
-    doing so, the options are not applied and a warning says which."""
-    import trl.generation.vllm_generation as tvg
-
-    original = getattr(tvg, "LLM", None)
-    if original is None:
-        log.warning("TRL's colocated engine is not built through trl.generation.vllm_generation.LLM: "
-                    "generation.%s do not reach it", ", generation.".join(options))
+    one TRL sets), through awarl.upstream.trl. If a TRL release stops building its engine through the name
+    that shim wraps, the options are not applied and a warning says which."""
+    with upstream_trl.colocated_llm_options(options) as applied:
+        if not applied:
+            log.warning("TRL's colocated engine is not built through trl.generation.vllm_generation.LLM (trl %s): "
+                        "generation.%s do not reach it", installed("trl"), ", generation.".join(options))
         yield
-        return
-
-    def llm_with_options(*args: Any, **kwargs: Any) -> Any:
-        return original(*args, **{**options, **kwargs})
-
-    tvg.LLM = llm_with_options
-    try:
-        yield
-    finally:
-        tvg.LLM = original
 
 
 def lora_config(cfg: AwarlConfig) -> Any:

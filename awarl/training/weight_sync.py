@@ -9,15 +9,19 @@ it does not (vLLM <= 0.31, TRL's supported range on GPU), TRL's own sync runs un
 
 Only how tensors reach vLLM changes: the parameters still come from TRL's `_iter_named_params`, which
 gathers ZeRO-3 / FSDP shards and merges LoRA adapters (names as vLLM expects them), and the prefix cache
-is reset afterwards, as TRL does. Server mode is untouched (TRL's client pushes over NCCL).
+is reset afterwards, as TRL does. Server mode is untouched (TRL's client pushes over NCCL). What this
+reaches inside TRL and vLLM (the parameter iterator, the engine's worker, its reload API) goes through
+awarl.upstream.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Iterator
 from typing import Any
+
+from awarl.upstream import trl as upstream_trl
+from awarl.upstream import vllm as upstream_vllm
 
 log = logging.getLogger(__name__)
 
@@ -25,29 +29,12 @@ RELOAD = "vllm-reload"   # vLLM's layerwise reload API (awarl's sync)
 TRL = "trl"              # TRL's own per-parameter load_weights
 
 
-def engine_worker(llm: Any) -> Any | None:
-    """The in-process worker of a colocated `vllm.LLM` (TRL runs it with the external launcher, one
-    worker in the training process), or None where the engine does not expose one."""
-    executor = getattr(getattr(llm, "llm_engine", None), "model_executor", None)
-    wrapper = getattr(executor, "driver_worker", None)
-    return getattr(wrapper, "worker", None)
-
-
 def sync_method(llm: Any) -> str:
-    """Which sync a colocated engine gets: RELOAD where its worker can reload weights it is given, else TRL.
-
-    The worker's `reload_weights(*args, **kwargs)` forwards to its model runner's, whose signature tells:
-    older runners' `reload_weights()` re-read the checkpoint from disk, which would silently bring back the
-    initial weights, so the `weights_iterator` argument itself is checked."""
-    worker = engine_worker(llm)
-    fn = getattr(getattr(worker, "model_runner", None), "reload_weights", None)
-    if not callable(getattr(worker, "reload_weights", None)) or not callable(fn):
-        return TRL
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return TRL
-    return RELOAD if "weights_iterator" in params else TRL
+    """Which sync a colocated engine gets: RELOAD where its worker can reload weights it is given (vLLM's
+    reload API, whose `weights_iterator` argument is checked: older runners re-read the checkpoint from
+    disk), else TRL."""
+    worker = upstream_vllm.engine_worker(llm)
+    return RELOAD if worker is not None and upstream_vllm.reload_takes_weights(worker) else TRL
 
 
 def _detached(named: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
@@ -60,8 +47,8 @@ def _detached(named: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
 def reload_sync(vllm_generation: Any) -> None:
     """Push the policy's current weights into the colocated engine through vLLM's reload API."""
     llm = vllm_generation.llm
-    worker = engine_worker(llm)
-    worker.reload_weights(weights_iterator=_detached(vllm_generation._iter_named_params()))
+    upstream_vllm.reload_weights(upstream_vllm.engine_worker(llm),
+                                 _detached(upstream_trl.named_params(vllm_generation)))
     llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
 
 
@@ -77,7 +64,7 @@ def install(trainer: Any) -> str | None:
         return TRL
     method = sync_method(gen.llm)
     if method == RELOAD:
-        gen.sync_weights = lambda: reload_sync(gen)
+        upstream_trl.replace_sync_weights(gen, lambda: reload_sync(gen))
     log.info("colocated vLLM weight sync: %s", "vLLM's reload_weights" if method == RELOAD
              else "TRL's load_weights per parameter")
     return method

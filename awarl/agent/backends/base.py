@@ -181,7 +181,7 @@ class StopMatcher:
         if lasts:
             single = [[i] for i in range(n_tok)]
             # The Rust tokenizer of a fast tokenizer decodes Qwen's 152k ids in a fraction of a second.
-            rust = getattr(tokenizer, "_tokenizer", None)
+            rust = getattr(tokenizer, "backend_tokenizer", None)
             texts = (rust.decode_batch(single, skip_special_tokens=False) if hasattr(rust, "decode_batch")
                      else tokenizer.batch_decode(single, skip_special_tokens=False))
             self.candidate[:n_tok] = [any(c in t for c in lasts) or "\ufffd" in t for t in texts]

@@ -16,12 +16,12 @@ turn. What is built per stop-string set (the stop test, transformers' StopString
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 from awarl.agent.backends.base import Generation, Seed, Session, StopMatcher, eos_ids, finish, stream_seed
+from awarl.upstream import transformers as upstream_transformers
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +128,7 @@ class HFBackend:
         kinds = set(getattr(cfg, "layer_types", None) or ["full_attention"])
         if kinds != {"full_attention"} or getattr(cfg, "use_sliding_window", False):
             return f"layer types {sorted(kinds)} (the slot cache is for full attention)"
-        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model   # PEFT
-        params = inspect.signature(base.forward).parameters
-        if not {"position_ids", "logits_to_keep"} <= set(params):
+        if not {"position_ids", "logits_to_keep"} <= upstream_transformers.forward_parameters(self.model):
             return "its forward takes no position_ids / logits_to_keep"
         return None
 

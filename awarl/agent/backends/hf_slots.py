@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import AttentionInterface
-from transformers.cache_utils import Cache
 
 from awarl.agent.backends.base import Seed, TurnEnd, sequence_seed
+from awarl.upstream import torch as upstream_torch
+from awarl.upstream import transformers as upstream_transformers
 
 ATTENTION = "awarl_slots"
 
@@ -44,7 +44,7 @@ ATTENTION = "awarl_slots"
 _LENGTH_QUANTUM = 256
 
 
-class SlotCache(Cache):
+class SlotCache(upstream_transformers.cache_base()):
     """The KV cache of `slots` sequences of up to `length` positions: per layer [slots, kv_heads, capacity + 1,
     head_dim] keys and values, allocated at the first forward (when the model's shapes are known) and grown
     (doubling) as sequences get longer; `fixed` allocates the whole length at once (static shapes). Index
@@ -52,7 +52,7 @@ class SlotCache(Cache):
     covers and where each new key goes."""
 
     def __init__(self, slots: int, length: int, *, fixed: bool = False) -> None:
-        super().__init__(layers=[])
+        upstream_transformers.init_cache(self)
         self.slots, self.length, self.fixed = slots, length, fixed
         self.capacity = length if fixed else 0
         self.keys: list[torch.Tensor] = []
@@ -121,20 +121,22 @@ def slot_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: t
     return out.transpose(1, 2).contiguous(), None
 
 
-AttentionInterface.register(ATTENTION, slot_attention)
+upstream_transformers.register_attention(ATTENTION, slot_attention)
 
 
 def run_forward(model: Any, cache: SlotCache, ids: torch.Tensor, pos: torch.Tensor, write: torch.Tensor,
-                rows: torch.Tensor | None, n: int, view: int, dtype: torch.dtype) -> torch.Tensor:
+                rows: torch.Tensor | None, n: int, view: int, dtype: torch.dtype,
+                cache_arg: str = "past_key_values") -> torch.Tensor:
     """Logits at the last position of each row: the new tokens `ids` at positions `pos`, their keys
-    written at cache index `write`, reading keys [0, view) of the cache rows `rows` (None: the first n)."""
+    written at cache index `write`, reading keys [0, view) of the cache rows `rows` (None: the first n).
+    `cache_arg`: the name the model's forward takes the cache under (awarl.upstream.transformers)."""
     keys = torch.arange(view, device=ids.device)
     hidden = keys[None, None, :] > pos[:, :, None]   # [n, q, view]: a query sees the keys up to its position
     mask = torch.zeros(hidden.shape, dtype=dtype, device=ids.device).masked_fill_(hidden, float("-inf"))[:, None]
     cache.rows, cache.n, cache.write, cache.view = rows, n, write, view
     with torch.no_grad():
-        out = model(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True,
-                    logits_to_keep=1)
+        out = model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True, logits_to_keep=1,
+                    **{cache_arg: cache})
     return out.logits[:, -1]
 
 
@@ -142,10 +144,11 @@ def compiled_static_step(model: Any, cache: SlotCache, dtype: torch.dtype) -> An
     """The static-mode decode step (all slots, the whole length) compiled once per cache: fixed shapes, the
     cache tensors marked static so CUDA graphs can replay over them."""
     for t in (*cache.keys, *cache.values):
-        torch._dynamo.mark_static_address(t)
+        upstream_torch.mark_static_address(t)
+    cache_arg = upstream_transformers.cache_argument(model)
 
     def step(ids: torch.Tensor, pos: torch.Tensor, write: torch.Tensor) -> torch.Tensor:
-        return run_forward(model, cache, ids, pos, write, None, cache.slots, cache.capacity, dtype)
+        return run_forward(model, cache, ids, pos, write, None, cache.slots, cache.capacity, dtype, cache_arg)
 
     return torch.compile(step, mode="reduce-overhead", dynamic=False)
 
@@ -212,9 +215,10 @@ class SlotSession:
         self.uniforms = (torch.zeros((n_sequences, max_new_total), device=self.device)
                          if self.temperature > 0 else None)
         # The session's attention reads its masks and the slot cache; the model's own one comes back at close.
-        self._attention = self.model.config._attn_implementation
-        self.model.set_attn_implementation(ATTENTION)
+        self._attention = upstream_transformers.attention_implementation(self.model)
+        upstream_transformers.set_attention_implementation(self.model, ATTENTION)
         self._dtype = next(self.model.parameters()).dtype
+        self._cache_arg = upstream_transformers.cache_argument(self.model)
         self._was_training = self.model.training
         self.model.eval()
 
@@ -262,7 +266,7 @@ class SlotSession:
 
     def close(self) -> dict[str, Any]:
         self.model.train(self._was_training)
-        self.model.set_attn_implementation(self._attention)
+        upstream_transformers.set_attention_implementation(self.model, self._attention)
         st = self.stats
         return {"slots": self.slots, "cache_length": self.cache.capacity, "static": self.static,
                 "decode_steps": st.decode_steps, "prefill_forwards": st.prefill_forwards,
@@ -359,7 +363,7 @@ class SlotSession:
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, write: torch.Tensor, rows: torch.Tensor | None,
                  view: int, n: int | None = None) -> torch.Tensor:
         return run_forward(self.model, self.cache, ids, pos, write, rows, ids.shape[0] if n is None else n, view,
-                           self._dtype)
+                           self._dtype, self._cache_arg)
 
     def _advance(self, seqs: list[_Seq], logits: torch.Tensor) -> list[TurnEnd]:
         """Sample each row's next token, record it and end the turns that are over."""

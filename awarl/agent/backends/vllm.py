@@ -41,7 +41,6 @@ sessions against the per-turn path and the transformers backend.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 import math
@@ -61,6 +60,7 @@ from awarl.agent.backends.base import (
     stream_seed,
 )
 from awarl.config import ConfigError
+from awarl.upstream import vllm as upstream_vllm
 
 log = logging.getLogger(__name__)
 
@@ -151,12 +151,9 @@ def sampled_logprob(step: Any, token_id: int) -> float:
 
 
 def _generation_config_eos(llm: Any) -> list[int]:
-    """The eos ids of the engine's model generation_config, where the engine exposes it."""
-    try:
-        gen = llm.llm_engine.model_config.try_get_generation_config() or {}
-    except Exception:  # noqa: BLE001 - engines without it (fakes, other versions) rely on the tokenizer's eos
-        return []
-    eos = gen.get("eos_token_id") if isinstance(gen, dict) else None
+    """The eos ids of the engine's model generation_config, where the engine exposes it (engines without it,
+    fakes and other versions, rely on the tokenizer's eos)."""
+    eos = upstream_vllm.generation_config(llm).get("eos_token_id")
     return [eos] if isinstance(eos, int) else [int(e) for e in eos or []]
 
 
@@ -177,17 +174,7 @@ def tokens_prompt(ids: Sequence[int]) -> Any:
     """A token-id prompt as the engine's `add_request` takes it: vLLM 0.32's rendered `TokensInput`, or the
     plain `{"prompt_token_ids": ...}` of earlier releases (which 0.32 still renders, with a deprecation
     warning)."""
-    return _tokens_input()(list(ids))
-
-
-@functools.cache
-def _tokens_input() -> Any:
-    """vLLM's `tokens_input`, looked up once (a failed import would search the path again on every request)."""
-    try:
-        from vllm.inputs.engine import tokens_input
-    except ImportError:
-        return lambda ids: {"prompt_token_ids": ids}
-    return tokens_input
+    return upstream_vllm.tokens_input()(list(ids))
 
 
 class VLLMBackend:
