@@ -2,7 +2,9 @@
 
 uvicorn closes a kept-alive connection after `timeout_keep_alive`, but a connection that never sends a byte,
 or sends its request head a byte at a time, is held forever; once the process runs out of file descriptors
-every new client is reset. `guarded_protocol` wraps uvicorn's HTTP protocol (httptools or h11) with:
+every new client is reset. `awarl.upstream.uvicorn.guarded_protocol` wraps uvicorn's HTTP protocol (httptools or
+h11; a subclass of upstream's protocol class, so it lives in the upstream room with a probe of the hooks it
+overrides) with the limits below:
 
 - an idle timeout from the start: a new connection that sends nothing for `idle_timeout_s` is closed, as
   uvicorn closes kept-alive ones;
@@ -17,7 +19,6 @@ every new client is reset. `guarded_protocol` wraps uvicorn's HTTP protocol (htt
 
 from __future__ import annotations
 
-import itertools
 import resource
 from dataclasses import dataclass
 from typing import Any
@@ -56,79 +57,12 @@ class ConnectionStats:
     refused: int = 0           # new connections closed because every connection had a request in work
 
 
-def _idle(protocol: Any) -> bool:
-    """No request in work: none started yet, or the last one answered."""
-    cycle = getattr(protocol, "cycle", None)
-    return cycle is None or bool(getattr(cycle, "response_complete", True))
-
-
-def guarded_protocol(limits: ConnectionLimits, stats: ConnectionStats, base: type | None = None) -> type:
-    """uvicorn's HTTP protocol class (`base`, default its auto choice) with the timeouts and limit above."""
-    if base is None:
-        from uvicorn.protocols.http.auto import AutoHTTPProtocol as base
-
-    arrivals = itertools.count()
-
-    class GuardedProtocol(base):  # type: ignore[misc, valid-type]
-        _opened = 0
-        _head_timer: Any = None
-        _head_cycle: Any = None
-
-        def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
-            self._opened = next(arrivals)   # not the loop's clock: connections accepted in one tick share it
-            # uvicorn's own keep-alive timer, started at once: a connection that sends nothing is idle too
-            self.timeout_keep_alive_task = self.loop.call_later(limits.idle_timeout_s,
-                                                                self.timeout_keep_alive_handler)
-            self._arm_head_timer()
-            if len(self.connections) > limits.max_connections:
-                self._make_room()
-            stats.open = len(self.connections)
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-            super().connection_lost(exc)
-            stats.open = len(self.connections)
-
-        def timeout_keep_alive_handler(self) -> None:
-            if not self.transport.is_closing():
-                stats.idle_closed += 1
-            super().timeout_keep_alive_handler()
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if not self.transport.is_closing():
-                self._arm_head_timer()
-
-        def _arm_head_timer(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-            self._head_cycle = self.cycle
-            self._head_timer = self.loop.call_later(limits.header_timeout_s, self._head_timeout)
-
-        def _head_timeout(self) -> None:
-            # no new request began since the timer was armed, and none is in work
-            if self.cycle is self._head_cycle and _idle(self) and not self.transport.is_closing():
-                stats.header_timeouts += 1
-                self.transport.close()
-
-        def _make_room(self) -> None:
-            idle = [c for c in self.connections if c is not self and _idle(c) and not c.transport.is_closing()]
-            if idle:
-                stats.shed += 1
-                min(idle, key=lambda c: c._opened).transport.close()
-            else:
-                stats.refused += 1
-                self.transport.close()
-
-    return GuardedProtocol
-
-
 def uvicorn_config(app: Any, *, host: str, port: int, limits: ConnectionLimits, stats: ConnectionStats,
                    access_log: bool = False, log_level: str = "info") -> Any:
     """The uvicorn.Config `serve()` runs (tests run the same one)."""
     import uvicorn
+
+    from awarl.upstream.uvicorn import guarded_protocol
 
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log,
                           timeout_keep_alive=limits.idle_timeout_s, http=guarded_protocol(limits, stats),

