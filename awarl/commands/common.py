@@ -29,15 +29,20 @@ def registered_choices() -> str:
     return "\n".join(f"  {', '.join(keys)}: {', '.join(values)};" for values, keys in lines.items())
 
 
+def add_choices_epilog(p: argparse.ArgumentParser) -> None:
+    """Append the registered choices (`registered_choices`) to the epilog of a command that takes overrides."""
+    block = ("registered choices (awarl/choices.py; docs/config.md describes each, docs/extending.md adds one):\n"
+             + registered_choices())
+    p.epilog = f"{p.epilog}\n\n{block}" if p.epilog else block
+
+
 def add_config_args(p: argparse.ArgumentParser, required: bool = False) -> None:
-    """--config and the KEY=VALUE overrides; the epilog gains the registered choices (`registered_choices`)."""
+    """--config and the KEY=VALUE overrides, and the registered choices in the epilog."""
     p.add_argument("--config", "-c", required=required, metavar="YAML",
                    help="run config (YAML under configs/; may `extends:` another)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help=f"{PRECEDENCE}; e.g. reward.gamma=0.25 train.max_steps=10")
-    block = ("registered choices (awarl/choices.py; docs/config.md describes each, docs/extending.md adds one):\n"
-             + registered_choices())
-    p.epilog = f"{p.epilog}\n\n{block}" if p.epilog else block
+    add_choices_epilog(p)
 
 
 def flag_overrides(flags: Mapping[str, Any]) -> list[str]:
