@@ -58,7 +58,7 @@ JUDGES.add("openai", "awarl.critic.openai_judge:OpenAIJudge", "an LLM behind an 
 STRATEGIES = Registry(
     "refusal-reward strategy", "reward.strategy",
     "an awarl.rewards.strategies.Strategy: abstain_reward(cfg: RewardConfig, r_ref, group_any_correct) -> float, "
-    "uses_penalty, uses_group")
+    "uses_r_ref, uses_group")
 STRATEGIES.add("awarl", "awarl.rewards.strategies:AWARL", "AWA-RL's dynamic r_ref (query-aware base reward + "
                "the dynamic batch penalty)")
 STRATEGIES.add("none", "awarl.rewards.strategies:NONE", "plain GRPO: an abstention is worth a wrong answer "

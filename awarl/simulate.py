@@ -198,7 +198,7 @@ def simulate_run(pop: Population, sc: SimulateConfig, rc: RewardConfig, strategy
     rng = np.random.default_rng(seed)
     rc = rc.model_copy(update={"strategy": strategy, "gamma": gamma,
                                **({"static_value": static_value} if static_value is not None else {})})
-    awarl = registered_strategy(strategy).uses_penalty  # keeps Ē and applies P(Ē)
+    awarl = registered_strategy(strategy).uses_r_ref  # keeps Ē and applies P(Ē)
     model = _RewardModel(rc, pop.p_hat(rc.p_definition), pop.p_samples(rc.p_definition))
     r_max = A.refusal_cap(rc.r_correct, rc.r_ref_margin)
     r_min = A.refusal_floor(rc.r_wrong, rc.r_ref_floor_margin)

@@ -209,7 +209,7 @@ def test_the_guide_s_examples_work_end_to_end_once_registered(tmp_path):
     # strategy: the "h" group (no correct answer) keeps AWA-RL's r_ref; "e" has a correct one: r_wrong = 0
     plain, mixed, stats = out["strategy"]
     assert mixed[:3] == pytest.approx(plain[:3]) and plain[3] > 0 and mixed[3] == 0.0
-    assert {"E", "E_bar", "penalty"} <= set(stats)  # uses_penalty: the smoothed excess is kept
+    assert {"E", "E_bar", "penalty"} <= set(stats)  # uses_r_ref: the smoothed excess is kept
     # reading: ρ̂ of the batch is the mean of 1 − p_i
     assert out["reading"] == [pytest.approx(0.75), pytest.approx((0.96 * 2 + 0.19 * 2) / 4), True]
     labels, e_bar_len, rho_hat0 = out["simulate"]

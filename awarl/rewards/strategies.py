@@ -25,15 +25,16 @@ class Strategy:
     """What a refusal-reward strategy registers (docs/extending.md).
 
     - `abstain_reward(cfg, r_ref, group_any_correct)`: the reward of one abstention; `r_ref` is AWA-RL's
-      dynamic refusal reward of the query (steps 2-8, the penalty included when `uses_penalty`),
+      dynamic refusal reward of the query (steps 2-8; with the penalty only when `uses_r_ref`),
       `group_any_correct` whether any completion of the query's GRPO group is correct (counted across
       processes only when `uses_group`; False otherwise).
-    - `uses_penalty`: the caller keeps Ē and applies P(Ē) (steps 5-7) to r_ref; E, Ē and P are logged.
+    - `uses_r_ref`: the reward reads r_ref, so training needs every query's p_i (`awarl estimate`) and the
+      caller keeps Ē and applies P(Ē) (steps 5-7); E, Ē and P are logged.
     - `uses_group`: the caller counts each query's group outcomes.
     """
 
     abstain_reward: Callable[[RewardConfig, float, bool], float]
-    uses_penalty: bool = False
+    uses_r_ref: bool = False
     uses_group: bool = False
 
 
@@ -57,7 +58,7 @@ def bapo_reward(cfg: RewardConfig, r_ref: float, group_any_correct: bool) -> flo
     return float(cfg.r_wrong) if group_any_correct else float(cfg.bapo_value)
 
 
-AWARL = Strategy(awarl_reward, uses_penalty=True)
+AWARL = Strategy(awarl_reward, uses_r_ref=True)
 NONE = Strategy(wrong_answer_reward)
 STATIC = Strategy(static_reward)
 BAPO = Strategy(bapo_reward, uses_group=True)

@@ -262,7 +262,7 @@ class AwaRLReward:
         """Steps 6-7 for AWA-RL (None for the baselines, which have no penalty): the EMA m_t, Ē_t and P(Ē_t).
         An evaluation batch is scored with the training state as it stands; it does not feed Ē."""
         cfg = self.cfg
-        if not strategy(cfg.strategy).uses_penalty:
+        if not strategy(cfg.strategy).uses_r_ref:
             return None
         e_ema, updates = (A.ema(self.e_ema, rates["E"], cfg.beta), self.updates + 1) if update else \
             (self.e_ema, self.updates)
