@@ -336,3 +336,17 @@ def test_config_comments_that_list_alternatives_list_registered_values():
                 words = [alt.split()[0] for alt in m.group(2).split("|") if alt.split()]
                 bad += [f"{path.name}:{n}: {w}" for w in words if w not in accepted(_key(m.group(1)))]
     assert bad == [] and seen >= 2
+
+
+def test_config_reference_lists_each_registered_key_s_values_and_every_registry():
+    """docs/config.md (generated; tests/test_config_docs.py keeps it fresh): each registry-backed key's type
+    cell lists exactly the config's values, and the "Registered choices" tables hold every entry."""
+    text = (REPO / "docs" / "config.md").read_text(encoding="utf-8")
+    sections = dict(re.findall(r"^## `([^`]+)`\n(.*?)(?=^## |\Z)", text, re.M | re.S))
+    for key in REGISTERED_KEYS:
+        section, field = key.rsplit(".", 1)
+        row = re.search(rf"^\| `{field}` \| ([^|]*) \|", sections[section], re.M)
+        assert row and tuple(re.findall(r"`([^`]+)`", row.group(1))) == allowed_values(key), key
+    for reg in choices.ALL:
+        for value in reg.choices:
+            assert f"| `{value}` |" in text.split("## Registered choices", 1)[1], (reg.what, value)
