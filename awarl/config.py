@@ -13,13 +13,33 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 from urllib.parse import urlparse
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from awarl import choices
 from awarl.io import atomic_write_text
+from awarl.registry import Registry, literal_of
+
+SIMULATOR_ONLY_STRATEGIES = ("awarl_no_penalty",)  # the ablation with P(Ē) forced to 0 (simulate.strategies)
+
+# The allowed values of every key that names a registered implementation come from its registry
+# (awarl/choices.py), so the config, `--help`, docs/config.md and the dispatch cannot disagree. A type
+# checker sees plain strings (a Literal built at run time is not a static type).
+if TYPE_CHECKING:
+    FormatName = DevSetName = JudgeChoice = JudgeName = StrategyName = SimulatedStrategy = str
+    ExpectedRateName = BackendName = str
+else:
+    FormatName = choices.FORMATS.literal()
+    DevSetName = choices.DEV_SETS.literal()
+    JudgeChoice = choices.JUDGES.literal()                    # with `none`
+    JudgeName = choices.JUDGES.literal(extras=False)          # a judge that gives verdicts
+    StrategyName = choices.STRATEGIES.literal()
+    SimulatedStrategy = literal_of(*choices.STRATEGIES.names, *SIMULATOR_ONLY_STRATEGIES)
+    ExpectedRateName = choices.EXPECTED_RATES.literal()
+    BackendName = choices.BACKENDS.literal()
 
 
 class ConfigError(ValueError):
@@ -103,8 +123,7 @@ class RunConfig(Section):
 class DataFile(Section):
     path: str = Field(..., description="Dataset file (JSON, JSONL or parquet), or a Hub dataset file: "
                       "hf://datasets/OWNER/NAME[@REVISION]/PATH (docs/formats.md).")
-    format: Literal["auto", "hotpotqa", "2wikimultihopqa", "musique", "flashrag", "searchr1", "unified"] = Field(
-        "auto", description="Input format; `auto` detects it from the file's content.")
+    format: FormatName = Field("auto", description="Input format: " + choices.FORMATS.describe() + ".")
     dataset: str | None = Field(None, description="Dataset name to record on each example "
                                 "(default: derived from the format or the records).")
     limit: int | None = Field(None, ge=1, description="Keep at most this many examples (seeded subsample).")
@@ -175,8 +194,7 @@ class AgentConfig(Section):
 
 
 class GenerationConfig(Section):
-    backend: Literal["hf", "vllm", "scripted"] = Field("hf", description="Generation backend: transformers, "
-                                                        "vLLM (GPU extra) or scripted replay (tests).")
+    backend: BackendName = Field("hf", description="Generation backend: " + choices.BACKENDS.describe() + ".")
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0 = greedy).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     batch_size: int = Field(32, ge=1, description="Trajectories generated together (transformers: the KV-cache "
@@ -218,9 +236,8 @@ class MetricsConfig(Section):
 
 # ------------------------------------------------------------------------------------------ reward
 class RewardConfig(Section):
-    strategy: Literal["awarl", "none", "static", "bapo"] = Field("awarl", description="Refusal reward: AWA-RL "
-                                                                  "(dynamic), none (plain GRPO), static constant, "
-                                                                  "or BAPO-style group IDK reward.")
+    strategy: StrategyName = Field("awarl", description="Refusal reward, what an abstention earns: "
+                                   + choices.STRATEGIES.describe() + ".")
     gamma: float = Field(0.05, gt=0.0, le=1.0, description="Courage factor γ: p* = p̃^γ. Smaller = braver. (R; "
                          "SPEC 0.5; the study's tuning half chose 0.05, docs/method.md \"Defaults chosen\")")
     p_min: float = Field(0.1, ge=0.0, le=1.0, description="Lower clip of p_i, against premature abstention. (R)")
@@ -230,13 +247,9 @@ class RewardConfig(Section):
         description="Ordered (threshold, penalty) pairs: |Ē| <= threshold gives that penalty; above the last "
                     "threshold, `penalty_max`. Sign follows Ē. (R)")
     penalty_max: float = Field(1.0, ge=0.0, description="Penalty beyond the last threshold. (R)")
-    expected_rate: Literal["threshold", "soft", "r_base_mean", "posterior"] = Field(
-        "posterior", description="ρ̂ per completion (docs/method.md \"The penalty's target\"): threshold = 1 if "
-        "R_base beats the expected value of answering, r_wrong + p_i·(r_correct − r_wrong) (SPEC; invalid "
-        "does not enter); soft = the sigmoid of that gap; r_base_mean = R_base itself (ρ̂ = batch mean of "
-        "1 − p*, capped at 1 − p_min^γ); posterior = the probability, given the K samples behind p_i, that the "
-        "query's true success lies below what refusing pays (the threshold with the estimate's uncertainty: "
-        "smooth in γ, tending to 1 for a batch the model never solves as K grows). (R)")
+    expected_rate: ExpectedRateName = Field(
+        "posterior", description="ρ̂ per completion (docs/method.md \"The penalty's target\"): "
+        + choices.EXPECTED_RATES.describe() + ". (R)")
     posterior_prior: float = Field(0.5, gt=0.0, description="expected_rate=posterior: Beta(prior, prior) prior of "
                                    "a query's success before its K samples (0.5: Jeffreys). (R)")
     posterior_samples: int = Field(8, ge=0, description="expected_rate=posterior: samples assumed behind a p_i "
@@ -311,11 +324,7 @@ class CriticConfig(Section):
     """The citation judge (SPEC section 5, docs/agent.md) and the OpenAI-compatible endpoint it and the answer
     grader (`metrics.correctness: judge`) call."""
 
-    judge: Literal["none", "lexical", "gold", "openai"] = Field(
-        "gold", description="Citation judge: gold (the dataset's supporting evidence; deterministic, offline; "
-        "questions without evidence go to gold_fallback), lexical (deterministic heuristic), openai (an "
-        "OpenAI-compatible endpoint, e.g. scripts/serve_judge.sh; the GPU recipes' judge), or none (no "
-        "citation reward).")
+    judge: JudgeChoice = Field("gold", description="Citation judge: " + choices.JUDGES.describe() + ".")
     gold_fallback: Literal["lexical", "none"] = Field(
         "lexical", description="gold: judge of the questions whose data marks no evidence (e.g. NQ): lexical "
         "(counted as fallbacks), or none (not judged: no citation reward, counted as skipped).")
@@ -402,9 +411,10 @@ class SimulateConfig(Section):
                                 "shipped reward.gamma (0.05) and the paper's range.")
     static_values: list[float] = Field(default_factory=lambda: [0.05, 0.3],
                                        description="Constant refusal rewards of the static runs.")
-    strategies: list[Literal["none", "static", "bapo", "awarl", "awarl_no_penalty"]] = Field(
+    strategies: list[SimulatedStrategy] = Field(
         default_factory=lambda: ["none", "static", "bapo", "awarl", "awarl_no_penalty"],
-        description="Which runs to simulate; awarl_no_penalty is the ablation with P(Ē) forced to 0.")
+        description="Which runs to simulate: reward.strategy values (static: one run per static_values entry, "
+        "awarl: one per gammas entry), and awarl_no_penalty, the ablation with P(Ē) forced to 0.")
 
 
 # -------------------------------------------------------------------------------- estimate / eval
@@ -417,8 +427,9 @@ class EstimateConfig(Section):
 
 
 class EvalConfig(Section):
-    datasets: list[str] = Field(default_factory=lambda: ["hotpotqa", "2wikimultihopqa", "musique"],
-                                description="Shipped dev samples to evaluate on (or use data.eval files).")
+    datasets: list[DevSetName] = Field(default_factory=lambda: list(choices.DEV_SETS.names),
+                                       description="Shipped dev samples to evaluate on (or use data.eval files): "
+                                       + choices.DEV_SETS.describe() + ".")
     limit: int | None = Field(None, ge=1, description="Questions per dataset (seeded subsample).")
     temperature: float = Field(0.0, ge=0.0, description="Evaluation sampling temperature (0 = greedy).")
     every_steps: int = Field(0, ge=0, description="train: evaluate every N steps (0 = only at the end).")
@@ -449,12 +460,11 @@ class ResearchConfig(Section):
                                          "(default: critic.base_url, the judge's server).")
     planner_model: str | None = Field(None, description="planner=openai: model name (default: critic.model). "
                                       "Timeouts, retries, key and cache are the critic's.")
-    judge: Literal["lexical", "gold", "openai"] = Field(
+    judge: JudgeName = Field(
         "lexical", description="The judge whose verdicts decide the loop's approvals, re-queries and abstentions "
-        "(every attempt and the final answer): lexical (offline heuristic over the answer's own claims), openai "
-        "(the LLM judge at critic.base_url / critic.model: the GPU recipes'), or gold, an ORACLE: it reads the "
-        "dataset's gold evidence, so a loop deciding with it is not comparable with a system that cannot. Its "
-        "own setting because critic.judge is training's citation-reward judge (offline default gold); "
+        "(every attempt and the final answer), one of critic.judge's (but `none`); `gold` is an ORACLE: it reads "
+        "the dataset's gold evidence, so a loop deciding with it is not comparable with a system that cannot. "
+        "Its own setting because critic.judge is training's citation-reward judge (offline default gold); "
         "critic.judge still gives the citation metrics of `awarl eval`, loop and single pass alike.")
     requery_temperature: float = Field(0.7, ge=0.0, description="Sampling temperature of re-query attempts "
                                        "(the first attempt uses eval.temperature): greedy decoding would "
@@ -548,6 +558,39 @@ class AwarlConfig(Section):
                 f"({t.per_device_train_batch_size}*{t.gradient_accumulation_steps}) must be a multiple of "
                 f"train.num_generations ({t.num_generations})")
         return self
+
+
+# The keys whose allowed values are a registry's (awarl/choices.py): `--help` lists them, and tests/test_registry.py
+# checks that these and every other Literal of the config list no value their registry lacks.
+REGISTERED_KEYS: dict[str, Registry] = {
+    "data.train[].format": choices.FORMATS,
+    "data.eval[].format": choices.FORMATS,
+    "eval.datasets": choices.DEV_SETS,
+    "generation.backend": choices.BACKENDS,
+    "reward.strategy": choices.STRATEGIES,
+    "reward.expected_rate": choices.EXPECTED_RATES,
+    "critic.judge": choices.JUDGES,
+    "research.judge": choices.JUDGES,
+    "simulate.strategies": choices.STRATEGIES,
+}
+
+
+def allowed_values(key: str) -> tuple[str, ...]:
+    """The values a Literal key (or a list of them) accepts, e.g. allowed_values("critic.judge"); `[]` steps
+    into a list of sections (`data.train[].format`)."""
+    model: type[BaseModel] = AwarlConfig
+    *path, last = key.split(".")
+    for part in path:
+        inner = section_model(model.model_fields[part.removesuffix("[]")].annotation)
+        if inner is None:
+            raise KeyError(f"{key}: {part} is not a section")
+        model = inner
+    annotation = model.model_fields[last].annotation
+    while get_origin(annotation) is list:
+        (annotation,) = get_args(annotation)
+    if get_origin(annotation) is not Literal:
+        raise KeyError(f"{key} is not a Literal key")
+    return tuple(get_args(annotation))
 
 
 # ------------------------------------------------------------------------------------------ loading

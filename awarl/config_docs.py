@@ -18,8 +18,10 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from awarl.config import AwarlConfig, section_model
+from awarl.choices import ALL as REGISTRIES
+from awarl.config import REGISTERED_KEYS, AwarlConfig, section_model
 from awarl.io import atomic_write_text, repo_root
+from awarl.registry import Registry
 
 HEADER = """# Configuration reference
 
@@ -103,10 +105,34 @@ def render_section(model: type[BaseModel], path: str, out: list[str]) -> None:
         render_section(sub, sub_path, out)
 
 
+CHOICES_HEADER = """
+## Registered choices
+
+The values of the keys below come from one registry each, in `awarl/choices.py` (name, implementation,
+description); the config's allowed values, `--help` and this page are generated from it, and the code
+dispatches through it. [extending.md](extending.md) says how to add one (a new file and one registry line).
+"""
+
+
+def render_registry(reg: Registry, out: list[str]) -> None:
+    keys = [k for k, r in REGISTERED_KEYS.items() if r is reg] or [reg.key]
+    out.append(f"\n### {reg.what}: {', '.join(f'`{k}`' for k in keys)}\n")
+    out.append(f"An implementation is {reg.contract}.\n")
+    out.append("| value | description | implementation |\n|---|---|---|")
+    for name, desc in reg.extras.items():
+        out.append(f"| `{name}` | {desc} | (none) |")
+    for e in reg:
+        target = f"`data/{e.target}`" if reg.data_files else f"`{e.target}`"
+        out.append(f"| `{e.name}` | {e.description.replace('|', chr(92) + '|')} | {target} |")
+
+
 def render_config_markdown() -> str:
     out = [HEADER]
     for name, field in AwarlConfig.model_fields.items():
         render_section(section_model(field.annotation), name, out)
+    out.append(CHOICES_HEADER)
+    for reg in REGISTRIES:
+        render_registry(reg, out)
     return "\n".join(out).rstrip() + "\n"
 
 

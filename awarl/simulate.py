@@ -35,6 +35,7 @@ from awarl.io import atomic_write_json, atomic_write_text
 from awarl.metrics import Outcome, ra_f1
 from awarl.rewards import abstention as A
 from awarl.rewards.strategies import abstain_reward
+from awarl.rewards.strategies import strategy as registered_strategy
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +198,7 @@ def simulate_run(pop: Population, sc: SimulateConfig, rc: RewardConfig, strategy
     rng = np.random.default_rng(seed)
     rc = rc.model_copy(update={"strategy": strategy, "gamma": gamma,
                                **({"static_value": static_value} if static_value is not None else {})})
-    awarl = strategy == "awarl"
+    awarl = registered_strategy(strategy).uses_r_ref  # keeps Ē and applies P(Ē)
     model = _RewardModel(rc, pop.p_hat(rc.p_definition), pop.p_samples(rc.p_definition))
     r_max = A.refusal_cap(rc.r_correct, rc.r_ref_margin)
     r_min = A.refusal_floor(rc.r_wrong, rc.r_ref_floor_margin)
@@ -283,6 +284,8 @@ def run_specs(cfg: AwarlConfig) -> list[dict]:
         elif strat == "awarl_no_penalty":
             specs += [{"strategy": "awarl", "gamma": g, "penalty": False, "label": f"awarl γ={g:g} no penalty"}
                       for g in sc.gammas]
+        else:  # any other registered strategy: one run at reward.gamma
+            specs.append({"strategy": strat, "gamma": rc.gamma, "label": strat})
     return specs
 
 

@@ -153,7 +153,7 @@ def test_detect_format_unknown_and_explicit_override(tmp_path):
     # explicit format: the 2Wiki file read with the HotpotQA converter loses 2Wiki-only metadata
     ex = load_examples(WIKI2, format="hotpotqa").examples[0]
     assert ex.dataset == "hotpotqa" and "evidences" not in ex.metadata
-    with pytest.raises(DataError, match="unknown format"):
+    with pytest.raises(DataError, match="unknown dataset format .squad."):
         load_examples(WIKI2, format="squad")
     with pytest.raises(FileNotFoundError):
         load_examples(tmp_path / "missing.json")

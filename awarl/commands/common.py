@@ -15,17 +15,34 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from awarl.config import AwarlConfig, load_config
+from awarl.config import REGISTERED_KEYS, AwarlConfig, allowed_values, load_config
 
 PRECEDENCE = ("dotted overrides, applied after the config file and after this command's own flags: the last "
               "value for a key wins, so KEY=VALUE beats a flag for the same key")
 
 
+def registered_choices() -> str:
+    """The values of every registry-backed key (awarl/choices.py), keys with the same values on one line."""
+    lines: dict[tuple[str, ...], list[str]] = {}
+    for key in REGISTERED_KEYS:
+        lines.setdefault(allowed_values(key), []).append(key)
+    return "\n".join(f"  {', '.join(keys)}: {', '.join(values)};" for values, keys in lines.items())
+
+
+def add_choices_epilog(p: argparse.ArgumentParser) -> None:
+    """Append the registered choices (`registered_choices`) to the epilog of a command that takes overrides."""
+    block = ("registered choices (awarl/choices.py; docs/config.md describes each, docs/extending.md adds one):\n"
+             + registered_choices())
+    p.epilog = f"{p.epilog}\n\n{block}" if p.epilog else block
+
+
 def add_config_args(p: argparse.ArgumentParser, required: bool = False) -> None:
+    """--config and the KEY=VALUE overrides, and the registered choices in the epilog."""
     p.add_argument("--config", "-c", required=required, metavar="YAML",
                    help="run config (YAML under configs/; may `extends:` another)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help=f"{PRECEDENCE}; e.g. reward.gamma=0.25 train.max_steps=10")
+    add_choices_epilog(p)
 
 
 def flag_overrides(flags: Mapping[str, Any]) -> list[str]:

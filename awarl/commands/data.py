@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-FORMAT_CHOICES = ["auto", "hotpotqa", "2wikimultihopqa", "musique", "flashrag", "searchr1", "unified"]
+from awarl.choices import DEV_SETS, FORMATS
 
 
 def _add_load_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", default="auto", choices=FORMAT_CHOICES,
-                   help="input format (default: detected from the content)")
+    p.add_argument("--format", default="auto", choices=FORMATS.choices,
+                   help="input format (default: detected from the content; docs/formats.md)")
     p.add_argument("--dataset", default=None, help="dataset name recorded on every example")
     p.add_argument("--on-error", default="fail", choices=["fail", "skip"],
                    help="a malformed record stops the command (fail) or is counted and skipped (skip)")
@@ -83,9 +83,8 @@ def _corpus(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
-    p = subparsers.add_parser("data", help=help_text, description=help_text + ". Input formats: HotpotQA / "
-                              "2WikiMultiHopQA official JSON, MuSiQue JSONL, FlashRAG JSONL, Search-R1 parquet, "
-                              "unified JSONL (docs/formats.md).")
+    p = subparsers.add_parser("data", help=help_text, description=help_text + ". Input formats (--format): "
+                              + ", ".join(FORMATS.names) + " (docs/formats.md, docs/config.md).")
     sub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
 
     prep = sub.add_parser("prepare", help="convert a dataset file into unified JSONL",
@@ -107,7 +106,8 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
 
     co = sub.add_parser("corpus", help="closed passage corpus from the datasets' context paragraphs",
                         description="Build a wiki-18-format corpus ({id, contents}) from the context "
-                                    "paragraphs of the inputs (default: the three shipped dev samples), "
+                                    "paragraphs of the inputs (default: the shipped dev samples, "
+                                    + ", ".join(DEV_SETS.names) + "), "
                                     "deduplicated, with content-hash ids.")
     co.add_argument("inputs", nargs="*", metavar="INPUT", help="dataset file(s); none = shipped dev samples")
     co.add_argument("--out", required=True, metavar="corpus.jsonl", help="output corpus JSONL")

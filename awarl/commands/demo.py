@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from awarl.commands.common import add_choices_epilog
+
 
 def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
     p = sub.add_parser(
@@ -17,6 +19,7 @@ def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
     p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
     p.add_argument("--config", "-c", metavar="YAML", help="demo config (default: configs/demo_cpu.yaml)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides")
+    add_choices_epilog(p)
     p.set_defaults(func=run)
 
 

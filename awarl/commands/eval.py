@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from awarl.choices import DEV_SETS
 from awarl.commands.common import add_config_args, config_from_args
 
 EPILOG = """examples:
@@ -18,17 +19,17 @@ EPILOG = """examples:
   awarl compare runs/eval/demo runs/eval/demo-loop --out runs/eval/loop-vs-single
 A rerun of the same command resumes: finished questions are skipped (a rerun with another model, template,
 agent limits, sampling, seed, data or index is refused: use another --out). Every answered, valid trajectory
-is checked by the citation critic (critic.judge: gold by default, an oracle yardstick; lexical, openai, or
-none to skip). The critic loop's own decisions are made by research.judge (lexical by default; gold there
-is an oracle, and `awarl compare` says so)."""
+is checked by the citation critic (critic.judge, gold by default: an oracle yardstick; `none` skips it). The
+critic loop's own decisions are made by research.judge (lexical by default; gold there is an oracle, and
+`awarl compare` says so)."""
 
 
 def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
     p = sub.add_parser("eval", help=help_text, description=help_text + ".", epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="checkpoint: local path or hub id (default: train.model of the config)")
-    p.add_argument("--datasets", help="comma-separated shipped dev sets "
-                   "(default: hotpotqa,2wikimultihopqa,musique, or data.eval files of the config)")
+    p.add_argument("--datasets", help="comma-separated shipped dev sets, of " + ", ".join(DEV_SETS.names)
+                   + " (default: eval.datasets, or the data.eval files of the config)")
     p.add_argument("--limit", type=int, help="questions per dataset (seeded subsample)")
     p.add_argument("--out", required=True, help="output folder (predictions, manifest, results)")
     p.add_argument("--template", help="prompt template name or YAML path (agent.template)")

@@ -11,8 +11,9 @@ from awarl.commands.common import add_config_args, config_from_args
 def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     p = subparsers.add_parser(
         "simulate", help=help_text,
-        description="Simulate GRPO training of an answer/abstain policy under every refusal-reward strategy "
-                    "(none, static, bapo, AWA-RL over simulate.gammas, AWA-RL without penalty) and write "
+        description="Simulate GRPO training of an answer/abstain policy under each refusal-reward strategy of "
+                    "simulate.strategies (static over simulate.static_values, AWA-RL over simulate.gammas, with "
+                    "and without penalty) and write "
                     "curves.png, summary.md and summary.json, with the paper's claims checked. Reward constants "
                     "and reconstruction options come from `reward:` (e.g. reward.expected_rate=r_base_mean), the "
                     "population and policy from `simulate:`; populations: configs/simulate/*.yaml "

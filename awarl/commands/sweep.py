@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from awarl.commands.common import add_choices_epilog
+
 
 def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
     p = sub.add_parser(
@@ -19,6 +21,7 @@ def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
     p.add_argument("--aggregate", action="store_true", help="only (re)build the comparison of finished runs")
     p.add_argument("--dry-run", action="store_true", help="validate every run (`train --dry-run`), train nothing")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides of the sweep file, e.g. sweep.mode=scripts")
+    add_choices_epilog(p)
     p.set_defaults(func=run)
 
 

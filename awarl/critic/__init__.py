@@ -1,6 +1,7 @@
 """Citation critics: a schema-bound verdict per answer, checked against the original retrieved passages.
 
-`make_judge(cfg, cache_dir)` builds the judge selected by `critic.judge` (None for `none`);
+`make_judge(cfg, cache_dir)` builds the judge selected by `critic.judge` from its registry
+(`awarl.choices.JUDGES`; None for `none`);
 `check_endpoints(cfg, judge, grader)` is the start-up check of the OpenAI-compatible ones.
 """
 
@@ -10,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from awarl.choices import JUDGES
 from awarl.config import CriticConfig
 from awarl.critic.gold_judge import GoldJudge
 from awarl.critic.lexical_judge import LexicalJudge
@@ -24,18 +26,11 @@ def critic_cache_dir(cfg: CriticConfig, run_dir: str | os.PathLike) -> Path:
 
 
 def make_judge(cfg: CriticConfig, cache_dir: str | os.PathLike | None = None) -> Any:
-    """`none` -> None, `lexical` -> LexicalJudge, `gold` -> GoldJudge (with the lexical judge for questions
-    without evidence unless `gold_fallback: none`), `openai` -> OpenAIJudge (cache in cache_dir or
-    cfg.cache_dir)."""
+    """The judge `critic.judge` names, built by its registered factory with `cfg` and `cache_dir` (where a
+    judge that caches verdicts keeps them; default cfg.cache_dir); None for `none`."""
     if cfg.judge == "none":
         return None
-    if cfg.judge == "lexical":
-        return LexicalJudge(cfg)
-    if cfg.judge == "gold":
-        return GoldJudge(cfg, fallback=LexicalJudge(cfg) if cfg.gold_fallback == "lexical" else None)
-    if cfg.judge == "openai":
-        return OpenAIJudge(cfg, cache_dir=cache_dir)
-    raise ValueError(f"critic.judge must be none, lexical, gold or openai, got {cfg.judge!r}")
+    return JUDGES.load(cfg.judge)(cfg, cache_dir)
 
 
 def check_endpoints(cfg: CriticConfig, judge: Any = None, grader: Any = None) -> None:

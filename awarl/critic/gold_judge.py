@@ -22,12 +22,14 @@ fallbacks, and their verdicts are labelled `lexical`), or `none` (not judged: no
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from awarl.config import CriticConfig
+from awarl.critic.lexical_judge import LexicalJudge
 from awarl.critic.schema import ClaimVerification, CriticInput, CriticOutput, PassageRef
 from awarl.data.evidence import GoldEvidence, GoldParagraph, passage_id_key, title_key
 from awarl.io import loads_json
@@ -120,6 +122,12 @@ def gold_verdict(ev: GoldEvidence, passages: Sequence[PassageRef], cited: Sequen
     grounded = sum(c.status == "grounded" for c in claims)
     return CriticOutput(verified_claims=claims, overall_groundedness=grounded / len(claims) if claims else 0.0,
                         flags=list(dict.fromkeys(flags)))
+
+
+def build(cfg: CriticConfig, cache_dir: str | os.PathLike | None = None) -> GoldJudge:
+    """The registered factory (awarl.choices.JUDGES `gold`): with the lexical judge for the questions without
+    evidence unless `critic.gold_fallback: none`."""
+    return GoldJudge(cfg, fallback=LexicalJudge(cfg) if cfg.gold_fallback == "lexical" else None)
 
 
 class GoldJudge:

@@ -37,6 +37,7 @@ OpenAI-compatible judge for real runs.
 
 from __future__ import annotations
 
+import os
 import re
 import string
 
@@ -152,6 +153,11 @@ def entity_groups(question: str, passages: list[PassageRef]) -> list[list[str]]:
         if not any(a <= i and j <= b and (a, b) != (i, j) for a, b in span.values()):
             groups.setdefault((i, j), []).append(pid)
     return list(groups.values())
+
+
+def build(cfg: CriticConfig, cache_dir: str | os.PathLike | None = None) -> LexicalJudge:
+    """The registered factory (awarl.choices.JUDGES `lexical`); nothing to cache."""
+    return LexicalJudge(cfg)
 
 
 class LexicalJudge:

@@ -125,6 +125,10 @@ class AnswerVerdict(BaseModel):
 
 
 class Judge(Protocol):
+    """What a registered citation judge is (awarl.choices.JUDGES; docs/extending.md). `name` labels its verdicts
+    (its registry name); `failures` counts the items it could not verify."""
+
+    name: str
     failures: int
 
     def verify(self, items: list[CriticInput]) -> list[CriticOutput | None]:

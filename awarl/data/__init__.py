@@ -1,5 +1,5 @@
-"""Dataset loaders (HotpotQA, 2Wiki, MuSiQue, FlashRAG, Search-R1, unified JSONL), closed corpora, gold evidence,
-stats."""
+"""Dataset loaders (every format of `awarl.choices.FORMATS`: HotpotQA, 2Wiki, MuSiQue, FlashRAG, Search-R1,
+unified JSONL, ...), closed corpora, gold evidence, stats."""
 
 from awarl.data.corpus import build_corpus, shipped_closed_corpus, write_corpus
 from awarl.data.evidence import GoldEvidence, gold_evidence, title_key

@@ -1,4 +1,5 @@
-"""Record converters: one function per source format, each turning one raw record into a `QAExample`.
+"""Record converters: one function per source format, each turning one raw record into a `QAExample`, and
+the `DataFormat` each registers (`awarl.choices.FORMATS`: converter, detection, default dataset name).
 
 They are pure (no I/O) and raise `RecordError` with a short reason; `awarl.data.loaders` adds the file
 and the record index / line number. Conventions shared by all formats:
@@ -21,6 +22,8 @@ and the record index / line number. Conventions shared by all formats:
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from awarl.data.types import Paragraph, QAExample
@@ -30,11 +33,23 @@ class RecordError(ValueError):
     """One record is malformed; the loader prefixes the file and record location."""
 
 
-FORMATS: tuple[str, ...] = ("hotpotqa", "2wikimultihopqa", "musique", "flashrag", "searchr1", "unified")
+@dataclass(frozen=True)
+class DataFormat:
+    """What a dataset format registers (`awarl.choices.FORMATS`, docs/extending.md).
 
-# Dataset recorded on each example when neither the caller nor the record names one.
-DEFAULT_DATASET: dict[str, str] = {"hotpotqa": "hotpotqa", "2wikimultihopqa": "2wikimultihopqa",
-                                   "musique": "musique"}
+    - `convert(record, dataset, notes)`: one raw record -> QAExample; RecordError with a short reason when it
+      is malformed; `dataset` (None: the format's own name for it) is recorded on the example; `notes`
+      collects what optional metadata was dropped.
+    - `sniff(record)`: whether a record (a dict) looks like this format, from its keys. `auto` asks each
+      registered format in registry order and takes the first that accepts, so a sniff must refuse what a
+      more specific format later in the list would take.
+    - `dataset(path)`: the dataset name of a file's examples when the caller gives none; None: the records
+      name their own (or `convert` defaults it).
+    """
+
+    convert: Callable[[Any, str | None, list[str] | None], QAExample]
+    sniff: Callable[[dict], bool]
+    dataset: Callable[[Path], str | None] = lambda path: None
 
 
 def _get(rec: Any, key: str, kind: type | tuple[type, ...], *, optional: bool = False) -> Any:
@@ -361,28 +376,52 @@ def convert_unified(rec: Any, dataset: str | None = None, notes: list[str] | Non
     return ex
 
 
-# Each takes (raw record, dataset or None, notes list or None) and returns a QAExample.
-CONVERTERS: dict[str, Callable[..., QAExample]] = {
-    "hotpotqa": convert_hotpotqa,
-    "2wikimultihopqa": convert_2wiki,
-    "musique": convert_musique,
-    "flashrag": convert_flashrag,
-    "searchr1": convert_searchr1,
-    "unified": convert_unified,
-}
+# ------------------------------------------------------------------ the registered formats
+# Detection (`sniff`) reads the first record's keys; each test refuses what another format's would accept.
+_TITLE_SENTENCE = {"_id", "question", "context"}
+_TWOWIKI_KEYS = {"evidences", "entity_ids", "answer_id"}
+_GOLDEN = {"golden_answers", "question", "id"}
+_SEARCHR1_KEYS = {"data_source", "prompt", "reward_model"}
+_UNIFIED = {"answers", "dataset", "question", "id"}
+_SPLIT_NAMES = {"train", "dev", "test", "val", "validation", "eval"}
 
 
-def sniff_record(rec: Any) -> str | None:
-    """Name the format of one raw record from its keys, or None when no format fits."""
-    if not isinstance(rec, dict):
-        return None
-    keys = set(rec)
-    if {"answers", "dataset", "question", "id"} <= keys:
-        return "unified"
-    if {"paragraphs", "question", "id"} <= keys and ("answer_aliases" in keys or "answerable" in keys):
-        return "musique"
-    if {"_id", "question", "context"} <= keys:
-        return "2wikimultihopqa" if keys & {"evidences", "entity_ids", "answer_id"} else "hotpotqa"
-    if {"golden_answers", "question", "id"} <= keys:
-        return "searchr1" if keys & {"data_source", "prompt", "reward_model"} else "flashrag"
-    return None
+def _flashrag_dataset(path: Path) -> str | None:
+    """FlashRAG ships <dataset>/<split>.jsonl; our samples are named <dataset>_<split>N.jsonl."""
+    stem = path.stem.split(".")[0]
+    if stem.lower() in _SPLIT_NAMES and path.parent.name:
+        return path.parent.name
+    return stem.split("_")[0] or None
+
+
+def _is_hotpotqa(rec: dict) -> bool:
+    return rec.keys() >= _TITLE_SENTENCE and not rec.keys() & _TWOWIKI_KEYS
+
+
+def _is_2wiki(rec: dict) -> bool:
+    return rec.keys() >= _TITLE_SENTENCE and bool(rec.keys() & _TWOWIKI_KEYS)
+
+
+def _is_musique(rec: dict) -> bool:
+    return (rec.keys() >= {"paragraphs", "question", "id"} and ("answer_aliases" in rec or "answerable" in rec)
+            and not rec.keys() >= _UNIFIED)
+
+
+def _is_flashrag(rec: dict) -> bool:
+    return rec.keys() >= _GOLDEN and not rec.keys() & _SEARCHR1_KEYS
+
+
+def _is_searchr1(rec: dict) -> bool:
+    return rec.keys() >= _GOLDEN and bool(rec.keys() & _SEARCHR1_KEYS)
+
+
+def _is_unified(rec: dict) -> bool:
+    return rec.keys() >= _UNIFIED
+
+
+HOTPOTQA = DataFormat(convert_hotpotqa, _is_hotpotqa, lambda path: "hotpotqa")
+TWOWIKI = DataFormat(convert_2wiki, _is_2wiki, lambda path: "2wikimultihopqa")
+MUSIQUE = DataFormat(convert_musique, _is_musique, lambda path: "musique")
+FLASHRAG = DataFormat(convert_flashrag, _is_flashrag, _flashrag_dataset)
+SEARCHR1 = DataFormat(convert_searchr1, _is_searchr1)  # rows name their dataset (`data_source`)
+UNIFIED = DataFormat(convert_unified, _is_unified)     # rows name their dataset

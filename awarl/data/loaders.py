@@ -18,18 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from awarl.data.formats import CONVERTERS, DEFAULT_DATASET, FORMATS, RecordError, sniff_record
+from awarl.choices import DEV_SETS, FORMATS
+from awarl.data.formats import DataFormat, RecordError
 from awarl.data.types import QAExample
 from awarl.io import DataError, iter_jsonl, loads_json, shipped_data_dir
 
 log = logging.getLogger(__name__)
 
-# The shipped dev samples, relative to `awarl.io.shipped_data_dir()`.
-SHIPPED_DEV: dict[str, str] = {
-    "hotpotqa": "hotpotqa/hotpot_dev_distractor_v1.sample200.json",
-    "2wikimultihopqa": "2wikimultihopqa/dev.sample164.json",
-    "musique": "musique/musique_ans_v1.0_dev.sample200.jsonl",
-}
+# The shipped dev samples (awarl.choices.DEV_SETS), relative to `awarl.io.shipped_data_dir()`.
+SHIPPED_DEV: dict[str, str] = {e.name: e.target for e in DEV_SETS}
 # Other shipped samples (not evaluation sets of the paper, but handy for tests and demos).
 SHIPPED_OTHER: dict[str, str] = {
     "flashrag-nq": "flashrag/nq_test17.jsonl",
@@ -37,7 +34,6 @@ SHIPPED_OTHER: dict[str, str] = {
 }
 
 _HEAD_BYTES = 1 << 20  # enough for the first record of every official file we know
-_SPLIT_NAMES = {"train", "dev", "test", "val", "validation", "eval"}
 
 
 # Why an answerable record without a gold answer is refused where answers are needed (evaluation, p_i
@@ -138,8 +134,21 @@ def _first_record(path: Path, container: str) -> Any:
     return data[0] if data else None
 
 
+def sniff_record(rec: Any) -> str | None:
+    """The first registered format (awarl.choices.FORMATS, in order) whose `sniff` accepts this raw record,
+    or None when none does."""
+    if not isinstance(rec, dict):
+        return None
+    return next((name for name in FORMATS.names if data_format(name).sniff(rec)), None)
+
+
+def data_format(name: str) -> DataFormat:
+    """The registered format `name` (ValueError naming the choices when there is none)."""
+    return FORMATS.load(name)
+
+
 def detect_format(path: str | os.PathLike) -> str:
-    """One of FORMATS, from the file's content (the keys of its first record)."""
+    """A registered format's name (awarl.choices.FORMATS), from the file's content (its first record's keys)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"dataset file not found: {path}")
@@ -149,7 +158,7 @@ def detect_format(path: str | os.PathLike) -> str:
     if fmt is None:
         keys = sorted(rec) if isinstance(rec, dict) else type(rec).__name__
         raise DataError(f"{path}: cannot detect the dataset format from the first record (keys: {keys}); "
-                        f"pass format= one of {', '.join(FORMATS)}")
+                        f"pass format= one of {', '.join(FORMATS.names)}")
     return fmt
 
 
@@ -172,18 +181,6 @@ def _records(path: Path, on_error: str, errors: list[str]) -> Iterator[tuple[str
     else:
         for n, rec in iter_jsonl(path, on_error=on_error, errors=errors):
             yield f"{path}:{n}", rec
-
-
-def _default_dataset(path: Path, fmt: str) -> str | None:
-    if fmt in DEFAULT_DATASET:
-        return DEFAULT_DATASET[fmt]
-    if fmt == "flashrag":
-        # FlashRAG ships <dataset>/<split>.jsonl; our samples are named <dataset>_<split>N.jsonl.
-        stem = path.stem.split(".")[0]
-        if stem.lower() in _SPLIT_NAMES and path.parent.name:
-            return path.parent.name
-        return stem.split("_")[0] or None
-    return None  # searchr1 and unified rows name their own dataset
 
 
 def subsample(items: list, limit: int | None, seed: int) -> list:
@@ -213,10 +210,11 @@ def load_examples(path: str | os.PathLike, format: str = "auto", dataset: str | 
     if not path.is_file():
         raise FileNotFoundError(f"dataset file not found: {path}")
     fmt = detect_format(path) if format == "auto" else format
-    if fmt not in CONVERTERS:
-        raise DataError(f"{path}: unknown format {fmt!r}; choose auto or one of {', '.join(FORMATS)}")
-    convert = CONVERTERS[fmt]
-    ds = dataset or _default_dataset(path, fmt)
+    if fmt not in FORMATS:
+        raise DataError(f"{path}: {FORMATS.unknown(fmt)}")
+    spec = data_format(fmt)
+    convert = spec.convert
+    ds = dataset or spec.dataset(path)
     skipped: list[str] = []
     warnings: list[str] = []
     examples: list[QAExample] = []
@@ -258,7 +256,7 @@ def shipped_path(name: str) -> Path:
 
 
 def load_shipped(dataset: str, limit: int | None = None, seed: int = 0) -> list[QAExample]:
-    """Examples of one shipped dev sample (hotpotqa, 2wikimultihopqa, musique)."""
+    """Examples of one shipped dev sample (a name of awarl.choices.DEV_SETS)."""
     if dataset not in SHIPPED_DEV:
         raise DataError(f"no shipped dev sample for {dataset!r}; choose one of {', '.join(SHIPPED_DEV)}")
     return load_examples(shipped_path(dataset), dataset=dataset, limit=limit, seed=seed).examples

@@ -10,10 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+from awarl import choices
 from awarl.metrics import Outcome
 
 # The reconstruction options of docs/method.md "Reconstruction choices"; the first of each is the SPEC reading.
-EXPECTED_RATES = ("threshold", "soft", "r_base_mean", "posterior")
+# The expected-rate readings are registered (awarl.choices.EXPECTED_RATES -> the `*_reading` functions below).
+EXPECTED_RATES = choices.EXPECTED_RATES.names
 P_DEFINITIONS = ("share_of_k", "among_answered")
 EMA_STARTS = ("zero", "bias_corrected")
 
@@ -186,28 +188,42 @@ def soft_abstain_probability(p: float, gamma: float, p_min: float, tau: float, r
     return z / (1.0 + z)
 
 
+# Step 4's readings (`reward.expected_rate`, registered in awarl.choices.EXPECTED_RATES): one completion's
+# contribution to ρ̂, all with one signature: p_i, the samples n behind it (None: unknown), and the constants.
+def threshold_reading(p: float, n: float | None, *, gamma: float, p_min: float, tau: float, prior: float,
+                      r_correct: float, r_wrong: float) -> float:
+    """Step 4, `threshold` (SPEC): 1 if abstaining pays more than the expected value of answering, else 0."""
+    return 1.0 if prefers_abstain(p, gamma, p_min, r_correct, r_wrong) else 0.0
+
+
+def soft_reading(p: float, n: float | None, *, gamma: float, p_min: float, tau: float, prior: float,
+                 r_correct: float, r_wrong: float) -> float:
+    """Step 4, `soft`: the sigmoid of that gap with temperature τ (`soft_abstain_probability`)."""
+    return soft_abstain_probability(p, gamma, p_min, tau, r_correct, r_wrong)
+
+
+def r_base_mean_reading(p: float, n: float | None, *, gamma: float, p_min: float, tau: float, prior: float,
+                        r_correct: float, r_wrong: float) -> float:
+    """Step 4, `r_base_mean`: R_base itself, so ρ̂ is the batch mean of R_base = 1 − p*: the failure share the
+    courage-inflated confidence p* expects. Capped at 1 − p_min^γ per query, whatever the p_i say."""
+    return base_refusal_reward(p, gamma, p_min)
+
+
+def posterior_reading(p: float, n: float | None, *, gamma: float, p_min: float, tau: float, prior: float,
+                      r_correct: float, r_wrong: float) -> float:
+    """Step 4, `posterior`: `posterior_abstain_probability` with the n samples behind p (required)."""
+    if n is None:
+        raise ValueError("expected_rate=posterior needs the number of samples behind each p_i")
+    return posterior_abstain_probability(p, n, gamma, p_min, prior, r_correct, r_wrong)
+
+
 def expected_abstain(p: float, gamma: float, p_min: float, mode: str = "threshold", tau: float = 0.05,
                      r_correct: float = 1.0, r_wrong: float = 0.0, n: float | None = None,
                      prior: float = 0.5) -> float:
-    """One completion's contribution to ρ̂ (`reward.expected_rate`; docs/method.md "The penalty's target"):
-
-    - `threshold`: 1 if abstaining pays more than the expected value of answering, else 0 (SPEC);
-    - `soft`: the sigmoid of that gap with temperature τ;
-    - `r_base_mean`: R_base itself, so ρ̂ is the batch mean of R_base = 1 − p*: the failure share the
-      courage-inflated confidence p* expects. Capped at 1 − p_min^γ per query, whatever the p_i say;
-    - `posterior`: `posterior_abstain_probability` with the n samples behind p (required).
-    """
-    if mode == "threshold":
-        return 1.0 if prefers_abstain(p, gamma, p_min, r_correct, r_wrong) else 0.0
-    if mode == "soft":
-        return soft_abstain_probability(p, gamma, p_min, tau, r_correct, r_wrong)
-    if mode == "r_base_mean":
-        return base_refusal_reward(p, gamma, p_min)
-    if mode == "posterior":
-        if n is None:
-            raise ValueError("expected_rate=posterior needs the number of samples behind each p_i")
-        return posterior_abstain_probability(p, n, gamma, p_min, prior, r_correct, r_wrong)
-    raise ValueError(f"expected_rate must be one of {EXPECTED_RATES}, got {mode!r}")
+    """Step 4, one completion's contribution to ρ̂ under the reading `mode` (`reward.expected_rate`; docs/method.md
+    "The penalty's target"): the registered `*_reading` function of that name."""
+    reading = choices.EXPECTED_RATES.load(mode)
+    return reading(p, n, gamma=gamma, p_min=p_min, tau=tau, prior=prior, r_correct=r_correct, r_wrong=r_wrong)
 
 
 def expected_refusal_rate(ps: Iterable[float], gamma: float, p_min: float, mode: str = "threshold",

@@ -41,7 +41,7 @@ from awarl.io import atomic_write_json
 from awarl.metrics import Outcome
 from awarl.rewards import abstention as A
 from awarl.rewards.citation import CitationItem, judge_citations, judged
-from awarl.rewards.strategies import abstain_reward
+from awarl.rewards.strategies import abstain_reward, strategy
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +227,7 @@ class AwaRLReward:
         """Per-query (correct, answered, completions, sum of the p used) over the whole generation batch
         (groups may straddle processes), so every rank derives the same BAPO rule and online p. Empty when
         unused."""
-        if self.cfg.strategy != "bapo" and self.cfg.p_online != "ema":
+        if not strategy(self.cfg.strategy).uses_group and self.cfg.p_online != "ema":
             return {}
         local: dict[str, list[float]] = {}
         for q, o, p in zip(qids, outcomes, ps, strict=True):
@@ -262,7 +262,7 @@ class AwaRLReward:
         """Steps 6-7 for AWA-RL (None for the baselines, which have no penalty): the EMA m_t, Ē_t and P(Ē_t).
         An evaluation batch is scored with the training state as it stands; it does not feed Ē."""
         cfg = self.cfg
-        if cfg.strategy != "awarl":
+        if not strategy(cfg.strategy).uses_r_ref:
             return None
         e_ema, updates = (A.ema(self.e_ema, rates["E"], cfg.beta), self.updates + 1) if update else \
             (self.e_ema, self.updates)

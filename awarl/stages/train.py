@@ -31,6 +31,7 @@ from awarl.data.questions import load_train_examples
 from awarl.data.types import QAExample, example_key
 from awarl.models.loading import load_tokenizer
 from awarl.retrieval import load_retriever
+from awarl.rewards.strategies import strategy
 from awarl.rewards.trl_reward import AwaRLReward, load_reward_state
 from awarl.stages.evaluate import run_eval
 from awarl.stages.resources import ensure_default_retrieval
@@ -61,7 +62,7 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
         examples = []
     examples = examples if examples is not None else load_train_examples(cfg)
     path = estimates_path(cfg, for_training=True)
-    needs_p = cfg.reward.strategy == "awarl"
+    needs_p = strategy(cfg.reward.strategy).uses_r_ref  # R_base reads p_i
     if not path.exists():
         msg = (f"p_i estimate file not found: {path} (run `awarl estimate --config ...` first, or set "
                f"train.p_estimates)")

@@ -244,3 +244,15 @@ class HFBackend:
             lp[:, t] = (scaled.gather(1, gen[:, t:t + 1]).squeeze(1) - torch.logsumexp(scaled, -1)).cpu()
         return [finish(gen[i].tolist(), lp[i].tolist(), self.tokenizer, stop_strings, self.eos)
                 for i in range(len(prompts))]
+
+
+def build(gen_cfg: Any, model_path_or_obj: Any, tokenizer: Any, generation_config: Any = None) -> HFBackend:
+    """The registered factory (awarl.choices.BACKENDS `hf`): a path / hub id is loaded, a model object is used
+    as it is (one backend per live model, so training's per-step backend keeps its caches)."""
+    opts = dict(static_cache=gen_cfg.static_cache, compile=gen_cfg.static_cache, batch_size=gen_cfg.batch_size)
+    if isinstance(model_path_or_obj, str):
+        backend = HFBackend.from_pretrained(model_path_or_obj, gen_cfg.dtype, **opts)
+        # The caller's tokenizer wins (it may carry a chat template override).
+        backend.tokenizer = tokenizer if tokenizer is not None else backend.tokenizer
+        return backend
+    return HFBackend.for_model(model_path_or_obj, tokenizer, **opts)

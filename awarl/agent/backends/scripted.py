@@ -72,3 +72,11 @@ class ScriptedBackend:
                 g = Generation(g.token_ids[:max_new_tokens], g.logprobs[:max_new_tokens], "length")
             out.append(g)
         return out
+
+
+def build(gen_cfg: Any, model_path_or_obj: Any, tokenizer: Any, generation_config: Any = None) -> ScriptedBackend:
+    """The registered factory (awarl.choices.BACKENDS `scripted`): replays `generation.script`; the model is
+    not used."""
+    if not gen_cfg.script:
+        raise ValueError("generation.backend=scripted needs generation.script (a JSONL of scripted turns)")
+    return ScriptedBackend.from_jsonl(tokenizer, gen_cfg.script)

@@ -557,3 +557,15 @@ def _check_with_model_config(model: str, options: dict[str, tuple[str, Any]]) ->
                               f"of {model}")
     return (f"vLLM is not installed: only max_model_len and tensor_parallel_size were checked, against the "
             f"config.json of {model}")
+
+
+def build(gen_cfg: Any, model_path_or_obj: Any, tokenizer: Any, generation_config: Any = None) -> VLLMBackend:
+    """The registered factory (awarl.choices.BACKENDS `vllm`): a path / hub id starts an engine with the
+    `generation:` options; an engine object (any `vllm.LLM`, e.g. TRL's colocated one) is used as it is, with
+    the policy's `generation_config` for its eos ids."""
+    if isinstance(model_path_or_obj, str):
+        backend = VLLMBackend.from_pretrained(model_path_or_obj, **engine_kwargs(gen_cfg))
+        # The caller's tokenizer wins, as for `hf` (vLLM's own is loaded from the same folder).
+        backend.tokenizer = tokenizer if tokenizer is not None else backend.tokenizer
+        return backend
+    return VLLMBackend(model_path_or_obj, tokenizer, generation_config=generation_config)

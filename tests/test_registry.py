@@ -1,0 +1,352 @@
+"""The registries of awarl/choices.py: each is the one list of its choice. The config's Literals, every CLI
+`choices=`, `--help`, docs/config.md, the docs' tables and prose mentions (`critic.judge: X`, `--format X`)
+and the configs' comments list no value their registry lacks; every registered target loads and is what its
+registry says it must be."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Literal, get_args, get_origin
+
+import pytest
+
+from awarl import choices
+from awarl.config import (
+    REGISTERED_KEYS,
+    SIMULATOR_ONLY_STRATEGIES,
+    AwarlConfig,
+    ConfigError,
+    CriticConfig,
+    GenerationConfig,
+    RewardConfig,
+    allowed_values,
+    load_config,
+    section_model,
+)
+from awarl.registry import Registry
+
+REPO = Path(__file__).resolve().parents[1]
+
+# The only values a registry-backed key may hold that its registry does not: the simulator's ablation.
+KEY_EXTRAS = {"simulate.strategies": set(SIMULATOR_ONLY_STRATEGIES)}
+# Short names that docs and configs use for a registry-backed key.
+ALIASES = {"expected_rate": "reward.expected_rate", "--format": "data.train[].format",
+           "format": "data.train[].format", "judge": "critic.judge", "strategy": "reward.strategy",
+           "backend": "generation.backend"}
+
+
+def accepted(key: str) -> set[str]:
+    return set(REGISTERED_KEYS[key].choices) | KEY_EXTRAS.get(key, set())
+
+
+# ------------------------------------------------------------------------------------------ Registry
+def test_registry_add_refuses_what_would_break_the_config_or_the_docs():
+    reg = Registry("widget", "x.widget", "a callable", extras={"auto": "pick one"})
+    reg.add("plain", "json:dumps", "the standard library's dumps")
+    for bad, match in [(("plain", "json:loads", "again"), "registered already"),
+                       (("auto", "json:loads", "an extra's name"), "registered already"),
+                       (("Bad Name", "json:loads", "x"), "lowercase"),
+                       (("two", "json.loads", "x"), "package.module:attr"),
+                       (("three", "json:loads", "  "), "needs a description")]:
+        with pytest.raises(ValueError, match=match):
+            reg.add(*bad)
+    assert reg.names == ("plain",) and reg.choices == ("auto", "plain")
+    assert get_args(reg.literal()) == ("auto", "plain") and get_args(reg.literal(extras=False)) == ("plain",)
+    assert reg.describe() == "`auto`: pick one; `plain`: the standard library's dumps"
+
+
+def test_registry_loads_lazily_once_and_names_what_is_wrong():
+    reg = Registry("widget", "x.widget", "a callable")
+    reg.add("dumps", "json:dumps", "json.dumps")
+    reg.add("method", "json:JSONDecoder.decode", "a dotted attribute")
+    reg.add("gone", "json:no_such_function", "a typo in the target")
+    reg.add("nomodule", "awarl.no_such_module:x", "a module that does not exist")
+    import json
+
+    assert reg.load("dumps") is json.dumps and reg.load("dumps") is reg.load("dumps")
+    assert reg.load("method") is json.JSONDecoder.decode
+    with pytest.raises(ValueError, match=r"x\.widget: unknown widget 'dump'; choose one of dumps, method, gone"):
+        reg.load("dump")
+    for name in ("gone", "nomodule"):
+        with pytest.raises(ImportError, match=rf"x\.widget: widget '{name}' is registered as '[\w.:]+', which "
+                                              "cannot be loaded"):
+            reg.load(name)
+
+
+def test_data_file_registry_holds_paths_not_code():
+    reg = Registry("sample", "eval.x", "a file", data_files=True)
+    reg.add("ok", "hotpotqa/file.json", "fine")
+    for bad in ("/etc/passwd", "../outside.json", "a/../../b.json"):
+        with pytest.raises(ValueError, match="relative path under data/"):
+            reg.add("bad", bad, "x")
+    with pytest.raises(TypeError, match="data files, not code"):
+        reg.load("ok")
+
+
+def test_config_import_stays_light():
+    """The registries hold names only: importing the config (and the registries) loads no implementation."""
+    code = ("import sys, awarl.config, awarl.choices, awarl.commands.common\n"
+            "heavy = ('torch', 'httpx', 'transformers', 'vllm', 'numpy', 'pyarrow', 'awarl.critic', 'awarl.agent')\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith(heavy)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+# ------------------------------------------------------------------------------- the implementations
+def test_every_registered_format_loads_and_the_shipped_samples_each_match_exactly_one():
+    from awarl.data.formats import DataFormat
+    from awarl.data.loaders import SHIPPED_OTHER, _container, _first_record, detect_format, load_shipped
+    from awarl.io import shipped_data_dir
+
+    formats = {name: choices.FORMATS.load(name) for name in choices.FORMATS.names}
+    assert all(isinstance(f, DataFormat) for f in formats.values())
+    shipped = {**{e.name: e.target for e in choices.DEV_SETS}, "flashrag": SHIPPED_OTHER["flashrag-nq"],
+               "searchr1": SHIPPED_OTHER["searchr1-train"]}
+    for fmt, rel in shipped.items():
+        path = shipped_data_dir() / rel
+        rec = _first_record(path, _container(path))
+        # exclusive sniffs: detection does not depend on the registry's order for the known formats
+        assert [n for n, f in formats.items() if f.sniff(rec)] == [fmt], rel
+        assert detect_format(path) == fmt
+    for e in choices.DEV_SETS:
+        exs = load_shipped(e.name, limit=3)
+        assert len(exs) == 3 and {ex.dataset for ex in exs} == {e.name}
+    unified = load_shipped("musique", limit=1)[0].to_dict()
+    assert [n for n, f in formats.items() if f.sniff(unified)] == ["unified"]
+
+
+def test_every_registered_judge_builds_under_its_own_name():
+    cfg = CriticConfig()
+    for name in choices.JUDGES.names:
+        judge = choices.JUDGES.load(name)(cfg.model_copy(update={"judge": name}), None)
+        # the name labels verdicts and lets the critic loop reuse the citation judge (research/records.py)
+        assert judge.name == name and judge.failures == 0 and callable(judge.verify)
+        if hasattr(judge, "close"):
+            judge.close()
+
+
+def test_every_registered_strategy_and_reading_has_its_registry_s_shape():
+    from awarl.rewards.strategies import Strategy
+
+    cfg = RewardConfig()
+    for name in choices.STRATEGIES.names:
+        s = choices.STRATEGIES.load(name)
+        assert isinstance(s, Strategy) and isinstance(s.abstain_reward(cfg, 0.3, False), float)
+    keywords = {"gamma", "p_min", "tau", "prior", "r_correct", "r_wrong"}
+    for name in choices.EXPECTED_RATES.names:
+        reading = choices.EXPECTED_RATES.load(name)
+        params = inspect.signature(reading).parameters
+        assert list(params)[:2] == ["p", "n"] and keywords <= set(params), name
+        assert "Step 4" in (reading.__doc__ or ""), f"{name}: its docstring names the formula step"
+        values = [reading(p, 8.0, gamma=0.5, p_min=0.1, tau=0.05, prior=0.5, r_correct=1.0, r_wrong=0.0)
+                  for p in (0.0, 0.3, 1.0)]
+        assert all(0.0 <= v <= 1.0 for v in values) and values[0] >= values[-1], (name, values)
+
+
+def test_every_registered_backend_loads_and_unknown_ones_are_refused(tmp_path):
+    from awarl.agent.backends import make_backend
+
+    for name in choices.BACKENDS.names:
+        build = choices.BACKENDS.load(name)
+        assert list(inspect.signature(build).parameters)[:3] == ["gen_cfg", "model_path_or_obj", "tokenizer"]
+    with pytest.raises(ValueError, match="generation.backend: unknown generation backend 'tgi'; choose one of hf"):
+        make_backend(GenerationConfig(), "m", None, kind="tgi")
+    with pytest.raises(ValueError, match="needs generation.script"):
+        make_backend(GenerationConfig(backend="scripted"), None, None)
+
+
+def test_dev_set_files_exist():
+    from awarl.io import shipped_data_dir
+
+    assert all((shipped_data_dir() / e.target).is_file() for e in choices.DEV_SETS)
+
+
+# ---------------------------------------------------------------------------------- the config
+def _literal_fields(model: type, path: str = ""):
+    """(key, values) of every Literal field (or list of them) of the config, sections followed."""
+    for name, field in model.model_fields.items():
+        key = f"{path}{name}"
+        sub = section_model(field.annotation)
+        if sub is not None:
+            yield from _literal_fields(sub, key + ("[]." if get_origin(field.annotation) is list else "."))
+            continue
+        ann = field.annotation
+        while get_origin(ann) is list:
+            (ann,) = get_args(ann)
+        for arg in (ann, *get_args(ann)):
+            if get_origin(arg) is Literal:
+                yield key, tuple(get_args(arg))
+
+
+def test_registered_keys_accept_every_registered_name_and_nothing_else():
+    for key, reg in REGISTERED_KEYS.items():
+        values = set(allowed_values(key))
+        assert values <= accepted(key), (key, values - accepted(key))
+        assert set(reg.names) <= values, (key, set(reg.names) - values)
+
+
+def test_no_other_literal_of_the_config_lists_a_registry_s_values():
+    """A hand-written Literal that shares two or more names with a registry is a second list of that choice."""
+    found = []
+    for key, values in _literal_fields(AwarlConfig):
+        for reg in choices.ALL:
+            if len(set(values) & set(reg.names)) >= 2 and key not in REGISTERED_KEYS:
+                found.append((key, reg.what))
+    assert found == []
+
+
+def test_config_refuses_an_unregistered_value_naming_the_choices():
+    with pytest.raises(ConfigError, match=r"critic\.judge") as e:
+        load_config(None, ["critic.judge=nli"])
+    assert all(f"'{name}'" in str(e.value) for name in choices.JUDGES.choices)  # the message lists them all
+    with pytest.raises(ConfigError, match=r"research\.judge"):
+        load_config(None, ["research.judge=none"])  # `none` is critic.judge's extra only
+    with pytest.raises(ConfigError, match=r"eval\.datasets\.0"):
+        load_config(None, ["eval.datasets=[nq]"])
+    assert load_config(None, ["simulate.strategies=[awarl_no_penalty, bapo]"]).simulate.strategies[0] == \
+        "awarl_no_penalty"
+
+
+# ------------------------------------------------------------------------------------- the CLI
+def _parsers(parser: argparse.ArgumentParser, prog: str = "awarl"):
+    yield prog, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, f"{prog} {name}")
+
+
+def test_cli_choices_and_help_list_only_registered_values():
+    from awarl.cli import build_parser
+    from awarl.commands.common import registered_choices
+
+    block = registered_choices()
+    with_config = 0
+    for prog, parser in _parsers(build_parser()):
+        for action in parser._actions:
+            if not action.choices or isinstance(action, argparse._SubParsersAction):
+                continue
+            near = [reg for reg in choices.ALL if len(set(action.choices) & set(reg.names)) >= 2]
+            if near:  # a list of a registry's values: all of them that registry's
+                assert any(set(action.choices) <= set(reg.choices) for reg in near), (prog, action.dest)
+        if any(a.dest == "overrides" for a in parser._actions):
+            with_config += 1
+            help_text = parser.format_help()
+            assert "registered choices" in help_text, prog
+            if parser.formatter_class is argparse.RawDescriptionHelpFormatter:
+                assert block in help_text, prog
+    assert with_config >= 8  # demo, estimate, train, sweep, eval, score, research, simulate
+    for key in REGISTERED_KEYS:  # the block's lines are the config's values, in order
+        assert f"{key}" in block and ", ".join(allowed_values(key)) + ";" in block
+
+
+# ------------------------------------------------------------------------ docs, configs, messages
+def _text_files() -> list[Path]:
+    out = subprocess.run(["git", "ls-files", "README.md", "docs", "configs", "awarl", "scripts", "benchmarks",
+                          "data/README.md", "Makefile"], cwd=REPO, capture_output=True, text=True, check=True)
+    return [REPO / f for f in out.stdout.split() if f.endswith((".md", ".py", ".yaml", ".sh", "Makefile"))]
+
+
+_KEYS = "|".join(re.escape(k) for k in ["critic.judge", "research.judge", "reward.strategy", "reward.expected_rate",
+                                        "generation.backend", "eval.datasets", "simulate.strategies",
+                                        "expected_rate", "--format"])
+_MENTION = re.compile(rf"(?<![\w.\-])`?({_KEYS})`?(?:\s*[:=]\s*|(?<=--format)\s+)`?(\[[^\]\n]*\]|[A-Za-z0-9_\-]+)`?")
+
+
+def _key(name: str) -> str:
+    return ALIASES.get(name, name)
+
+
+def _guide_names() -> set[str]:
+    """The names docs/extending.md's examples register (the page may name them; tests/test_extending.py
+    registers and runs them)."""
+    return set(re.findall(r'^\w+\.add\("([\w\-]+)"', (REPO / "docs" / "extending.md").read_text(), re.M))
+
+
+def test_every_mention_of_a_registered_key_names_a_registered_value():
+    """`critic.judge: openai`, `generation.backend=vllm`, `--format hotpotqa`, `reward.expected_rate: [a, b]`
+    anywhere in the docs, configs, scripts and code name values the registry has."""
+    bad, seen, guide = [], 0, _guide_names()
+    assert {"nq_open", "containment"} <= guide
+    for path in _text_files():
+        extra = guide if path.name == "extending.md" else set()
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for m in _MENTION.finditer(line):
+                key, raw = _key(m.group(1)), m.group(2)
+                values = [v.strip(" `'\"") for v in raw.strip("[]").split(",")] if raw.startswith("[") else [raw]
+                for v in values:
+                    if not v or v[0].isupper() or v in {"the", "a", "an", "its", "one"} or "{" in v:
+                        continue  # prose (`expected_rate: the probability ...`) or a format string
+                    seen += 1
+                    if v not in accepted(key) | extra:
+                        bad.append(f"{path.relative_to(REPO)}:{n}: {m.group(0)}")
+    assert bad == []
+    assert seen >= 30  # the scan reads what it claims to (about 50 mentions when written)
+
+
+def _cells(row: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", row.strip().strip("|"))]
+
+
+_HEADER_KEYS = {"format": "data.train[].format", "reading": "reward.expected_rate", "judge": "critic.judge",
+                "strategy": "reward.strategy", "backend": "generation.backend", **{k: k for k in REGISTERED_KEYS}}
+
+
+def test_docs_tables_of_choices_list_only_registered_values():
+    """A markdown table headed by a choice (`| format | ...`, `| \\`critic.judge\\` | ...`) lists registered
+    values in its first column; a row headed by a registered key lists them in its second."""
+    bad, tables = [], 0
+    for path in sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")]):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines):
+            if not line.startswith("|") or i + 1 >= len(lines):
+                continue
+            first = _cells(line)[0].strip("`* ")
+            if lines[i + 1].startswith("|---") and first.lower() in _HEADER_KEYS:
+                key, tables = _HEADER_KEYS[first.lower()], tables + 1
+                for row in lines[i + 2:]:
+                    if not row.startswith("|"):
+                        break
+                    value = re.search(r"`([^`]+)`", _cells(row)[0])
+                    if value and value.group(1) not in accepted(key):
+                        bad.append(f"{path.name}: {row[:60]}")
+            elif first in REGISTERED_KEYS and not lines[i + 1].startswith("|---"):
+                tables += 1
+                cell = _cells(line)[1] if len(_cells(line)) > 1 else ""
+                bad += [f"{path.name}: {first}: {v}" for v in re.findall(r"`([^`]+)`", cell)
+                        if v not in accepted(first)]
+    assert bad == []
+    assert tables >= 5  # formats.md, agent.md (critic.judge), method.md (reading; reward.expected_rate), research.md
+
+
+def test_config_comments_that_list_alternatives_list_registered_values():
+    """`judge: gold   # gold | lexical (heuristic) | openai | none` in configs/."""
+    bad, seen = [], 0
+    pattern = re.compile(r"^\s*(judge|strategy|expected_rate|backend|format):\s*\S+\s*#(\s*[\w\-]+\s*(?:\([^)]*\))?\s*\|.*)$")
+    for path in sorted((REPO / "configs").rglob("*.yaml")):
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            m = pattern.match(line)
+            if m:
+                seen += 1
+                words = [alt.split()[0] for alt in m.group(2).split("|") if alt.split()]
+                bad += [f"{path.name}:{n}: {w}" for w in words if w not in accepted(_key(m.group(1)))]
+    assert bad == [] and seen >= 2
+
+
+def test_config_reference_lists_each_registered_key_s_values_and_every_registry():
+    """docs/config.md (generated; tests/test_config_docs.py keeps it fresh): each registry-backed key's type
+    cell lists exactly the config's values, and the "Registered choices" tables hold every entry."""
+    text = (REPO / "docs" / "config.md").read_text(encoding="utf-8")
+    sections = dict(re.findall(r"^## `([^`]+)`\n(.*?)(?=^## |\Z)", text, re.M | re.S))
+    for key in REGISTERED_KEYS:
+        section, field = key.rsplit(".", 1)
+        row = re.search(rf"^\| `{field}` \| ([^|]*) \|", sections[section], re.M)
+        assert row and tuple(re.findall(r"`([^`]+)`", row.group(1))) == allowed_values(key), key
+    for reg in choices.ALL:
+        for value in reg.choices:
+            assert f"| `{value}` |" in text.split("## Registered choices", 1)[1], (reg.what, value)
