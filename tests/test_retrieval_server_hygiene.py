@@ -15,8 +15,8 @@ import httpx
 import pytest
 from conftest import serve_app
 
+from awarl.http import retry_after_s
 from awarl.retrieval import Passage, RetrievalClient, RetrievalClientError, load_index
-from awarl.retrieval.client import retry_after_s
 from awarl.retrieval.server import make_app
 
 
