@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import serve_app
+from conftest import fake_chat_app, serve_app
 
 from awarl.config import CriticConfig, load_config
 from awarl.critic.correctness import Grade, grade_answers, make_answer_grader
@@ -19,14 +19,11 @@ from awarl.critic.openai_judge import OpenAIJudge
 
 def grader_app(log: list[dict], state: dict | None = None):
     """`state["down"] = True` makes every request an HTTP 503 (an outage)."""
-    from fastapi import FastAPI, HTTPException
+    from fastapi import HTTPException
 
-    app = FastAPI()
     state = state if state is not None else {}
 
-    @app.post("/v1/chat/completions")
-    def chat(body: dict) -> dict:
-        log.append(body)
+    def reply(body: dict) -> str:
         if state.get("down"):
             raise HTTPException(503, "grader restarting")
         user = body["messages"][-1]["content"]
@@ -35,10 +32,9 @@ def grader_app(log: list[dict], state: dict | None = None):
         if "FAIL" in prediction:
             raise HTTPException(500, "grader down")
         correct = any(g.lower() in prediction.lower() for g in golds)
-        verdict = {"correct": correct, "reason": "contains a gold answer" if correct else "different answer"}
-        return {"choices": [{"message": {"role": "assistant", "content": json.dumps(verdict)}}]}
+        return json.dumps({"correct": correct, "reason": "contains a gold answer" if correct else "different answer"})
 
-    return app
+    return fake_chat_app(reply, log=log)
 
 
 @pytest.fixture()
