@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from awarl.data.types import QAExample, example_key
+from awarl.estimation import estimate_p, success_estimate
 from awarl.io import DataError, iter_jsonl
 from awarl.metrics import Outcome
-from awarl.rewards.abstention import estimate_p, success_estimate
 
 log = logging.getLogger(__name__)
 
