@@ -72,8 +72,10 @@ def test_grade_answers_asks_only_what_exact_match_cannot_settle(grader_url, tmp_
 
 
 def test_make_answer_grader_only_under_correctness_judge(tmp_path):
-    assert make_answer_grader(load_config(None, []), tmp_path) is None
-    g = make_answer_grader(load_config(None, ["metrics.correctness=judge", "critic.judge=lexical"]), tmp_path)
+    default = load_config(None, [])
+    assert make_answer_grader(default.metrics, default.critic, tmp_path) is None
+    judged = load_config(None, ["metrics.correctness=judge", "critic.judge=lexical"])
+    g = make_answer_grader(judged.metrics, judged.critic, tmp_path)
     assert isinstance(g, OpenAIJudge)  # the endpoint of critic:, whatever judges the citations
     g.close()
 
@@ -168,7 +170,7 @@ def test_estimate_and_training_rollouts_use_the_grader(grader_url, tmp_path, tin
 
     adapter = RolloutAdapter(cfg, tok, retriever, load_template(cfg.agent.template), rows,
                              backend_factory=lambda _t: make_backend(cfg.generation, None, tok),
-                             grader=make_answer_grader(cfg, tmp_path / "cache"))
+                             grader=make_answer_grader(cfg.metrics, cfg.critic, tmp_path / "cache"))
     out = adapter([a.question, b.question], trainer=None)
     assert out["outcome"] == ["correct", "wrong"]
 

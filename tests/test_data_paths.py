@@ -70,7 +70,7 @@ def test_eval_reads_hub_files_and_records_the_cached_path(hub_cache):
 
     cfg = load_config(None, ["data.eval=[{path: hf://datasets/RUC-NLPIR/FlashRAG_datasets/nq/test.jsonl, "
                              "format: flashrag, dataset: nq}]", "eval.limit=5"])
-    ev = load_eval_set(cfg)
+    ev = load_eval_set(cfg.data, cfg.eval, cfg.run.seed)
     assert len(ev.examples) == 5 and ev.files == {"nq": str(hub_cache)}  # the path holds the commit
 
 

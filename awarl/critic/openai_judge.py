@@ -69,7 +69,7 @@ log = logging.getLogger(__name__)
 # Part of the cache key: changing a prompt invalidates its old verdicts (the grader's is unchanged).
 PROMPT_VERSION = "awarl-critic/3"
 GRADER_PROMPT_VERSION = "awarl-critic/1"
-Verdict = TypeVar("Verdict", CriticOutput, AnswerVerdict)
+Verdict = TypeVar("Verdict", bound=BaseModel)  # CriticOutput, AnswerVerdict, the research planner's
 
 SYSTEM_PROMPT = """You are a citation critic for a question-answering search agent. You do not write or \
 improve answers; you only verify them against the retrieved passages.
@@ -260,7 +260,7 @@ class OpenAIJudge:
             log.warning("ignoring unreadable critic cache entry %s", path)
             return None
 
-    def _cache_put(self, key: str, out: CriticOutput | AnswerVerdict) -> None:
+    def _cache_put(self, key: str, out: BaseModel) -> None:
         path = self._cache_path(key)
         if path is not None:
             atomic_write_json(path, out.model_dump(mode="json"))
@@ -338,8 +338,8 @@ class OpenAIJudge:
         self._cache_put(key, out)
         return out
 
-    def ask(self, messages: list[dict], kind: type[BaseModel], schema_name: str, schema: dict,
-            version: str) -> BaseModel | None:
+    def ask(self, messages: list[dict], kind: type[Verdict], schema_name: str, schema: dict,
+            version: str) -> Verdict | None:
         """One cached, schema-bound request of any kind (the critic-loop planner's too); None when it failed
         (counted in `failures`, never raised). `version` is part of the cache key: bump it with the prompt."""
         return self._call(messages, kind, schema_name, schema, version)

@@ -20,8 +20,9 @@ import os
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from awarl.config import EstimateConfig, RunConfig, TrainConfig
 from awarl.data.types import QAExample, example_key
 from awarl.estimation import estimate_p, success_estimate
 from awarl.io import DataError, iter_jsonl
@@ -33,7 +34,20 @@ FILE_NAME = "p_estimates.jsonl"
 OUTCOME_KEYS: tuple[str, ...] = tuple(o.value for o in Outcome)
 
 
-def estimates_path(cfg: Any, *, for_training: bool = False) -> Path:
+class EstimateFileSettings(Protocol):
+    """The sections of a run config that place the estimate file; an AwarlConfig is one."""
+
+    @property
+    def estimate(self) -> EstimateConfig: ...
+
+    @property
+    def run(self) -> RunConfig: ...
+
+    @property
+    def train(self) -> TrainConfig: ...
+
+
+def estimates_path(cfg: EstimateFileSettings, *, for_training: bool = False) -> Path:
     """The p_i file of a config: the one `awarl estimate` writes (estimate.out, else
     <run.out_dir>/p_estimates.jsonl), or with `for_training` the one `awarl train` reads (train.p_estimates
     when set, else that same file)."""

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 # it is part of this formula chain, so its names are here too.
 from awarl.estimation import P_DEFINITIONS as P_DEFINITIONS
 from awarl.estimation import estimate_p as estimate_p
-from awarl.estimation import success_estimate
+from awarl.estimation import success_estimate as success_estimate
 from awarl.metrics import Outcome
 
 # The reconstruction options of docs/method.md "Reconstruction choices"; the first of each is the SPEC reading
@@ -42,8 +42,8 @@ def online_p(prev: float, correct: float, answered: float, beta: float) -> float
     """
     if answered <= 0:
         return float(prev)
-    obs = success_estimate(correct, answered, answered, "among_answered")
-    return min(1.0, max(0.0, ema(prev, float(obs), beta)))
+    obs = estimate_p(correct, answered, answered, "among_answered")
+    return min(1.0, max(0.0, ema(prev, obs, beta)))
 
 
 def clip_p(p: float, p_min: float) -> float:

@@ -90,7 +90,7 @@ def split_questions(cfg: AwarlConfig) -> tuple[list, list, list]:
     warm-up imitates the teacher on all of them) and the training questions are drawn from it."""
     import random
 
-    eval_set = load_eval_set(cfg)
+    eval_set = load_eval_set(cfg.data, cfg.eval, cfg.run.seed)
     held_out = {example_key(e.dataset, e.id) for e in eval_set.examples}
     pool = [e for ds in cfg.eval.datasets for e in load_shipped(ds)
             if example_key(e.dataset, e.id) not in held_out]

@@ -41,7 +41,7 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
     out = estimates_path(cfg)
     out.parent.mkdir(parents=True, exist_ok=True)
     save_resolved(cfg, out.parent / "estimate")
-    examples = examples if examples is not None else load_train_examples(cfg)
+    examples = examples if examples is not None else load_train_examples(cfg.data, cfg.run.seed)
     k = cfg.estimate.k
     finish_interrupted_append(out)  # a batch a kill interrupted is completed before what is done is read
     done = {key for key, row in read_estimates(out).items() if row.get("k") == k}
@@ -51,7 +51,7 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
                  len(examples), out)
     if not todo:
         return out
-    grader = make_answer_grader(cfg, out.parent / "critic_cache")
+    grader = make_answer_grader(cfg.metrics, cfg.critic, out.parent / "critic_cache")
     check_endpoints(cfg.critic, None, grader)  # a dead grader endpoint fails here, before any model loads
     if engine is None:
         engine = _build_engine(cfg, model, tokenizer, retriever)
@@ -74,7 +74,7 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
                                         engine.abstention_phrases)
             rows = []
             for i, ex in enumerate(batch):
-                outcomes = [trajectory_outcome(t.parsed, ex.answers, cfg, engine.abstention_phrases, g).value
+                outcomes = [trajectory_outcome(t.parsed, ex.answers, cfg.metrics, engine.abstention_phrases, g).value
                             for t, g in zip(trajs[i * k:(i + 1) * k], grades[i * k:(i + 1) * k], strict=True)]
                 rows.append(estimate_row(ex, outcomes))
             append_jsonl(out, rows)

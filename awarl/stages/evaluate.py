@@ -153,11 +153,11 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_resolved(cfg, out)
-    eval_set = load_eval_set(cfg, datasets, limit)
+    eval_set = load_eval_set(cfg.data, cfg.eval, cfg.run.seed, datasets, limit)
     if not eval_set.examples:
         raise ValueError("no evaluation questions: check eval.datasets / data.eval")
     judge = make_judge(cfg.critic, critic_cache_dir(cfg.critic, out))
-    grader = make_answer_grader(cfg, out / "critic_cache")
+    grader = make_answer_grader(cfg.metrics, cfg.critic, out / "critic_cache")
     pred_path = out / PREDICTIONS
     loop, loop_judge = cfg.eval.agent == "critic_loop", None
     try:

@@ -59,7 +59,7 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
         # A dry run of a template config whose questions are filled in at launch (e.g. by `awarl demo`).
         log.warning("data.train lists no files: the plan has no training questions")
         examples = []
-    examples = examples if examples is not None else load_train_examples(cfg)
+    examples = examples if examples is not None else load_train_examples(cfg.data, cfg.run.seed)
     path = estimates_path(cfg, for_training=True)
     needs_p = cfg.reward.strategy == "awarl"
     if not path.exists():
@@ -120,7 +120,7 @@ def make_plan(cfg: AwarlConfig, info: dict[str, Any], reward: Any, *, cpu: bool,
     """Everything a launch will do, as plain data (printed by --dry-run, logged by a real run)."""
 
     t, r = cfg.train, cfg.reward
-    eff, notes = effective_settings(cfg, cpu)
+    eff, notes = effective_settings(cfg.train, cpu)
     completions_per_step = t.per_device_train_batch_size * t.gradient_accumulation_steps * n_procs
     gen = ("vLLM " + t.vllm_mode + (f" at {t.vllm_server_host}:{t.vllm_server_port}" if t.vllm_mode == "server"
                                      else f", gpu_memory_utilization={cfg.generation.gpu_memory_utilization}")
@@ -178,7 +178,7 @@ def vllm_engine_options(cfg: AwarlConfig) -> tuple[str, dict[str, tuple[str, Any
     if not colocate and g.backend != "vllm":
         return None
     # engine_kwargs: the mapping the engines themselves are built from, so the check sees what they get
-    kw = engine_kwargs(g, max_model_len=colocate_max_model_len(cfg) if colocate else None)
+    kw = engine_kwargs(g, max_model_len=colocate_max_model_len(cfg.generation, cfg.agent) if colocate else None)
     opts: dict[str, tuple[str, Any]] = {f"generation.{name}": (name, value) for name, value in kw.items()}
     if colocate and not g.max_model_len:   # training derived it
         opts["agent.max_trajectory_tokens (+ 2048 for the colocated engine)"] = \
@@ -298,7 +298,7 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
         if rows:
             build_dataset(rows)  # the dataset must build (column types), even though nothing trains
         return plan
-    grader = make_answer_grader(cfg, Path(cfg.run.out_dir) / "critic_cache")
+    grader = make_answer_grader(cfg.metrics, cfg.critic, Path(cfg.run.out_dir) / "critic_cache")
     try:
         check_endpoints(cfg.critic, reward.judge, grader)  # a dead endpoint fails here, before the policy loads
         ckpt = resolve_resume(cfg.run.out_dir, resume, reward_state_needed=reward_state_needed(cfg.reward),

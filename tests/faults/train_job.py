@@ -33,7 +33,7 @@ def main() -> int:
     cfg = make_cfg(Path(out).parent, Path(tiny), Path(index), run__out_dir=out, estimate__out=p_file,
                    train__max_steps=int(steps))
     tok = AutoTokenizer.from_pretrained(tiny)
-    variants = variants_for(load_train_examples(cfg))
+    variants = variants_for(load_train_examples(cfg.data, cfg.run.seed))
     per_step = cfg.train.per_device_train_batch_size * cfg.train.gradient_accumulation_steps
 
     def backend(trainer):
