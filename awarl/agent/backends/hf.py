@@ -78,7 +78,7 @@ class HFBackend:
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         tok = AutoTokenizer.from_pretrained(path_or_hub_id)
         model = AutoModelForCausalLM.from_pretrained(path_or_hub_id, dtype=resolve_dtype(dtype, device))
-        model.to(device).eval()  # type: ignore[arg-type]  # transformers types `to` for its own callers
+        model.to(device).eval()
         return cls(model, tok, **kwargs)
 
     # ------------------------------------------------------------------------------ built once
