@@ -31,7 +31,6 @@ from awarl.config import AwarlConfig, load_config, save_resolved
 from awarl.data.corpus import shipped_closed_corpus
 from awarl.data.estimates import read_estimates
 from awarl.data.loaders import load_shipped
-from awarl.data.questions import load_eval_set
 from awarl.data.types import example_key
 from awarl.io import atomic_write_text, repo_root
 from awarl.models.tiny import build_tiny_model
@@ -40,6 +39,7 @@ from awarl.stages.compare import compare_runs, write_comparison
 from awarl.stages.demo_dynamics import write_dynamics
 from awarl.stages.estimate import run_estimate
 from awarl.stages.evaluate import run_eval
+from awarl.stages.questions import load_eval_set
 from awarl.stages.resources import ensure_index
 from awarl.stages.train import run_train
 from awarl.training.checkpoints import newest_complete

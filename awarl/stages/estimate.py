@@ -19,11 +19,11 @@ from awarl.config import AwarlConfig, save_resolved
 from awarl.critic import check_endpoints
 from awarl.critic.correctness import close_grader, grade_trajectories, make_answer_grader, trajectory_outcome
 from awarl.data.estimates import estimate_row, estimates_path, read_estimates
-from awarl.data.questions import load_train_examples
 from awarl.data.types import QAExample, example_key
 from awarl.io import append_jsonl, finish_interrupted_append, pending_batches
 from awarl.models.loading import load_tokenizer
 from awarl.retrieval import load_retriever
+from awarl.stages.questions import load_train_examples
 from awarl.stages.resources import ensure_default_retrieval
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
     Tests and callers that already hold an engine/model can pass them in."""
     from tqdm.auto import tqdm
 
-    out = estimates_path(cfg)
+    out = estimates_path(cfg.estimate.out, cfg.run.out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     save_resolved(cfg, out.parent / "estimate")
     examples = examples if examples is not None else load_train_examples(cfg.data, cfg.run.seed)

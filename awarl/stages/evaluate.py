@@ -29,7 +29,6 @@ from awarl.config import AwarlConfig, save_resolved
 from awarl.critic import check_endpoints, critic_cache_dir, make_judge
 from awarl.critic.correctness import close_grader, grade_trajectories, make_answer_grader
 from awarl.data.evidence import gold_evidence
-from awarl.data.questions import load_eval_set
 from awarl.data.types import QAExample, example_key
 from awarl.io import append_jsonl, atomic_write_json, pending_batches
 from awarl.metrics import Outcome
@@ -54,6 +53,7 @@ from awarl.stages.predictions import (
     set_aside_bad_lines,
     trajectory_record,
 )
+from awarl.stages.questions import load_eval_set
 from awarl.stages.score import score_predictions
 
 log = logging.getLogger(__name__)

@@ -27,12 +27,12 @@ from awarl.critic.correctness import make_answer_grader
 from awarl.critic.gold_judge import compact_evidence
 from awarl.data.estimates import estimates_path, join_p, join_samples, read_estimates
 from awarl.data.evidence import gold_evidence
-from awarl.data.questions import load_train_examples
 from awarl.data.types import QAExample, example_key
 from awarl.models.loading import load_tokenizer
 from awarl.retrieval import load_retriever
 from awarl.rewards.trl_reward import AwaRLReward, load_reward_state
 from awarl.stages.evaluate import run_eval
+from awarl.stages.questions import load_train_examples
 from awarl.stages.resources import ensure_default_retrieval
 from awarl.training.checkpoints import resolve_resume, reward_state_needed
 from awarl.training.rollout_adapter import RolloutAdapter
@@ -60,7 +60,7 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
         log.warning("data.train lists no files: the plan has no training questions")
         examples = []
     examples = examples if examples is not None else load_train_examples(cfg.data, cfg.run.seed)
-    path = estimates_path(cfg, for_training=True)
+    path = estimates_path(cfg.estimate.out, cfg.run.out_dir, train_file=cfg.train.p_estimates)
     needs_p = cfg.reward.strategy == "awarl"
     if not path.exists():
         msg = (f"p_i estimate file not found: {path} (run `awarl estimate --config ...` first, or set "

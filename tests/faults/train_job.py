@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "dist"))
 from test_train import make_cfg  # noqa: E402
 from train_two_proc import VariantBackend, variants_for  # noqa: E402
 
-from awarl.data.questions import load_train_examples  # noqa: E402
+from awarl.stages.questions import load_train_examples  # noqa: E402
 from awarl.stages.train import run_train  # noqa: E402
 from awarl.training.checkpoints import newest_complete  # noqa: E402
 
