@@ -133,14 +133,9 @@ class RolloutSettings(Protocol):
     """The sections of a run config an engine is built from (`RolloutEngine.from_config`); an AwarlConfig
     is one."""
 
-    @property
-    def agent(self) -> AgentConfig: ...
-
-    @property
-    def retrieval(self) -> RetrievalConfig: ...
-
-    @property
-    def generation(self) -> GenerationConfig: ...
+    agent: AgentConfig
+    retrieval: RetrievalConfig
+    generation: GenerationConfig
 
 
 class RolloutEngine:

@@ -22,20 +22,11 @@ from awarl.rewards.citation import CitationJudgement, citation_reward, safe_veri
 class LoopSettings(Protocol):
     """The sections of a run config the critic loop reads; an AwarlConfig is one."""
 
-    @property
-    def research(self) -> ResearchConfig: ...
-
-    @property
-    def critic(self) -> CriticConfig: ...
-
-    @property
-    def agent(self) -> AgentConfig: ...
-
-    @property
-    def reward(self) -> RewardConfig: ...
-
-    @property
-    def metrics(self) -> MetricsConfig: ...
+    research: ResearchConfig
+    critic: CriticConfig
+    agent: AgentConfig
+    reward: RewardConfig
+    metrics: MetricsConfig
 
 
 CacheDir = str | os.PathLike | None

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from awarl.agent.templates import load_template
-from awarl.config import AwarlConfig, load_config, save_resolved
+from awarl.config import AwarlConfig, ConfigError, load_config, save_resolved
 from awarl.data.corpus import shipped_closed_corpus
 from awarl.data.estimates import read_estimates
 from awarl.data.loaders import load_shipped
@@ -156,6 +156,9 @@ def _model_and_index(cfg: AwarlConfig, out: Path, timer: Timer) -> tuple[Path, A
                          hidden=cfg.demo.tiny_hidden, layers=cfg.demo.tiny_layers)
     timer.done("tiny model", t)
     t = time.time()
+    if not cfg.retrieval.corpus or not cfg.retrieval.index_dir:
+        raise ConfigError("demo: retrieval.corpus and retrieval.index_dir must name where the demo's corpus and "
+                          "index go (run_demo sets both under its output folder)")
     corpus = Path(cfg.retrieval.corpus)
     if not corpus.exists():
         shipped_closed_corpus(corpus)

@@ -29,7 +29,7 @@ PACKAGES = ("awarl", "torch", "transformers", "trl", "datasets", "accelerate", "
 
 
 def _versions() -> dict[str, str | None]:
-    out = {}
+    out: dict[str, str | None] = {}
     for pkg in PACKAGES:
         try:
             out[pkg] = metadata.version(pkg)

@@ -184,10 +184,10 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
                                      top_p=cfg.generation.top_p, seed=cfg.run.seed, judge=judge, grader=grader,
                                      on_batch=on_batch, planner=planner, loop_judge=loop_judge)
     finally:
-        if hasattr(judge, "usage"):
-            log.info("citation judge: %s", judge.usage())
-        if hasattr(judge, "close"):
-            judge.close()
+        if (usage := getattr(judge, "usage", None)) is not None:
+            log.info("citation judge: %s", usage())
+        if (close := getattr(judge, "close", None)) is not None:
+            close()
         if loop_judge is not None and loop_judge is not judge and hasattr(loop_judge, "close"):
             loop_judge.close()
         close_grader(grader, flagged_in=str(pred_path))

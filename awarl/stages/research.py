@@ -59,7 +59,8 @@ class _Question:
     """A question with no dataset record behind it (no decomposition: the planner asks it as it is)."""
 
     def __init__(self, question: str) -> None:
-        self.question, self.metadata = question, {}
+        self.question = question
+        self.metadata: dict[str, Any] = {}
 
 
 def research_question(cfg: AwarlConfig, question: str, *, model: str | None = None,

@@ -83,7 +83,7 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
     info = {"questions": len(rows), "estimates_file": str(path), "estimates_found": path.exists(),
             "with_p": len(known), "missing_p": missing,
             "mean_p": sum(known) / len(known) if known else None,
-            "datasets": {d: sum(r["dataset"] == d for r in rows) for d in sorted({r["dataset"] for r in rows})},
+            "datasets": {d: sum(r["dataset"] == d for r in rows) for d in sorted({str(r["dataset"]) for r in rows})},
             "with_gold_evidence": sum(r["gold_evidence"] is not None for r in rows)}
     return rows, info
 

@@ -55,8 +55,7 @@ class AdapterSettings(RolloutSettings, Protocol):
     """The sections of a run config the rollout function reads: the engine's and `metrics` (the outcome
     rule); an AwarlConfig is one."""
 
-    @property
-    def metrics(self) -> MetricsConfig: ...
+    metrics: MetricsConfig
 
 
 class RolloutAdapter:

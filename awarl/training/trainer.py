@@ -35,17 +35,10 @@ def on_cpu() -> bool:
 class TrainerSettings(Protocol):
     """The sections of a run config TRL's GRPOConfig and trainer are built from; an AwarlConfig is one."""
 
-    @property
-    def run(self) -> RunConfig: ...
-
-    @property
-    def train(self) -> TrainConfig: ...
-
-    @property
-    def generation(self) -> GenerationConfig: ...
-
-    @property
-    def agent(self) -> AgentConfig: ...
+    run: RunConfig
+    train: TrainConfig
+    generation: GenerationConfig
+    agent: AgentConfig
 
 
 def effective_settings(t: TrainConfig, cpu: bool) -> tuple[dict[str, Any], list[str]]:
