@@ -1,6 +1,6 @@
 # The two set-up commands of the README:
 #   make demo   installs awarl into .venv and runs the offline demo (CPU, < 10 minutes)
-#   make test   installs awarl with its test extras into .venv and runs the test suite
+#   make test   installs awarl with its test extras into .venv and runs ruff, mypy and the test suite
 #   make test-fast  the same without the tests marked `slow` (the inner loop, about a minute of CPU)
 # and the second test command CI runs after `make test`:
 #   make test-vllm  installs vLLM's CPU build into .venv-vllm and runs the tests marked `vllm` there
@@ -48,12 +48,15 @@ install-dev: $(VENV)/.installed-dev
 demo: install
 	$(VENV)/bin/awarl demo --out runs/demo
 
+# mypy checks the packages [tool.mypy] in pyproject.toml lists (incrementally: .mypy_cache).
 test: install-dev
 	$(VENV)/bin/ruff check awarl tests benchmarks scripts
+	$(PY) -m mypy
 	$(PY) -m pytest tests
 
 test-fast: install-dev
 	$(VENV)/bin/ruff check awarl tests benchmarks scripts
+	$(PY) -m mypy
 	$(PY) -m pytest -m "not slow" tests
 
 $(VLLM_VENV)/.installed: pyproject.toml $(VLLM_CONSTRAINTS)
@@ -79,4 +82,4 @@ bench: install-dev
 	$(PY) benchmarks/retrieval_bench.py --out docs/benchmarks.md
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache .ruff_cache .mypy_cache

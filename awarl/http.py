@@ -6,6 +6,9 @@
 - **Capped answers.** `capped_request` reads the answer as a stream and refuses it (`ResponseTooLarge`) once
   it is larger than the cap, before it is held whole.
 - **Retry-After.** `retry_after_s` reads the header (delta-seconds or an HTTP date).
+- **One retry loop.** `send_with_retries` retries transport errors, the deadline, 429 and 5xx answers with
+  exponential backoff or the server's `Retry-After` (`retry_delay`), through a circuit breaker when given one;
+  callers turn what it raises into their own errors, which name their endpoint and options.
 - **Circuit breaker.** `CircuitBreaker` stops calling an endpoint after a run of failed attempts, for a
   cool-down, then lets one probe through: a dead endpoint costs a few attempts, not every retry of every item.
 """
@@ -17,6 +20,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from awarl.upstream import httpx as upstream_httpx
@@ -137,6 +141,70 @@ def retry_delay(attempt: int, backoff_s: float, retry_after: float | None, max_r
     `Retry-After` asked for it, capped at `max_retry_after_s` (a server must not park a client for hours)."""
     delay = backoff_s * 2 ** (attempt - 1)
     return delay if retry_after is None else max(delay, min(retry_after, max_retry_after_s))
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How many times and how patiently one request is retried (the caller's options of the same names)."""
+
+    retries: int
+    backoff_s: float
+    max_retry_after_s: float
+
+
+class RetriesExhausted(Exception):
+    """Every attempt failed with a transport error, the deadline, a 429 or a 5xx; `last` says how the last one
+    failed ("HTTP 503", "ConnectError: ...")."""
+
+    def __init__(self, attempts: int, last: str) -> None:
+        super().__init__(f"no answer after {attempts} attempt(s): {last}")
+        self.attempts, self.last = attempts, last
+
+
+def send_with_retries(send: Callable[[], Answer], policy: RetryPolicy, *, breaker: CircuitBreaker | None = None,
+                      refused: str = "circuit breaker open; not called",
+                      on_retry: Callable[[int, str, float], None] | None = None) -> Answer:
+    """`send()` (one `capped_request`) until it gives an answer that is neither a 429 nor a 5xx, and that answer
+    (any other status: what a 4xx means is the caller's to say). A transport error (refused, reset, timeouts,
+    the request's deadline), a 429 or a 5xx is retried up to `policy.retries` times, after `retry_delay`
+    (exponential backoff, or the answer's `Retry-After`); then RetriesExhausted. `on_retry(attempt, last,
+    delay_s)` is told before each wait.
+
+    With a `breaker`, each attempt asks it first (CircuitOpen(`refused`) when it is open, nothing sent) and
+    tells it how it went: a transport error or a 5xx is a failure; any other answer, a 429 (answered by
+    waiting) and a too-large answer too, shows the endpoint alive. ResponseTooLarge is raised at once, not
+    retried: the same request would get the same answer."""
+    import httpx
+
+    last, wait = "", None
+    for attempt in range(policy.retries + 1):
+        if attempt:
+            delay = retry_delay(attempt, policy.backoff_s, wait, policy.max_retry_after_s)
+            if on_retry is not None:
+                on_retry(attempt, last, delay)
+            time.sleep(delay)
+        wait = None
+        if breaker is not None and not breaker.allow():
+            raise CircuitOpen(refused)
+        alive = False
+        try:
+            r = send()
+            alive = r.status_code < 500
+        except httpx.TransportError as e:
+            last = f"{type(e).__name__}: {e}"
+            continue
+        except ResponseTooLarge:
+            alive = True
+            raise
+        finally:
+            if breaker is not None:
+                breaker.record(alive)
+        if r.status_code == 429 or r.status_code >= 500:
+            last = f"HTTP {r.status_code}"
+            wait = retry_after_s(r.headers.get("retry-after"))
+            continue
+        return r
+    raise RetriesExhausted(policy.retries + 1, last)
 
 
 class CircuitBreaker:

@@ -17,7 +17,7 @@ import re
 import string
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from typing import Any
 
@@ -250,7 +250,7 @@ def bootstrap_macro_ci(per_dataset: dict[str, Sequence[Outcome]], metric: str, n
     return percentile_ci(np.mean(draws, axis=0))
 
 
-def paired_bootstrap_delta(a: dict[str, Sequence[Outcome]], b: dict[str, Sequence[Outcome]], metric: str,
+def paired_bootstrap_delta(a: Mapping[str, Sequence[Outcome]], b: Mapping[str, Sequence[Outcome]], metric: str,
                            n: int = 1000, seed: int = 0) -> dict[str, Any]:
     """Macro `metric` of run b minus run a on the same questions, with its 95% paired-bootstrap interval.
 

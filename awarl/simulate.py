@@ -57,7 +57,7 @@ class Population:
     counts: np.ndarray           # (n, 4) outcome counts of the K pre-RL samples, columns in OUTCOMES order
 
     def p_hat(self, definition: str = "share_of_k") -> np.ndarray:
-        """The pre-RL p_i of every query under `reward.p_definition` (abstention.estimate_p)."""
+        """The pre-RL p_i of every query under `reward.p_definition` (estimation.estimate_p)."""
         k = self.counts.sum(axis=1)
         answered = k - self.counts[:, AB]
         return np.array([A.estimate_p(int(c), int(a), int(kk), definition)

@@ -1,5 +1,6 @@
-"""Shared fixtures: small real corpora cut from the shipped data, indexes built once per session, and a
-helper that runs an ASGI app with uvicorn on a free loopback port."""
+"""Shared fixtures: small real corpora cut from the shipped data, indexes built once per session, and the
+fake-server helper: `serve_app` runs an ASGI app with uvicorn on a loopback port (`fake_chat_app`,
+`fake_vllm_app`: the fake OpenAI-compatible and vLLM endpoints; `serve_bytes` for raw bytes)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,13 +108,16 @@ def load_benchmark(name: str):  # noqa: ANN201 - a module
 
 
 @contextlib.contextmanager
-def serve_app(app) -> Iterator[str]:  # noqa: ANN001 - any ASGI app
-    """Run `app` with uvicorn in a thread on 127.0.0.1; yields its base URL, stops it on exit."""
+def serve_app(app, port: int | None = None) -> Iterator[str]:  # noqa: ANN001 - any ASGI app
+    """Run `app` with uvicorn in a thread on 127.0.0.1 (`port`, else a free one); yields its base URL, stops it
+    on exit. THE fake-server helper of the tests: every fake endpoint is an ASGI app served by it (FastAPI for
+    the fakes; `fake_chat_app` for an OpenAI-compatible one), except the one answer no HTTP server writes
+    (`serve_bytes`). Requests still in flight at exit (an endpoint that hangs) are cut after 2 s."""
     import uvicorn
 
-    port = free_port()
+    port = port or free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="on"))
+                                           lifespan="on", timeout_graceful_shutdown=2))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.time() + 20
@@ -125,6 +130,70 @@ def serve_app(app) -> Iterator[str]:  # noqa: ANN001 - any ASGI app
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@contextlib.contextmanager
+def serve_bytes(answer: Callable[[socket.socket], None]) -> Iterator[str]:
+    """A loopback TCP endpoint for what no HTTP server writes (a status line trickled byte by byte): each
+    connection's request is read up to its blank line, then `answer(conn)` writes whatever it likes. Yields
+    the base URL."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def one(conn: socket.socket) -> None:
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head and (chunk := conn.recv(65536)):
+                head += chunk
+            with contextlib.suppress(OSError):
+                answer(conn)
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=one, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        listener.close()
+
+
+def chat_answer(content: str, **extra: Any) -> dict:
+    """An OpenAI chat-completions answer whose one choice says `content` (`extra`: e.g. usage=...)."""
+    return {"choices": [{"message": {"role": "assistant", "content": content}}], **extra}
+
+
+def fake_chat_app(reply: Callable[[dict], Any], *, models: Sequence[str] = (), log: list | None = None):  # noqa: ANN201
+    """A FAKE OpenAI-compatible endpoint (no LLM can run here), for `serve_app`: POST /v1/chat/completions
+    appends the request body to `log` and answers `reply(body)`: a str is the message content (`chat_answer`),
+    a dict the whole JSON answer, a Response (a status, raw bytes) is sent as it is; raising
+    fastapi.HTTPException answers its status. GET /v1/models lists `models` (absent when there are none, as
+    at a provider without the route). The handler is sync: each request runs on its own worker thread."""
+    from fastapi import FastAPI
+
+    app = FastAPI()
+    if models:
+        @app.get("/v1/models")
+        def listed() -> dict:
+            return {"object": "list", "data": [{"id": m, "object": "model"} for m in models]}
+
+    @app.post("/v1/chat/completions", response_model=None)
+    def chat(body: dict) -> Any:
+        if log is not None:
+            log.append(body)
+        out = reply(body)
+        return chat_answer(out) if isinstance(out, str) else out
+
+    return app
 
 
 def fake_vllm_app(tok, turn, on_request=None):  # noqa: ANN001, ANN201 - a tokenizer, callables, an ASGI app

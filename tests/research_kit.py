@@ -97,23 +97,13 @@ def research(question, planner, eng, judge, cfg, example=None, **run_kw):
 
 def fake_judge_app(verdict_for, log=None):
     """A FAKE OpenAI-compatible judge (no LLM can run here): `verdict_for(user_json, passage_ids)` is its reply."""
-    from fastapi import FastAPI
+    from conftest import fake_chat_app
 
-    app = FastAPI()
-
-    @app.get("/v1/models")
-    def models() -> dict:
-        return {"data": [{"id": "judge-llm"}]}
-
-    @app.post("/v1/chat/completions")
-    def chat(body: dict) -> dict:
-        if log is not None:
-            log.append(body)
+    def reply(body: dict) -> str:
         user = json.loads(body["messages"][-1]["content"])
-        ids = [p["id"] for p in user["passages"]]
-        return {"choices": [{"message": {"content": json.dumps(verdict_for(user, ids))}}]}
+        return json.dumps(verdict_for(user, [p["id"] for p in user["passages"]]))
 
-    return app
+    return fake_chat_app(reply, models=["judge-llm"], log=log)
 
 
 def words(text: str) -> set[str]:

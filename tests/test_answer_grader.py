@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import serve_app
+from conftest import fake_chat_app, serve_app
 
 from awarl.config import CriticConfig, load_config
 from awarl.critic.correctness import Grade, grade_answers, make_answer_grader
@@ -19,14 +19,11 @@ from awarl.critic.openai_judge import OpenAIJudge
 
 def grader_app(log: list[dict], state: dict | None = None):
     """`state["down"] = True` makes every request an HTTP 503 (an outage)."""
-    from fastapi import FastAPI, HTTPException
+    from fastapi import HTTPException
 
-    app = FastAPI()
     state = state if state is not None else {}
 
-    @app.post("/v1/chat/completions")
-    def chat(body: dict) -> dict:
-        log.append(body)
+    def reply(body: dict) -> str:
         if state.get("down"):
             raise HTTPException(503, "grader restarting")
         user = body["messages"][-1]["content"]
@@ -35,10 +32,9 @@ def grader_app(log: list[dict], state: dict | None = None):
         if "FAIL" in prediction:
             raise HTTPException(500, "grader down")
         correct = any(g.lower() in prediction.lower() for g in golds)
-        verdict = {"correct": correct, "reason": "contains a gold answer" if correct else "different answer"}
-        return {"choices": [{"message": {"role": "assistant", "content": json.dumps(verdict)}}]}
+        return json.dumps({"correct": correct, "reason": "contains a gold answer" if correct else "different answer"})
 
-    return app
+    return fake_chat_app(reply, log=log)
 
 
 @pytest.fixture()
@@ -76,8 +72,10 @@ def test_grade_answers_asks_only_what_exact_match_cannot_settle(grader_url, tmp_
 
 
 def test_make_answer_grader_only_under_correctness_judge(tmp_path):
-    assert make_answer_grader(load_config(None, []), tmp_path) is None
-    g = make_answer_grader(load_config(None, ["metrics.correctness=judge", "critic.judge=lexical"]), tmp_path)
+    default = load_config(None, [])
+    assert make_answer_grader(default.metrics, default.critic, tmp_path) is None
+    judged = load_config(None, ["metrics.correctness=judge", "critic.judge=lexical"])
+    g = make_answer_grader(judged.metrics, judged.critic, tmp_path)
     assert isinstance(g, OpenAIJudge)  # the endpoint of critic:, whatever judges the citations
     g.close()
 
@@ -172,7 +170,7 @@ def test_estimate_and_training_rollouts_use_the_grader(grader_url, tmp_path, tin
 
     adapter = RolloutAdapter(cfg, tok, retriever, load_template(cfg.agent.template), rows,
                              backend_factory=lambda _t: make_backend(cfg.generation, None, tok),
-                             grader=make_answer_grader(cfg, tmp_path / "cache"))
+                             grader=make_answer_grader(cfg.metrics, cfg.critic, tmp_path / "cache"))
     out = adapter([a.question, b.question], trainer=None)
     assert out["outcome"] == ["correct", "wrong"]
 

@@ -201,7 +201,7 @@ def test_wandb_offline_only_without_any_credentials(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
     cfg = load_config(None, ["train.report_to=[wandb, tensorboard]"])
-    assert report_to(cfg) == ["wandb", "tensorboard"]
+    assert report_to(cfg.train) == ["wandb", "tensorboard"]
     assert os.environ["WANDB_MODE"] == "offline"
 
     monkeypatch.delenv("WANDB_MODE")
@@ -209,14 +209,14 @@ def test_wandb_offline_only_without_any_credentials(tmp_path, monkeypatch):
     netrc_file.write_text("machine api.wandb.ai\n  login user\n  password not-a-real-key\n")
     netrc_file.chmod(0o600)
     monkeypatch.setenv("NETRC", str(netrc_file))
-    report_to(cfg)
+    report_to(cfg.train)
     assert "WANDB_MODE" not in os.environ  # logged in: wandb decides (online)
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
-    report_to(cfg)
+    report_to(cfg.train)
     assert os.environ["WANDB_MODE"] == "disabled"
-    assert report_to(load_config(None, ["train.report_to=[none]"])) == "none"
+    assert report_to(load_config(None, ["train.report_to=[none]"]).train) == "none"
 
 
 def _header_commands(path):

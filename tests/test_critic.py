@@ -3,12 +3,14 @@ real HotpotQA passages, and make_judge."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 
 import pytest
+from conftest import fake_chat_app, serve_app
 from pydantic import ValidationError
 
 from awarl.config import CriticConfig
@@ -49,50 +51,33 @@ INVALID = {"verified_claims": [{"claim": "Paris", "status": "grounded", "source_
            "overall_groundedness": 1.0, "flags": []}
 
 
-class _Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args):  # keep test output clean
-        pass
+def kinds_reply(srv: SimpleNamespace):  # noqa: ANN201 - a fake_chat_app reply
+    """The question names the case: VALID (fenced JSON), INVALID (schema violation), NOTJSON, SLOW (1.5 s),
+    FLAKY (503 the first time). `srv.counts` counts the requests of each."""
+    from fastapi.responses import Response
 
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        user = body["messages"][-1]["content"]
-        kind = json.loads(user)["question"]  # the user message is one JSON object
-        srv = self.server
+    def reply(body: dict) -> str | Response:
+        kind = json.loads(body["messages"][-1]["content"])["question"]  # the user message is one JSON object
         with srv.lock:
             srv.counts[kind] = srv.counts.get(kind, 0) + 1
-            srv.bodies.append(body)
             n = srv.counts[kind]
         if kind == "SLOW":
-            time.sleep(1.5)
+            time.sleep(1.5)  # the client has given up by now: exactly what this case tests
         if kind == "FLAKY" and n == 1:
-            self.send_response(503)
-            self.end_headers()
-            return
+            return Response(status_code=503)
         content = {"VALID": json.dumps(VALID), "FLAKY": json.dumps(VALID), "SLOW": json.dumps(VALID),
                    "INVALID": json.dumps(INVALID), "NOTJSON": "I think the answer is grounded."}[kind]
-        if kind == "VALID":
-            content = "```json\n" + content + "\n```"  # fenced replies are tolerated
-        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
-        try:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the SLOW client gave up (timeout): exactly what this case tests
+        return "```json\n" + content + "\n```" if kind == "VALID" else content  # fenced replies are tolerated
+
+    return reply
 
 
 @pytest.fixture()
 def server():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.daemon_threads = True
-    srv.counts, srv.bodies, srv.lock = {}, [], threading.Lock()
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    srv = SimpleNamespace(counts={}, bodies=[], lock=threading.Lock())
+    with serve_app(fake_chat_app(kinds_reply(srv), log=srv.bodies)) as url:
+        srv.url = url
+        yield srv
 
 
 def _item(question: str) -> CriticInput:
@@ -101,7 +86,7 @@ def _item(question: str) -> CriticInput:
 
 
 def test_openai_judge_valid_invalid_slow_flaky_and_cache(server, tmp_path):
-    cfg = CriticConfig(judge="openai", base_url=f"http://127.0.0.1:{server.server_port}/v1", model="m",
+    cfg = CriticConfig(judge="openai", base_url=f"{server.url}/v1", model="m",
                        timeout_s=0.5, retries=1, backoff_s=0.01, concurrency=4, cache_dir=str(tmp_path / "c"))
     judge = make_judge(cfg)
     assert isinstance(judge, OpenAIJudge)
@@ -285,70 +270,56 @@ def test_lexical_a_distractor_named_like_the_question_never_pays():
     assert _lex(berlioz.question, berlioz.answers[0], [1, 2, 3], ps)[1].reward < sc.reward
 
 # ------------------------------------------------------------- hardening against a fake endpoint (loopback)
-class _Slow(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+def misbehaving_judge_app(srv: SimpleNamespace):  # noqa: ANN201 - an ASGI app
+    """A bad judge endpoint; the path's first part names the case: trickle (headers, then a byte a second),
+    huge (64 MB), busy (503 with Retry-After: 1 the first time), hang (no answer while `srv.hang`), anything
+    else a valid verdict. `srv.seen[case]` gets the arrival time of each request."""
+    from fastapi import FastAPI
+    from fastapi.responses import Response, StreamingResponse
 
-    def log_message(self, *args):
-        pass
+    app = FastAPI()
 
-    def do_GET(self):
-        body = json.dumps({"data": [{"id": "m"}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+    @app.get("/{case}/v1/models")
+    def models(case: str) -> dict:
+        return {"data": [{"id": "m"}]}
 
-    def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
-        srv, case = self.server, self.path.split("/")[1]
+    @app.post("/{case}/v1/chat/completions", response_model=None)
+    async def chat(case: str, body: dict) -> Response | dict:
         with srv.lock:
             srv.seen.setdefault(case, []).append(time.monotonic())
             n = len(srv.seen[case])
-        reply = json.dumps({"choices": [{"message": {"content": json.dumps(VALID)}}]}).encode()
-        try:
-            if case == "trickle":  # headers, then a byte a second
-                self.send_response(200)
-                self.send_header("Content-Length", "20")
-                self.end_headers()
-                for _ in range(20):
-                    self.wfile.write(b" ")
-                    self.wfile.flush()
-                    time.sleep(1.0)
-            elif case == "huge":  # 64 MB, never needed whole
-                self.send_response(200)
-                self.send_header("Content-Length", str(64 << 20))
-                self.end_headers()
-                for _ in range(64):
-                    self.wfile.write(b"a" * (1 << 20))
-            elif case == "busy" and n == 1:
-                self.send_response(503)
-                self.send_header("Retry-After", "1")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-            elif case == "hang" and srv.hang:
-                time.sleep(30)
-            else:
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+
+        async def chunks(size: int, count: int, pause_s: float):  # noqa: ANN202
+            for _ in range(count):
+                if srv.closing:
+                    return
+                yield b" " * size
+                await asyncio.sleep(pause_s)
+
+        if case == "trickle":
+            return StreamingResponse(chunks(1, 20, 1.0), headers={"Content-Length": "20"})
+        if case == "huge":  # never needed whole
+            return StreamingResponse(chunks(1 << 20, 64, 0.0), headers={"Content-Length": str(64 << 20)})
+        if case == "busy" and n == 1:
+            return Response(status_code=503, headers={"Retry-After": "1"})
+        while case == "hang" and srv.hang and not srv.closing:
+            await asyncio.sleep(0.05)
+        return {"choices": [{"message": {"content": json.dumps(VALID)}}]}
+
+    return app
 
 
 @pytest.fixture()
 def slow_server():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
-    srv.daemon_threads = True
-    srv.seen, srv.lock, srv.hang = {}, threading.Lock(), True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    srv = SimpleNamespace(seen={}, lock=threading.Lock(), hang=True, closing=False)
+    with serve_app(misbehaving_judge_app(srv)) as url:
+        srv.url = url
+        yield srv
+        srv.closing = True  # what still trickles or hangs ends now
 
 
 def _judge(srv, case, **kw):
-    return OpenAIJudge(CriticConfig(judge="openai", base_url=f"http://127.0.0.1:{srv.server_port}/{case}/v1",
+    return OpenAIJudge(CriticConfig(judge="openai", base_url=f"{srv.url}/{case}/v1",
                                     model="m", **{"retries": 0, "backoff_s": 0.01, **kw}))
 
 
@@ -412,7 +383,7 @@ def test_endpoint_check_names_what_is_wrong(slow_server):
         check_endpoints(dead, make_judge(dead))
     check_endpoints(dead.model_copy(update={"check_endpoint": False}), make_judge(dead))  # turned off
     check_endpoints(dead, make_judge(dead.model_copy(update={"judge": "gold"})))  # no endpoint needed
-    up = dead.model_copy(update={"base_url": f"http://127.0.0.1:{slow_server.server_port}/ok/v1"})
+    up = dead.model_copy(update={"base_url": f"{slow_server.url}/ok/v1"})
     OpenAIJudge(up).check_reachable()  # serves "m"
     with pytest.raises(JudgeUnavailable, match=r"serves \['m'\], not critic.model='other'"):
         OpenAIJudge(up.model_copy(update={"model": "other"})).check_reachable()

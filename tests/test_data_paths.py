@@ -66,11 +66,11 @@ def test_hub_file_missing_offline_is_a_clear_error(hub_cache, capsys):
 
 def test_eval_reads_hub_files_and_records_the_cached_path(hub_cache):
     from awarl.config import load_config
-    from awarl.data.questions import load_eval_set
+    from awarl.stages.questions import load_eval_set
 
     cfg = load_config(None, ["data.eval=[{path: hf://datasets/RUC-NLPIR/FlashRAG_datasets/nq/test.jsonl, "
                              "format: flashrag, dataset: nq}]", "eval.limit=5"])
-    ev = load_eval_set(cfg)
+    ev = load_eval_set(cfg.data, cfg.eval, cfg.run.seed)
     assert len(ev.examples) == 5 and ev.files == {"nq": str(hub_cache)}  # the path holds the commit
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import serve_app
+from conftest import fake_chat_app, serve_app
 
 from awarl.agent.rollout import RolloutEngine
 from awarl.cli import main
@@ -308,18 +308,12 @@ def test_eval_reports_citation_critic_hand_checked(tmp_path, tiny_dir, shipped_b
 
 def test_eval_counts_judge_failures(tmp_path, tiny_dir, shipped_bm25_dir):
     """An OpenAI-compatible judge that answers garbage: every answered trajectory is a counted failure."""
-    from fastapi import FastAPI
     from transformers import AutoTokenizer
 
     from awarl.retrieval import load_index
 
-    app = FastAPI()
-    calls = []
-
-    @app.post("/v1/chat/completions")
-    async def complete(body: dict) -> dict:
-        calls.append(body)
-        return {"choices": [{"message": {"content": "this is not a verdict"}}]}
+    calls: list[dict] = []
+    app = fake_chat_app(lambda body: "this is not a verdict", log=calls)
 
     a, b = load_shipped("musique", limit=2, seed=1)
     path = tmp_path / "script.jsonl"

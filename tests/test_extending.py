@@ -80,7 +80,7 @@ from awarl.config import ConfigError, load_config
 from awarl.config_docs import render_config_markdown
 from awarl.critic import make_judge
 from awarl.data.loaders import SHIPPED_DEV, SHIPPED_OTHER, detect_format, load_examples, load_shipped
-from awarl.data.questions import load_eval_set
+from awarl.stages.questions import load_eval_set
 from awarl.io import shipped_data_dir
 from awarl.rewards import abstention as A
 from awarl.rewards.citation import CitationItem, judge_citations
@@ -97,7 +97,7 @@ out["loaded"] = [[e.id, e.dataset, e.question, e.answers] for e in res.examples]
 out["shipped_detected"] = {rel: detect_format(shipped_data_dir() / rel)
                            for rel in [*SHIPPED_DEV.values(), *SHIPPED_OTHER.values()]}
 cfg = load_config(None, [f"data.eval=[{{path: '{nq}', format: nq_open}}]", "eval.limit=2"])
-out["eval_set"] = [e.dataset for e in load_eval_set(cfg).examples]
+out["eval_set"] = [e.dataset for e in load_eval_set(cfg.data, cfg.eval, cfg.run.seed).examples]
 try:
     load_config(None, [f"data.eval=[{{path: '{nq}', format: nq-open}}]"])
 except ConfigError as e:

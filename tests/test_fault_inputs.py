@@ -22,12 +22,12 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
-from conftest import free_port
+from conftest import fake_chat_app, free_port, serve_app
 
 from awarl.config import AwarlConfig, ConfigError, integers_only, load_config, section_model
 from awarl.io import DataError, shipped_data_dir
@@ -234,12 +234,18 @@ def test_seen_ids_finds_repeats_within_and_across_chunks() -> None:
 
 
 # ------------------------------------------------------------------------------------- retrieval answers
-class _BadRetrieval(BaseHTTPRequestHandler):
-    """A Search-R1-shaped server whose answer to a query containing "poison" is `server.mode`'s fault."""
+def bad_retrieval_app(state: SimpleNamespace):  # noqa: ANN201 - an ASGI app
+    """A Search-R1-shaped server whose answer to a query containing "poison" is `state.mode`'s fault;
+    `state.calls` gets the queries of every request."""
+    from fastapi import FastAPI
+    from fastapi.responses import Response
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server API
-        queries = json.loads(self.rfile.read(int(self.headers["content-length"])))["queries"]
-        mode = self.server.mode if any("poison" in q for q in queries) else "ok"
+    app = FastAPI()
+
+    @app.post("/retrieve")
+    def retrieve(req: dict) -> Response:
+        queries = req["queries"]
+        mode = state.mode if any("poison" in q for q in queries) else "ok"
         score = {"bigint": "9" * 400, "nan": "NaN", "inf": "Infinity", "1e400": "1e400"}.get(mode, "1.5")
         status = {"redirect": 302, "moved": 301}.get(mode, 200)
         if mode == "deep":
@@ -247,27 +253,19 @@ class _BadRetrieval(BaseHTTPRequestHandler):
         else:
             doc = '{"document": {"id": "7", "contents": "\\"Lake\\"\\nA lake."}, "score": ' + score + "}"
             body = ('{"result": [' + ", ".join(f"[{doc}]" for _ in queries) + "]}").encode()
-        self.server.calls.append(list(queries))
-        self.send_response(status)
-        if status in (301, 302):
-            self.send_header("location", "http://127.0.0.1:9/retrieve")
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        state.calls.append(list(queries))
+        headers = {"location": "http://127.0.0.1:9/retrieve"} if status in (301, 302) else None
+        return Response(body, status_code=status, headers=headers, media_type="application/json")
 
-    def log_message(self, *args) -> None:  # noqa: ANN002
-        pass
+    return app
 
 
 @pytest.fixture()
-def bad_server() -> Iterator[ThreadingHTTPServer]:
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _BadRetrieval)
-    srv.mode, srv.calls = "ok", []
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+def bad_server() -> Iterator[SimpleNamespace]:
+    state = SimpleNamespace(mode="ok", calls=[])
+    with serve_app(bad_retrieval_app(state)) as url:
+        state.url = url
+        yield state
 
 
 @pytest.fixture(scope="module")
@@ -287,7 +285,7 @@ def test_a_malformed_retrieval_answer_is_a_client_error_naming_the_endpoint(bad_
     from awarl.retrieval import RetrievalClient, RetrievalClientError
 
     bad_server.mode = mode
-    url = f"http://127.0.0.1:{bad_server.server_port}"
+    url = bad_server.url
     with RetrievalClient(url, retries=0) as client:
         with pytest.raises(RetrievalClientError) as e:
             client.search(["poison"], 3)
@@ -309,7 +307,7 @@ def test_one_bad_retrieval_answer_costs_only_its_search_never_the_run(bad_server
     q_bad, q_good = "Which lake is poisoned?", "Which lake is clean?"
     script = {q_bad: ["<search> poison lake </search>", "<answer> none </answer>"],
               q_good: ["<search> clean lake </search>", "<answer> Lake </answer>"]}
-    client = RetrievalClient(f"http://127.0.0.1:{bad_server.server_port}", retries=0)
+    client = RetrievalClient(bad_server.url, retries=0)
     eng = RolloutEngine(ScriptedBackend(tok, script), tok, client, load_template("awarl"), AgentConfig(), topk=3)
     bad, good = eng.run([q_bad, q_good], temperature=0.0)
     assert (bad.failed_searches, bad.passages) == (1, []) and bad.parsed.answer == "none"
@@ -330,7 +328,7 @@ def test_a_run_of_failed_searches_stops_the_run_with_the_last_error(bad_server, 
     questions = [f"Poisoned question {i}?" for i in range(4)]
     script = {q: [f"<search> poison {i} </search>", "<answer> x </answer>"] for i, q in enumerate(questions)}
     eng = RolloutEngine(ScriptedBackend(tok, script), tok, RetrievalClient(
-        f"http://127.0.0.1:{bad_server.server_port}", retries=0), load_template("awarl"), AgentConfig(), topk=3,
+        bad_server.url, retries=0), load_template("awarl"), AgentConfig(), topk=3,
         max_failed_searches=2)
     with pytest.raises(RetrievalClientError, match=r"3 searches in a row failed \(retrieval.max_failed_searches=2\)"
                                                    r"; last: .*must be finite"):
@@ -448,40 +446,28 @@ def test_past_max_connections_the_oldest_idle_one_makes_room(guarded_server) -> 
 
 
 # ------------------------------------------------------------------------------------------ the LLM judge
-class _Judge(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 - http.server API
-        self.rfile.read(int(self.headers["content-length"]))
-        body = self.server.body
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:  # noqa: ANN002
-        pass
-
-
 @pytest.fixture()
-def judge_server() -> Iterator[ThreadingHTTPServer]:
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Judge)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+def judge_server() -> Iterator[SimpleNamespace]:
+    """A FAKE judge endpoint whose every answer is the bytes of `state.body`."""
+    from fastapi.responses import Response
+
+    state = SimpleNamespace(body=b"")
+    with serve_app(fake_chat_app(lambda _: Response(state.body, media_type="application/json"))) as url:
+        state.url = url
+        yield state
 
 
 VERDICT = {"verified_claims": [{"claim": "x is y", "status": "grounded", "source_ids": ["1"], "confidence": 0.9}],
            "overall_groundedness": 1.0, "flags": []}
 
 
-def _judge_and_item(srv: ThreadingHTTPServer) -> tuple[object, object]:
+def _judge_and_item(srv: SimpleNamespace) -> tuple[object, object]:
     from awarl.config import CriticConfig
     from awarl.critic.openai_judge import OpenAIJudge
     from awarl.critic.schema import CriticInput, PassageRef
 
     p = PassageRef(number=1, id="1", title="T", text="x is y")
-    return (OpenAIJudge(CriticConfig(judge="openai", base_url=f"http://127.0.0.1:{srv.server_port}/v1", model="m",
+    return (OpenAIJudge(CriticConfig(judge="openai", base_url=f"{srv.url}/v1", model="m",
                                      retries=0)),
             CriticInput(question="What is x?", answer="y", cited=[p], passages=[p]))
 
@@ -502,5 +488,5 @@ def test_a_too_deep_judge_answer_is_a_failure_naming_the_endpoint(judge_server, 
     judge, item = _judge_and_item(judge_server)
     assert judge.verify([item]) == [None]
     assert dict(judge.failure_reasons) == {"JudgeResponseError": 1}
-    assert f"127.0.0.1:{judge_server.server_port}/v1/chat/completions: reply" in caplog.text
+    assert f"{judge_server.url}/v1/chat/completions: reply" in caplog.text
     assert "nested too deeply" in caplog.text

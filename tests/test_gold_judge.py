@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import serve_app
+from conftest import chat_answer, fake_chat_app, serve_app
 
 from awarl.config import CriticConfig
 from awarl.critic import GoldJudge, LexicalJudge, OpenAIJudge, make_judge
@@ -184,17 +184,8 @@ def test_compact_evidence_round_trips_as_json_and_bad_values_are_named():
 def _hop_judge_app(log: list[dict]):
     """Stands in for an LLM that follows the prompt: one claim per hop, each grounded in the passage whose
     title the script names (the rule replaces the model, which cannot run here)."""
-    from fastapi import FastAPI
 
-    app = FastAPI()
-
-    @app.get("/v1/models")
-    def models() -> dict:
-        return {"object": "list", "data": [{"id": "judge-m", "object": "model"}]}
-
-    @app.post("/v1/chat/completions")
-    def chat(body: dict) -> dict:
-        log.append(body)
+    def reply(body: dict) -> dict:
         user = body["messages"][-1]["content"]
         ids = {p["title"]: p["id"] for p in json.loads(user)["passages"]}  # the user message is one JSON object
         claims = [{"claim": "Nobody's Hero is a song by Rush", "status": "grounded",
@@ -202,10 +193,10 @@ def _hop_judge_app(log: list[dict]):
                   {"claim": "Neil Peart, Rush's drummer, is in the Modern Drummer Hall of Fame", "status": "grounded",
                    "source_ids": [ids["Neil Peart"]], "confidence": 0.9}]
         verdict = {"verified_claims": claims, "overall_groundedness": 1.0, "flags": []}
-        return {"choices": [{"message": {"role": "assistant", "content": json.dumps(verdict)}}],
-                "usage": {"prompt_tokens": 900, "completion_tokens": 120, "total_tokens": 1020}}
+        return chat_answer(json.dumps(verdict), usage={"prompt_tokens": 900, "completion_tokens": 120,
+                                                       "total_tokens": 1020})
 
-    return app
+    return fake_chat_app(reply, models=["judge-m"], log=log)
 
 
 def test_two_hop_citing_both_passages_beats_one_under_gold_and_scripted_llm_judge(corpus_ids, tmp_path):

@@ -6,7 +6,7 @@ replays written turns (ScriptedBackend), so each test decides what the search ag
 from __future__ import annotations
 
 import pytest
-from conftest import serve_app
+from conftest import chat_answer, fake_chat_app, serve_app
 from pydantic import ValidationError
 from research_kit import RecordingScripted
 
@@ -272,17 +272,7 @@ def planner_app(requests: list[dict]):
     JSON schema the request names, as a model constrained by vLLM's structured outputs would."""
     import json
 
-    from fastapi import FastAPI
-
-    app = FastAPI()
-
-    @app.get("/v1/models")
-    def models() -> dict:
-        return {"data": [{"id": "planner-llm"}]}
-
-    @app.post("/v1/chat/completions")
-    def chat(body: dict) -> dict:
-        requests.append(body)
+    def reply(body: dict) -> dict:
         name = body["response_format"]["json_schema"]["name"]
         user = body["messages"][-1]["content"]
         if name == "research_plan":
@@ -293,9 +283,9 @@ def planner_app(requests: list[dict]):
         else:
             assert "Stanley" in user
             out = {"answer": "Stanley"}
-        return {"choices": [{"message": {"content": json.dumps(out)}}], "usage": {"prompt_tokens": 10}}
+        return chat_answer(json.dumps(out), usage={"prompt_tokens": 10})
 
-    return app
+    return fake_chat_app(reply, models=["planner-llm"], log=requests)
 
 
 def test_the_llm_planner_decomposes_rewrites_and_synthesises_through_a_schema_bound_endpoint(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -202,46 +202,40 @@ def test_client_adapts_to_a_smaller_server_batch_and_never_sends_what_a_server_r
         assert client.search(["Evan Morris"], 0) == [[]]
 
 
-class _FlakySearchR1(BaseHTTPRequestHandler):
-    """Stdlib stand-in for a Search-R1 server: the first `fail_first` POSTs answer 500."""
+def flaky_search_r1_app(state: SimpleNamespace):  # noqa: ANN201 - an ASGI app
+    """A stand-in for Search-R1's server (POST /retrieve only): the first `state.fail_first` requests answer
+    500, then `state.status_after` (200: one passage per topk, as bare documents with `state.bare_docs`);
+    `state.hits` counts them."""
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
 
-    fail_first = 1
-    status_after = 200
-    hits = 0
-    bare_docs = False
+    app = FastAPI()
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server API
-        cls = type(self)
-        cls.hits += 1
-        req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if cls.hits <= cls.fail_first or cls.status_after != 200:
-            status, body = (500 if cls.hits <= cls.fail_first else cls.status_after), b'{"detail": "nope"}'
-        else:
-            docs = [{"id": f"{qi}-{j}", "contents": f'"T{j}"\nanswer to {q}'} for qi, q in
-                    enumerate(req["queries"]) for j in range(req["topk"])]
-            rows = [[d if cls.bare_docs else {"document": d, "score": 10.0 - j}
-                     for j, d in enumerate(docs[qi * req["topk"]:(qi + 1) * req["topk"]])]
-                    for qi in range(len(req["queries"]))]
-            status, body = 200, json.dumps({"result": rows}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+    @app.post("/retrieve")
+    def retrieve(req: dict) -> JSONResponse:
+        state.hits += 1
+        if state.hits <= state.fail_first or state.status_after != 200:
+            return JSONResponse({"detail": "nope"}, status_code=500 if state.hits <= state.fail_first
+                                else state.status_after)
+        docs = [{"id": f"{qi}-{j}", "contents": f'"T{j}"\nanswer to {q}'} for qi, q in
+                enumerate(req["queries"]) for j in range(req["topk"])]
+        rows = [[d if state.bare_docs else {"document": d, "score": 10.0 - j}
+                 for j, d in enumerate(docs[qi * req["topk"]:(qi + 1) * req["topk"]])]
+                for qi in range(len(req["queries"]))]
+        return JSONResponse({"result": rows})
 
-    def log_message(self, *args) -> None:  # noqa: ANN002
-        pass
+    return app
+
+
+def flaky_state() -> SimpleNamespace:
+    return SimpleNamespace(fail_first=1, status_after=200, hits=0, bare_docs=False)
 
 
 @pytest.fixture()
 def flaky_server():
-    handler = type("H", (_FlakySearchR1,), {"hits": 0})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield handler, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    state = flaky_state()
+    with serve_app(flaky_search_r1_app(state)) as url:
+        yield state, url
 
 
 def test_client_retries_a_server_that_fails_once(flaky_server) -> None:
@@ -278,7 +272,7 @@ def test_client_unreachable_server() -> None:
 
 
 def test_reachable_check_accepts_a_server_without_health(flaky_server) -> None:
-    handler, url = flaky_server  # a Search-R1-style server: POST /retrieve only, GET answers 501
+    handler, url = flaky_server  # a Search-R1-style server: POST /retrieve only, GET /health answers 404
     RetrievalClient(url, retries=0).check_reachable()
     assert handler.hits == 0  # no retrieval request was spent on the check
 
@@ -289,14 +283,15 @@ def test_reachable_check_waits_for_a_server_that_is_still_starting() -> None:
     from conftest import free_port
 
     port = free_port()
-    started: list[ThreadingHTTPServer] = []
+    stop = threading.Event()
 
     def start_late() -> None:  # the port opens only after a second, like a server loading its index
         time.sleep(1.0)
-        started.append(ThreadingHTTPServer(("127.0.0.1", port), type("H", (_FlakySearchR1,), {"hits": 0})))
-        started[0].serve_forever()
+        with serve_app(flaky_search_r1_app(flaky_state()), port=port):
+            stop.wait()
 
-    threading.Thread(target=start_late, daemon=True).start()
+    late = threading.Thread(target=start_late, daemon=True)
+    late.start()
     try:
         t0 = time.monotonic()
         with pytest.raises(RetrievalClientError, match="cannot reach"):
@@ -304,9 +299,8 @@ def test_reachable_check_waits_for_a_server_that_is_still_starting() -> None:
         RetrievalClient(f"http://127.0.0.1:{port}").check_reachable(wait_s=20)
         assert time.monotonic() - t0 < 15
     finally:
-        if started:
-            started[0].shutdown()
-            started[0].server_close()
+        stop.set()
+        late.join(timeout=15)
 
 
 def test_eval_stops_before_generating_when_the_server_is_down(tmp_path: Path, tiny_dir: Path,

@@ -3,20 +3,21 @@ hygiene (issue 16 item 6) and the client's one deadline per request (issue 12 it
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
-from conftest import serve_app
+from conftest import serve_app, serve_bytes
 
+from awarl.http import retry_after_s
 from awarl.retrieval import Passage, RetrievalClient, RetrievalClientError, load_index
-from awarl.retrieval.client import retry_after_s
 from awarl.retrieval.server import make_app
 
 
@@ -114,70 +115,54 @@ def test_health_discloses_no_absolute_path_and_answers_head(bm25, bm25_index: Pa
 
 
 # ------------------------------------------------------------------------- client deadline, size, retry
-class _Misbehaving(BaseHTTPRequestHandler):
-    """Stdlib stand-in for a bad endpoint: trickles, floods, or asks to come back later."""
+def misbehaving_app(state: SimpleNamespace):  # noqa: ANN201 - an ASGI app
+    """A bad endpoint: trickles its answer a byte each 0.2 s, floods, or asks to come back later
+    (`state.mode`; `state.hits` counts the requests)."""
+    from fastapi import FastAPI
+    from fastapi.responses import Response, StreamingResponse
 
-    mode = "trickle-body"
-    hits = 0
-    protocol_version = "HTTP/1.1"
+    app = FastAPI()
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server API
-        cls = type(self)
-        cls.hits += 1
-        self.rfile.read(int(self.headers["Content-Length"]))
-        try:
-            if cls.mode == "trickle-head":
-                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 100:
-                    self.wfile.write(bytes([byte]))
-                    self.wfile.flush()
-                    time.sleep(0.2)
-                return
-            if cls.mode == "retry-after" and cls.hits == 1:
-                self._send(503, b'{"detail": "busy"}', [("Retry-After", "1")])
-                return
-            body = json.dumps({"result": [[{"document": {"id": "1", "contents": '"T"\nx' * (
-                200_000 if cls.mode == "flood" else 1)}, "score": 1.0}]]}).encode()
-            if cls.mode == "trickle-body":
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                for byte in body:
-                    self.wfile.write(bytes([byte]))
-                    self.wfile.flush()
-                    time.sleep(0.2)
-                return
-            self._send(200, body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+    @app.post("/retrieve", response_model=None)
+    async def retrieve(body: dict) -> Response:
+        state.hits += 1
+        if state.mode == "retry-after" and state.hits == 1:
+            return Response(b'{"detail": "busy"}', status_code=503, headers={"Retry-After": "1"})
+        answer = json.dumps({"result": [[{"document": {"id": "1", "contents": '"T"\nx' * (
+            200_000 if state.mode == "flood" else 1)}, "score": 1.0}]]}).encode()
+        if state.mode != "trickle-body":
+            return Response(answer, media_type="application/json")
 
-    def _send(self, status: int, body: bytes, headers: list[tuple[str, str]] = ()) -> None:
-        self.send_response(status)
-        for k, v in headers:
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        async def trickle():  # noqa: ANN202
+            for byte in answer:
+                yield bytes([byte])
+                await asyncio.sleep(0.2)
 
-    def log_message(self, *args) -> None:  # noqa: ANN002
-        pass
+        return StreamingResponse(trickle(), headers={"Content-Length": str(len(answer))})
+
+    return app
+
+
+def trickle_head(conn: socket.socket) -> None:
+    """The status line itself, a byte each 0.2 s (no HTTP server writes its head so; serve_bytes does)."""
+    for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 100:
+        conn.sendall(bytes([byte]))
+        time.sleep(0.2)
 
 
 @pytest.fixture()
 def bad_endpoint():
-    handler = type("H", (_Misbehaving,), {"hits": 0})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield handler, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    state = SimpleNamespace(mode="trickle-body", hits=0)
+    with serve_app(misbehaving_app(state)) as url, serve_bytes(trickle_head) as head_url:
+        state.head_url = head_url
+        yield state, url
 
 
 @pytest.mark.parametrize("mode", ["trickle-body", "trickle-head"])
 def test_a_trickling_endpoint_cannot_hold_a_call_past_its_timeout(bad_endpoint, mode: str) -> None:
     handler, url = bad_endpoint
     handler.mode = mode
-    client = RetrievalClient(url, timeout_s=1.0, retries=0)
+    client = RetrievalClient(handler.head_url if mode == "trickle-head" else url, timeout_s=1.0, retries=0)
     t0 = time.perf_counter()
     with pytest.raises(RetrievalClientError, match="no answer after 1 attempts"):
         client.search(["q"], 1)

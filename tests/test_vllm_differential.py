@@ -109,8 +109,8 @@ def test_greedy_multi_turn_trajectories_are_equal_token_for_token(cfg, vllm_be, 
         assert v.env_mask == h.env_mask and v.stop_reason == h.stop_reason
         assert v.parsed.searches == h.parsed.searches and v.parsed.answer == h.parsed.answer
         assert [p["id"] for p in v.passages] == [p["id"] for p in h.passages]
-        assert trajectory_outcome(v.parsed, ex.answers, cfg, phrases) == \
-            trajectory_outcome(h.parsed, ex.answers, cfg, phrases)
+        assert trajectory_outcome(v.parsed, ex.answers, cfg.metrics, phrases) == \
+            trajectory_outcome(h.parsed, ex.answers, cfg.metrics, phrases)
         for lv, lh, m in zip(v.logprobs, h.logprobs, v.env_mask, strict=True):
             assert abs(lv - lh) < LP_TOL if m else lv == lh == 0.0
     # The comparison covers what matters: retrieval turns (environment tokens) and several endings.

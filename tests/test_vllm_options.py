@@ -85,10 +85,10 @@ def test_without_vllm_cpu_training_generates_with_transformers_and_says_why():
     from awarl.config import load_config
     from awarl.training.trainer import effective_settings
 
-    eff, notes = effective_settings(load_config(str(COLOCATE), []), cpu=True)
+    eff, notes = effective_settings(load_config(str(COLOCATE), []).train, cpu=True)
     assert eff["use_vllm"] is False
     assert "train.use_vllm=true is forced off on CPU: no vLLM CPU build installed" in " ".join(notes)
-    eff, _ = effective_settings(load_config(str(COLOCATE), []), cpu=False)
+    eff, _ = effective_settings(load_config(str(COLOCATE), []).train, cpu=False)
     assert eff["use_vllm"] is True  # a GPU machine keeps it
 
 
@@ -97,8 +97,8 @@ def test_with_vllms_cpu_build_only_colocated_training_keeps_vllm():
     from awarl.config import load_config
     from awarl.training.trainer import effective_settings
 
-    eff, notes = effective_settings(load_config(str(COLOCATE), []), cpu=True)
+    eff, notes = effective_settings(load_config(str(COLOCATE), []).train, cpu=True)
     assert eff["use_vllm"] is True and eff["bf16"] is False
     assert any("runs colocated on vLLM's CPU build (vllm-cpu 0.32.0)" in n for n in notes)
-    eff, notes = effective_settings(load_config(str(SERVER), []), cpu=True)
+    eff, notes = effective_settings(load_config(str(SERVER), []).train, cpu=True)
     assert eff["use_vllm"] is False and any("NCCL, which needs CUDA" in n for n in notes)

@@ -26,7 +26,7 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from conftest import free_port, serve_app
+from conftest import fake_chat_app, free_port, serve_app
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 300   # a vLLM server on 2 busy cores: imports, an engine-core process, the engine
@@ -149,20 +149,13 @@ def test_serve_vllm_sh_rollouts_through_trls_client_equal_the_transformers_backe
 # ------------------------------------------------------------------------------- serve_judge.sh
 def judge_request(item) -> dict:
     """The request `OpenAIJudge.verify` sends, captured by a loopback endpoint that then refuses it."""
-    from fastapi import FastAPI
     from fastapi.responses import JSONResponse
 
     from awarl.config import CriticConfig
     from awarl.critic.openai_judge import OpenAIJudge
 
     seen: list[dict] = []
-    app = FastAPI()
-
-    @app.post("/v1/chat/completions")
-    def completions(body: dict) -> JSONResponse:
-        seen.append(body)
-        return JSONResponse({"error": "captured"}, status_code=400)
-
+    app = fake_chat_app(lambda body: JSONResponse({"error": "captured"}, status_code=400), log=seen)
     with serve_app(app) as url:
         judge = OpenAIJudge(CriticConfig(judge="openai", base_url=f"{url}/v1", model="tiny-judge", retries=0))
         assert judge.verify([item]) == [None]

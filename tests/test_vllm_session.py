@@ -134,8 +134,8 @@ def test_greedy_session_equals_the_per_turn_path_and_the_transformers_backend(cf
             assert (v.env_mask, v.stop_reason) == (ref.env_mask, ref.stop_reason)
             assert (v.parsed.searches, v.parsed.answer) == (ref.parsed.searches, ref.parsed.answer)
             assert [p["id"] for p in v.passages] == [p["id"] for p in ref.passages]
-            assert trajectory_outcome(v.parsed, ex.answers, cfg, phrases) == \
-                trajectory_outcome(ref.parsed, ex.answers, cfg, phrases)
+            assert trajectory_outcome(v.parsed, ex.answers, cfg.metrics, phrases) == \
+                trajectory_outcome(ref.parsed, ex.answers, cfg.metrics, phrases)
             for lv, lr, m in zip(v.logprobs, ref.logprobs, v.env_mask, strict=True):
                 assert abs(lv - lr) < LP_TOL if m else lv == lr == 0.0
     # What was compared: retrieval turns and several endings.

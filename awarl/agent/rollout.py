@@ -30,14 +30,15 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from awarl.agent.backends import make_backend
-from awarl.agent.backends.base import Seed, stream_seed
+from awarl.agent.backends.base import Backend, Seed, stream_seed
 from awarl.agent.parser import ParsedTrajectory, parse_trajectory
 from awarl.agent.templates import Template, abstention_phrases, load_template, render_prompt
+from awarl.config import AgentConfig, GenerationConfig, RetrievalConfig
 from awarl.retrieval.client import RetrievalClientError
-from awarl.retrieval.types import Passage
+from awarl.retrieval.types import Passage, Retriever
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +129,18 @@ class _Searches:
         return [(key, query, h) for (key, query), h in zip(batch, hits, strict=True)]
 
 
+class RolloutSettings(Protocol):
+    """The sections of a run config an engine is built from (`RolloutEngine.from_config`); an AwarlConfig
+    is one."""
+
+    agent: AgentConfig
+    retrieval: RetrievalConfig
+    generation: GenerationConfig
+
+
 class RolloutEngine:
-    def __init__(self, backend: Any, tokenizer: Any, retriever: Any, template: Template, agent_cfg: Any,
-                 topk: int, max_failed_searches: int = 8) -> None:
+    def __init__(self, backend: Backend, tokenizer: Any, retriever: Retriever, template: Template,
+                 agent_cfg: AgentConfig, topk: int, max_failed_searches: int = 8) -> None:
         self.backend = backend
         self.tokenizer = tokenizer
         self.retriever = retriever
@@ -152,8 +162,8 @@ class RolloutEngine:
         self.last_stats: dict[str, Any] = {}
 
     @classmethod
-    def from_config(cls, cfg: Any, tokenizer: Any, retriever: Any, *, model: Any = None, backend: Any = None,
-                    template: Template | None = None) -> RolloutEngine:
+    def from_config(cls, cfg: RolloutSettings, tokenizer: Any, retriever: Retriever, *, model: Any = None,
+                    backend: Backend | None = None, template: Template | None = None) -> RolloutEngine:
         """The engine of a run config, used by evaluation, estimation and training alike: `backend` as given
         (training builds it per step), else the `generation:` backend over `model` (a path / hub id or a
         loaded model object); the template of `agent.template` unless one is given."""
@@ -203,6 +213,7 @@ class RolloutEngine:
             active = [states[i] for i in running]
             for s in active:
                 s.budget = self._turn_budget(s)
+            turn_seed: Seed
             if seed is None or isinstance(seed, int):
                 turn_seed = None if seed is None else seed + 7919 * turn
             else:   # each trajectory's own stream, at this turn
@@ -348,24 +359,26 @@ class RolloutEngine:
             out.append(None if hits is None else [_as_passage(p) for p in hits][: self.topk])
         return out
 
-    def _retrieve(self, queries: list[str]) -> list[list[Any] | None]:
+    def _retrieve(self, queries: list[str]) -> list[list[Passage] | None]:
         """`retriever.search` of the queries; when the call fails, each query alone, so one bad answer costs
         only its own search (None)."""
         try:
-            found = self.retriever.search(queries, self.topk)
+            found: list[list[Passage] | None] = list(self.retriever.search(queries, self.topk))
         except RetrievalClientError as e:
             if len(queries) == 1:
-                return [self._search_failed(queries[0], e)]
+                self._search_failed(queries[0], e)
+                return [None]
             log.warning("a search call of %d queries failed (%s); searching them one by one", len(queries), e)
             found = []
             for q in queries:
                 try:
                     (hits,) = self.retriever.search([q], self.topk)
                 except RetrievalClientError as e1:
-                    hits = self._search_failed(q, e1)
+                    self._search_failed(q, e1)
+                    found.append(None)
                 else:
                     self._failed_in_a_row = 0
-                found.append(hits)
+                    found.append(hits)
             return found
         self._failed_in_a_row = 0
         return found
@@ -377,7 +390,6 @@ class RolloutEngine:
             raise RetrievalClientError(f"{self._failed_in_a_row} searches in a row failed "
                                        f"(retrieval.max_failed_searches={self.max_failed_searches}); last: {error}")
         log.warning("search %r failed, shown no passages: %s", query[:80], error)
-        return None
 
     def _insert(self, s: _State, query: str, hits: list[Passage] | None) -> list[int]:
         """Append a search's information block (cut at the trajectory budget; empty when its retrieval failed:

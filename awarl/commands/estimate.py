@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args, {"estimate.model": args.model, "estimate.out": args.out, "estimate.k": args.k})
     out = run_estimate(cfg)
-    used = estimates_path(cfg, for_training=True)
+    used = estimates_path(cfg.estimate.out, cfg.run.out_dir, train_file=cfg.train.p_estimates)
     use = ("`awarl train` with this config reads them" if used.resolve() == out.resolve() else
            f"note: train.p_estimates points to {used}; set train.p_estimates={out} to train with these")
     print(f"p_i estimates: {out}\n  {estimates_summary(read_estimates(out))}\n  {use}")

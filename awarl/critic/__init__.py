@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from awarl.choices import JUDGES
 from awarl.config import CriticConfig
+from awarl.critic.correctness import AnswerGrader
 from awarl.critic.gold_judge import GoldJudge
 from awarl.critic.lexical_judge import LexicalJudge
 from awarl.critic.openai_judge import JudgeUnavailable, OpenAIJudge
+from awarl.critic.schema import Judge
 
 __all__ = ["GoldJudge", "JudgeUnavailable", "LexicalJudge", "OpenAIJudge", "check_endpoints", "critic_cache_dir", "make_judge"]
 
@@ -25,7 +26,7 @@ def critic_cache_dir(cfg: CriticConfig, run_dir: str | os.PathLike) -> Path:
     return Path(cfg.cache_dir) if cfg.cache_dir else Path(run_dir) / "critic_cache"
 
 
-def make_judge(cfg: CriticConfig, cache_dir: str | os.PathLike | None = None) -> Any:
+def make_judge(cfg: CriticConfig, cache_dir: str | os.PathLike | None = None) -> Judge | None:
     """The judge `critic.judge` names, built by its registered factory with `cfg` and `cache_dir` (where a
     judge that caches verdicts keeps them; default cfg.cache_dir); None for `none`."""
     if cfg.judge == "none":
@@ -33,7 +34,7 @@ def make_judge(cfg: CriticConfig, cache_dir: str | os.PathLike | None = None) ->
     return JUDGES.load(cfg.judge)(cfg, cache_dir)
 
 
-def check_endpoints(cfg: CriticConfig, judge: Any = None, grader: Any = None) -> None:
+def check_endpoints(cfg: CriticConfig, judge: Judge | None = None, grader: AnswerGrader | None = None) -> None:
     """Raise JudgeUnavailable, before any model loads, when the citation judge or the answer grader is an
     OpenAI-compatible endpoint that does not answer or does not serve `critic.model` (`critic.check_endpoint`
     turns it off). Both share one endpoint, so it is asked once."""

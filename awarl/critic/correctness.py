@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
-from awarl.config import AwarlConfig
+from awarl.config import CriticConfig, MetricsConfig
 from awarl.critic.openai_judge import OpenAIJudge
 from awarl.critic.schema import AnswerCheck
 from awarl.metrics import Outcome, classify_outcome, exact_match, is_abstention
@@ -29,15 +30,46 @@ class Grade:
     failed: bool = False  # the grader gave no verdict; `correct` is exact match's
 
 
-def make_answer_grader(cfg: AwarlConfig, cache_dir: str | os.PathLike | None) -> Any:
-    """The LLM grader when `metrics.correctness` is `judge`, else None."""
-    if cfg.metrics.correctness != "judge":
+class Answered(Protocol):
+    """What the outcome rule reads of a parsed trajectory (agent.parser.ParsedTrajectory is one)."""
+
+    @property
+    def answer(self) -> str | None: ...
+
+    @property
+    def valid(self) -> bool: ...
+
+
+class Rollout(Protocol):
+    """A rollout trajectory, as far as grading goes (agent.rollout.Trajectory is one)."""
+
+    @property
+    def parsed(self) -> Answered: ...
+
+
+class AnswerGrader(Protocol):
+    """What grades answers against gold ones (`OpenAIJudge`; tests may stand in their own)."""
+
+    failures: int
+    failure_reasons: Counter[str]
+
+    def grade_answers(self, items: list[AnswerCheck]) -> list[bool | None]:
+        """Whether each prediction is the same answer as a gold one; None where no verdict came."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def make_answer_grader(metrics: MetricsConfig, critic: CriticConfig,
+                       cache_dir: str | os.PathLike | None) -> AnswerGrader | None:
+    """The LLM grader (the endpoint of `critic`) when `metrics.correctness` is `judge`, else None."""
+    if metrics.correctness != "judge":
         return None
 
-    return OpenAIJudge(cfg.critic, cache_dir=cfg.critic.cache_dir or cache_dir)
+    return OpenAIJudge(critic, cache_dir=critic.cache_dir or cache_dir)
 
 
-def grade_answers(grader: Any, items: Sequence[tuple[str, str | None, bool, Sequence[str]]],
+def grade_answers(grader: AnswerGrader | None, items: Sequence[tuple[str, str | None, bool, Sequence[str]]],
                   phrases: Sequence[str]) -> list[Grade]:
     """One Grade per (question, answer, valid, golds), asking the grader (concurrently) only for the
     distinct answers that need it."""
@@ -62,27 +94,27 @@ def grade_answers(grader: Any, items: Sequence[tuple[str, str | None, bool, Sequ
     return grades
 
 
-def grade_trajectories(grader: Any, questions: list[str], trajs: list[Any], golds: list[list[str]],
+def grade_trajectories(grader: AnswerGrader | None, questions: list[str], trajs: Sequence[Rollout], golds: list[list[str]],
                        phrases: list[str]) -> list[Grade]:
     """The grader's verdicts for a batch of rollout trajectories (all `Grade(None)` without a grader)."""
     return grade_answers(grader, [(q, t.parsed.answer, t.parsed.valid, g)
                                   for q, t, g in zip(questions, trajs, golds, strict=True)], phrases)
 
 
-def answer_outcome(answer: str | None, golds: list[str], cfg: AwarlConfig, phrases: list[str], *, valid: bool,
-                   grade: Grade | None = None) -> Outcome:
-    """The outcome of an answer under the run's correctness rule (`grade`: the LLM grader's verdict under
-    `metrics.correctness: judge`): the one rule for trajectories and the critic loop's reports."""
-    return classify_outcome(answer, golds, valid=valid, phrases=phrases, correctness=cfg.metrics.correctness,
-                            f1_threshold=cfg.metrics.f1_threshold, judge_correct=grade.correct if grade else None)
+def answer_outcome(answer: str | None, golds: list[str], metrics: MetricsConfig, phrases: Sequence[str], *,
+                   valid: bool, grade: Grade | None = None) -> Outcome:
+    """The outcome of an answer under the run's correctness rule (`metrics.correctness`; `grade`: the LLM
+    grader's verdict under `judge`): the one rule for trajectories and the critic loop's reports."""
+    return classify_outcome(answer, golds, valid=valid, phrases=phrases, correctness=metrics.correctness,
+                            f1_threshold=metrics.f1_threshold, judge_correct=grade.correct if grade else None)
 
 
-def trajectory_outcome(parsed: Any, golds: list[str], cfg: AwarlConfig, phrases: list[str],
+def trajectory_outcome(parsed: Answered, golds: list[str], metrics: MetricsConfig, phrases: Sequence[str],
                        grade: Grade | None = None) -> Outcome:
     """The outcome of a parsed trajectory under the run's correctness rule, the same in evaluation,
     estimation and training. `phrases`: the engine's abstention phrases (template + config), so the outcome
     and the parser's `abstained` flag agree; `grade`: the LLM grader's verdict (`metrics.correctness: judge`)."""
-    return answer_outcome(parsed.answer, golds, cfg, phrases, valid=parsed.valid, grade=grade)
+    return answer_outcome(parsed.answer, golds, metrics, phrases, valid=parsed.valid, grade=grade)
 
 
 def graded_fields(grade: Grade | None) -> dict[str, bool]:
@@ -93,7 +125,7 @@ def graded_fields(grade: Grade | None) -> dict[str, bool]:
     return {"judge_correct": grade.correct, **({"judge_failed": True} if grade.failed else {})}
 
 
-def close_grader(grader: Any, flagged_in: str | None = None) -> None:
+def close_grader(grader: AnswerGrader | None, flagged_in: str | None = None) -> None:
     """Close the grader's HTTP client and warn once about its failures (`flagged_in`: where the failed
     lines are marked `judge_failed`)."""
     if grader is None:

@@ -26,11 +26,11 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeGuard
 
 from awarl.config import CriticConfig
 from awarl.critic.lexical_judge import LexicalJudge
-from awarl.critic.schema import ClaimVerification, CriticInput, CriticOutput, PassageRef
+from awarl.critic.schema import ClaimVerification, CriticInput, CriticOutput, Judge, PassageRef
 from awarl.data.evidence import GoldEvidence, GoldParagraph, passage_id_key, title_key
 from awarl.io import loads_json
 
@@ -38,7 +38,7 @@ CLOSED_ID = re.compile(r"p-[0-9a-f]{16}")
 _CLAIM_CHARS = 300
 
 
-def has_evidence(ev: GoldEvidence | None) -> bool:
+def has_evidence(ev: GoldEvidence | None) -> TypeGuard[GoldEvidence]:
     return ev is not None and bool(ev.paragraphs)
 
 
@@ -136,7 +136,7 @@ class GoldJudge:
 
     name = "gold"
 
-    def __init__(self, cfg: CriticConfig | None = None, fallback: Any = None) -> None:
+    def __init__(self, cfg: CriticConfig | None = None, fallback: Judge | None = None) -> None:
         self.cfg = cfg or CriticConfig(judge="gold")
         self.fallback = fallback
         self.failures = 0
@@ -164,8 +164,9 @@ class GoldJudge:
         return out
 
     def close(self) -> None:
-        if hasattr(self.fallback, "close"):
-            self.fallback.close()
+        close = getattr(self.fallback, "close", None)
+        if close is not None:
+            close()
 
 
 def refs_from_line(passages: Iterable[Any]) -> list[PassageRef]:

@@ -16,7 +16,8 @@ and `none` nothing (plain prompting, for providers with neither). Verdicts are r
 `choices[0].message.content` (a fenced ```json block is tolerated); `usage` is summed when present.
 
 Failure policy: a transport error, timeout (one deadline of `timeout_s` per request), HTTP 429/5xx is
-retried with exponential backoff, or after the endpoint's `Retry-After` (up to `max_retry_after_s`); a
+retried with exponential backoff, or after the endpoint's `Retry-After` (up to `max_retry_after_s`; the
+loop of `awarl.http.send_with_retries`, shared with the retrieval client); a
 reply that is not valid JSON, violates the schema or exceeds `max_response_bytes` (refused while read) is
 not retried (at temperature 0 it would repeat). After `breaker_failures` failed attempts in a row the
 circuit breaker stops calling the endpoint for `breaker_cooldown_s` (those items fail at once). Whatever
@@ -32,7 +33,6 @@ import json
 import logging
 import os
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -52,13 +52,15 @@ from awarl.critic.schema import (
     critic_output_json_schema,
 )
 from awarl.http import (
+    Answer,
     CircuitBreaker,
     CircuitOpen,
     ResponseTooLarge,
+    RetriesExhausted,
+    RetryPolicy,
     capped_request,
     deadline_client,
-    retry_after_s,
-    retry_delay,
+    send_with_retries,
 )
 from awarl.io import atomic_write_json, loads_json
 
@@ -67,7 +69,7 @@ log = logging.getLogger(__name__)
 # Part of the cache key: changing a prompt invalidates its old verdicts (the grader's is unchanged).
 PROMPT_VERSION = "awarl-critic/3"
 GRADER_PROMPT_VERSION = "awarl-critic/1"
-Verdict = TypeVar("Verdict", CriticOutput, AnswerVerdict)
+Verdict = TypeVar("Verdict", bound=BaseModel)  # CriticOutput, AnswerVerdict, the research planner's
 
 SYSTEM_PROMPT = """You are a citation critic for a question-answering search agent. You do not write or \
 improve answers; you only verify them against the retrieved passages.
@@ -183,6 +185,7 @@ class OpenAIJudge:
             headers["Authorization"] = f"Bearer {key}"
         self._client = deadline_client(cfg.timeout_s, headers)
         self.breaker = CircuitBreaker(cfg.breaker_failures, cfg.breaker_cooldown_s)
+        self.retry = RetryPolicy(cfg.retries, cfg.backoff_s, cfg.max_retry_after_s)
         self._lock = threading.Lock()
         self.failures = 0
         self.failure_reasons: Counter[str] = Counter()
@@ -257,7 +260,7 @@ class OpenAIJudge:
             log.warning("ignoring unreadable critic cache entry %s", path)
             return None
 
-    def _cache_put(self, key: str, out: CriticOutput | AnswerVerdict) -> None:
+    def _cache_put(self, key: str, out: BaseModel) -> None:
         path = self._cache_path(key)
         if path is not None:
             atomic_write_json(path, out.model_dump(mode="json"))
@@ -274,51 +277,34 @@ class OpenAIJudge:
             body["response_format"] = {"type": "json_object"}
         return body
 
-    def _attempt(self, body: dict) -> tuple[str, Any]:
-        """One HTTP attempt through the circuit breaker: ("ok", answer) | ("retry", (reason, wait_s))."""
-        if not self.breaker.allow():
-            raise CircuitOpen(f"{self.base_url}: circuit breaker open after repeated failures "
-                              f"(critic.breaker_failures={self.cfg.breaker_failures}); not called")
+    def _send(self, body: dict) -> Answer:
+        """One HTTP attempt (the retry loop asks the circuit breaker before calling it)."""
         with self._lock:
             self.requests += 1
-        ok = False
-        try:
-            r = capped_request(self._client, "POST", self.url, timeout_s=self.cfg.timeout_s,
-                               max_bytes=self.cfg.max_response_bytes, json_body=body)
-            ok = r.status_code < 500  # alive: a 429 is answered by waiting, not by the breaker
-        except httpx.TransportError as e:  # refused, reset, timeouts, the request's deadline
-            return "retry", (f"{type(e).__name__}: {e}", None)
-        except ResponseTooLarge as e:
-            ok = True
-            raise JudgeResponseError(str(e)) from None
-        finally:
-            self.breaker.record(ok)
-        if r.status_code == 429 or r.status_code >= 500:
-            return "retry", (f"HTTP {r.status_code}", retry_after_s(r.headers.get("retry-after")))
-        return "ok", r
+        return capped_request(self._client, "POST", self.url, timeout_s=self.cfg.timeout_s,
+                              max_bytes=self.cfg.max_response_bytes, json_body=body)
 
     def _request(self, messages: list[dict], kind: type[Verdict], schema_name: str, schema: dict) -> Verdict:
         body = self.request_body(messages, schema_name, schema)
-        last, wait = "", None
-        for attempt in range(self.cfg.retries + 1):
-            if attempt:
-                time.sleep(retry_delay(attempt, self.cfg.backoff_s, wait, self.cfg.max_retry_after_s))
-            status, got = self._attempt(body)
-            if status == "retry":
-                last, wait = got
-                continue
-            if got.status_code != 200:
-                raise JudgeResponseError(f"{self.url}: HTTP {got.status_code}: {got.text[:200]}")
-            try:
-                data = loads_json(got.body)
-                content = data["choices"][0]["message"]["content"]
-                out = kind.model_validate(_extract_json(content))
-            except (ValueError, KeyError, IndexError, TypeError, ValidationError) as e:
-                raise JudgeResponseError(f"{self.url}: reply does not match the verdict schema: "
-                                         f"{' '.join(str(e).split())[:300]}") from None
-            self._count_usage(data)
-            return out
-        raise TimeoutError(f"no answer after {self.cfg.retries + 1} attempt(s): {last}")
+        refused = (f"{self.base_url}: circuit breaker open after repeated failures "
+                   f"(critic.breaker_failures={self.cfg.breaker_failures}); not called")
+        try:
+            got = send_with_retries(lambda: self._send(body), self.retry, breaker=self.breaker, refused=refused)
+        except RetriesExhausted as e:
+            raise TimeoutError(f"no answer after {e.attempts} attempt(s): {e.last}") from None
+        except ResponseTooLarge as e:
+            raise JudgeResponseError(str(e)) from None
+        if got.status_code != 200:
+            raise JudgeResponseError(f"{self.url}: HTTP {got.status_code}: {got.text[:200]}")
+        try:
+            data = loads_json(got.body)
+            content = data["choices"][0]["message"]["content"]
+            out = kind.model_validate(_extract_json(content))
+        except (ValueError, KeyError, IndexError, TypeError, ValidationError) as e:
+            raise JudgeResponseError(f"{self.url}: reply does not match the verdict schema: "
+                                     f"{' '.join(str(e).split())[:300]}") from None
+        self._count_usage(data)
+        return out
 
     def _count_usage(self, data: Any) -> None:
         """Sum the token counts the endpoint reports. `usage` is optional and informational: a count that is
@@ -352,8 +338,8 @@ class OpenAIJudge:
         self._cache_put(key, out)
         return out
 
-    def ask(self, messages: list[dict], kind: type[BaseModel], schema_name: str, schema: dict,
-            version: str) -> BaseModel | None:
+    def ask(self, messages: list[dict], kind: type[Verdict], schema_name: str, schema: dict,
+            version: str) -> Verdict | None:
         """One cached, schema-bound request of any kind (the critic-loop planner's too); None when it failed
         (counted in `failures`, never raised). `version` is part of the cache key: bump it with the prompt."""
         return self._call(messages, kind, schema_name, schema, version)

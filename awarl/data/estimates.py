@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from awarl.data.types import QAExample, example_key
+from awarl.estimation import estimate_p, success_estimate
 from awarl.io import DataError, iter_jsonl
 from awarl.metrics import Outcome
-from awarl.rewards.abstention import estimate_p, success_estimate
 
 log = logging.getLogger(__name__)
 
@@ -33,13 +33,12 @@ FILE_NAME = "p_estimates.jsonl"
 OUTCOME_KEYS: tuple[str, ...] = tuple(o.value for o in Outcome)
 
 
-def estimates_path(cfg: Any, *, for_training: bool = False) -> Path:
-    """The p_i file of a config: the one `awarl estimate` writes (estimate.out, else
-    <run.out_dir>/p_estimates.jsonl), or with `for_training` the one `awarl train` reads (train.p_estimates
-    when set, else that same file)."""
-    if for_training and cfg.train.p_estimates:
-        return Path(cfg.train.p_estimates)
-    return Path(cfg.estimate.out) if cfg.estimate.out else Path(cfg.run.out_dir) / FILE_NAME
+def estimates_path(estimate_out: str | None, run_dir: str, *, train_file: str | None = None) -> Path:
+    """The p_i file: the one `awarl estimate` writes (`estimate.out`, else <`run.out_dir`>/p_estimates.jsonl),
+    or, given `train_file` (`train.p_estimates`) when set, the one `awarl train` reads."""
+    if train_file:
+        return Path(train_file)
+    return Path(estimate_out) if estimate_out else Path(run_dir) / FILE_NAME
 
 
 def estimate_row(ex: QAExample, outcomes: Sequence[str]) -> dict[str, Any]:

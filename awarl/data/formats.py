@@ -21,6 +21,7 @@ and the record index / line number. Conventions shared by all formats:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,7 +90,9 @@ def _join_sentences(sentences: Any, where: str) -> tuple[str, list[int]]:
     (so sentence-level supporting facts can be read back from the unified record)."""
     if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
         raise RecordError(f"{where}: sentences must be a list of strings")
-    parts, starts, pos = [], [], 0
+    parts: list[str] = []
+    starts: list[int] = []
+    pos = 0
     for s in (s.strip() for s in sentences):
         if s and parts:
             pos += 1  # the joining space
@@ -217,7 +220,7 @@ def _checked_metadata(meta: dict[str, Any], prefix: str, notes: list[str] | None
     out = {k: v for k, v in meta.items() if v is not None}
     for k, check in _CHECKED_METADATA.items():
         if k in out:
-            value = _optional(notes, lambda k=k, check=check: check(out[k], prefix + k), None)
+            value = _optional(notes, functools.partial(check, out[k], prefix + k), None)
             if value is None:
                 del out[k]
             else:

@@ -12,18 +12,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from awarl.critic.schema import CriticInput, CriticOutput, PassageRef
+from awarl.agent.rollout import Trajectory
+from awarl.critic.schema import CriticInput, CriticOutput, Judge, PassageRef
 from awarl.data.evidence import GoldEvidence, gold_evidence
 from awarl.data.types import QAExample
+from awarl.research.schema import ExecutorResult
 from awarl.rewards.citation import safe_verify
 
 ORACLE = "gold"
 
 
-def judge_name(judge: Any, item: CriticInput) -> str:
+def judge_name(judge: Judge, item: CriticInput) -> str:
     """The judge that gives this item's verdict: the gold judge routes items without evidence to its fallback."""
     route = getattr(judge, "route", None)
-    return (route(item) if route else None) or getattr(judge, "name", type(judge).__name__)
+    return str((route(item) if route else None) or getattr(judge, "name", type(judge).__name__))
 
 
 def judge_label(name: str) -> str:
@@ -31,7 +33,7 @@ def judge_label(name: str) -> str:
     return f"{name} (oracle)" if name == ORACLE else name
 
 
-def verify(judge: Any, inputs: Sequence[CriticInput]) -> list[tuple[CriticOutput | None, str]]:
+def verify(judge: Judge | None, inputs: Sequence[CriticInput]) -> list[tuple[CriticOutput | None, str]]:
     """(audited verdict or None, judge name) per input. A judge never fails the loop: an unverified attempt is
     simply not approved."""
     if not inputs:
@@ -48,12 +50,12 @@ def nothing_to_verify() -> CriticOutput:
     return CriticOutput(verified_claims=[], overall_groundedness=0.0, flags=[], reported_groundedness=0.0)
 
 
-def answered(traj: Any) -> bool:
+def answered(traj: Trajectory) -> bool:
     p = traj.parsed
     return bool(p.valid and not p.abstained and (p.answer or "").strip())
 
 
-def own_answer(result: Any) -> str:
+def own_answer(result: ExecutorResult) -> str:
     """The executor's answer as a claim it made: empty for an abstention or an invalid trajectory."""
     return "" if result.abstained or not result.valid else result.summary
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Literal
 
 from awarl.research.schema import Plan, Reduce, SubQuestion
 
@@ -114,7 +115,9 @@ def _steps(texts: list[str], deps: list[list[int]] | None = None) -> list[SubQue
 
 
 # ------------------------------------------------------------------------------------- attribute cues
-_DATE_CUES: tuple[tuple[str, str, str | None], ...] = (
+ValueKind = Literal["date", "number"]   # what a compared part's answer is (Reduce.value)
+Order = Literal["min", "max"]           # which end of it the question picks (Reduce.order)
+_DATE_CUES: tuple[tuple[str, str, Order | None], ...] = (
     # (regex over the compared phrase, sub-question template, order forced by the cue itself)
     (r"\b(died|death)\b", "When did {e} die?", None),
     (r"\byounger\b|\byoungest\b", "When was {e} born?", "max"),
@@ -125,7 +128,7 @@ _DATE_CUES: tuple[tuple[str, str, str | None], ...] = (
     (r"\b(first|earlier|earliest|later|latest|recently|recent|newer|before|after)\b", "{e}: when ({phrase})?",
      None),
 )
-_NUMBER_CUES: tuple[tuple[str, str, str], ...] = (
+_NUMBER_CUES: tuple[tuple[str, str, Order], ...] = (
     (r"\b(taller|tallest|higher|highest|stands higher)\b", "What is the height of {e}?", "max"),
     (r"\b(longer|longest)\s+(life|age)\b|\bolder age\b", "At what age did {e} die?", "max"),
     (r"\b(larger|largest|bigger|biggest)\b", "What is the size of {e}?", "max"),
@@ -137,29 +140,30 @@ _MIN_WORDS = re.compile(r"\b(first|earlier|earliest|before|older|oldest)\b")
 _MAX_WORDS = re.compile(r"\b(later|latest|recently|recent|newer|after|younger|youngest|last)\b")
 
 
-def _attribute(phrase: str) -> tuple[Callable[[str], str], str, str] | None:
+def _attribute(phrase: str) -> tuple[Callable[[str], str], ValueKind, Order] | None:
     """(sub-question for an entity, value kind, order) for the compared phrase, or None (no cue)."""
     words = phrase.split()
     if words and words[0].lower() in ("which", "who", "what", "whiich"):
-        verb = _head_verb(words[1:], words[0].lower() == "who")
-        phrase = " ".join(words[1 + verb:]) if verb is not None else " ".join(words[1:])
+        verb_at = _head_verb(words[1:], words[0].lower() == "who")
+        phrase = " ".join(words[1 + verb_at:]) if verb_at is not None else " ".join(words[1:])
     p = phrase.lower()
     for pat, template, order in _NUMBER_CUES:
         m = re.search(pat, p)
         if m:
             what = m.group(2).strip() if m.lastindex and m.lastindex >= 2 else ""
             return (lambda e, t=template, w=what: t.format(e=e, what=w, phrase=phrase)), "number", order
-    for pat, template, order in _DATE_CUES:
+    for pat, template, forced in _DATE_CUES:
         m = re.search(pat, p)
         if m:
             verb = m.group(1) if m.lastindex else ""
             if verb == "came out":
                 template, verb = "When did {e} come out?", ""
-            if order is None:
-                order = "min" if _MIN_WORDS.search(p) else "max" if _MAX_WORDS.search(p) else None
-            if order is None:
+            when: Order | None = forced
+            if when is None:
+                when = "min" if _MIN_WORDS.search(p) else "max" if _MAX_WORDS.search(p) else None
+            if when is None:
                 return None
-            return (lambda e, t=template, v=verb: t.format(e=e, verb=v, phrase=phrase)), "date", order
+            return (lambda e, t=template, v=verb: t.format(e=e, verb=v, phrase=phrase)), "date", when
     return None
 
 
@@ -196,7 +200,8 @@ def _choice(q: str) -> Plan | None:
         if attr is None:
             return None
         ask, value, order = attr
-        texts, deps = [], []
+        texts: list[str] = []
+        deps: list[list[int]] = []
         for e in (a, b):
             texts += [f"{role.group(1)} of {noun}{e}?", ask("#" + str(len(texts) + 1))]
             deps += [[], [len(texts) - 2]]
@@ -284,6 +289,7 @@ def _both_same_common(q: str) -> Plan | None:
                     reduce=Reduce(kind="all_yes", parts=[0, 1]))
     if two_roles is None and re.match(r"^(?:what|which|who|to what|in what|the|both)\b", low):
         # "What profession did A and B both hold?": the question asked of each, the answer they share
+        assert span is not None  # set wherever two_roles is not
         pre, post = " ".join(toks[:span[0]]), " ".join(toks[span[3]:])
         pre = re.sub(r"\bboth$", "", pre).strip()
         post = re.sub(r"^(?:are\s+)?both\b\s*", lambda m: "are " if m.group(0).startswith("are") else "", post)
@@ -401,7 +407,7 @@ def _two_clauses(q: str) -> Plan | None:
     if m is None:
         return None
     words = m.group("head").split()
-    subject = []  # "Which Canadian rock band": the words before the head's first verb
+    subject: list[str] = []  # "Which Canadian rock band": the words before the head's first verb
     for w in words:
         if subject and (w.lower() in _AUX_ONE or re.fullmatch(r"\w+ed|had|won|played|wrote|made", w.lower())):
             break

@@ -7,12 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from awarl.agent.rollout import RolloutEngine, Trajectory
 from awarl.critic.schema import CriticInput
 from awarl.research.schema import ExecutorResult
 from awarl.rewards.citation import build_critic_input, passages_from_rollout
 
 
-def to_result(sub_question: str, traj: Any, attempt: int) -> ExecutorResult:
+def to_result(sub_question: str, traj: Trajectory, attempt: int) -> ExecutorResult:
     p = traj.parsed
     by_number = {d["number"]: d for d in traj.passages}
     return ExecutorResult(
@@ -23,7 +24,7 @@ def to_result(sub_question: str, traj: Any, attempt: int) -> ExecutorResult:
         searches=list(p.searches), abstained=bool(p.abstained), valid=bool(p.valid), attempt=attempt)
 
 
-def critic_input(sub_question: str, traj: Any, gold: Any = None) -> CriticInput:
+def critic_input(sub_question: str, traj: Trajectory, gold: Any = None) -> CriticInput:
     """The critic's view of one attempt: the summary AND the original passages, never the summary alone (and
     the step's gold evidence, which only the gold judge reads)."""
     p = traj.parsed
@@ -31,8 +32,8 @@ def critic_input(sub_question: str, traj: Any, gold: Any = None) -> CriticInput:
                               passages_from_rollout(traj.passages, where="executor passages"), gold)
 
 
-def execute(engine: Any, queries: Sequence[str], *, temperature: float, top_p: float = 1.0,
-            seed: int | None = None) -> list[Any]:
+def execute(engine: RolloutEngine, queries: Sequence[str], *, temperature: float, top_p: float = 1.0,
+            seed: int | None = None) -> list[Trajectory]:
     """One trajectory per query, all in one engine call."""
     if not queries:
         return []

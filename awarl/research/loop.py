@@ -22,8 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from awarl.agent.rollout import RolloutEngine, Trajectory
 from awarl.config import ResearchConfig
-from awarl.critic.schema import CriticInput, CriticOutput
+from awarl.critic.schema import CriticInput, CriticOutput, Judge
 from awarl.research.critic import (
     answered,
     claims_to_name,
@@ -142,7 +143,7 @@ class ResearchRun:
             out.append((step, step.pending, True))
         return out
 
-    def absorb(self, step: Step, traj: Any, verdict: CriticOutput | None, judge: str) -> None:
+    def absorb(self, step: Step, traj: Trajectory, verdict: CriticOutput | None, judge: str) -> None:
         """Record one draw: a re-query draw whose searches were all tried before is discarded and drawn again
         while draws remain; otherwise it is the step's next attempt."""
         result = to_result(step.asked, traj, attempt=len(step.attempts) + 1)
@@ -186,15 +187,16 @@ class ResearchRun:
         if not verdicts:
             return
         self.final_judge = verdicts[0][1]
-        if any(v is None for v, _ in verdicts):
+        present = [v for v, _ in verdicts if v is not None]
+        if len(present) < len(verdicts):
             self.final_verdict = None
             return
-        claims = [c for v, _ in verdicts for c in v.verified_claims]
+        claims = [c for v in present for c in v.verified_claims]
         grounded = sum(c.status == "grounded" for c in claims)
-        reported = [v.reported_groundedness for v, _ in verdicts if v.reported_groundedness is not None]
+        reported = [v.reported_groundedness for v in present if v.reported_groundedness is not None]
         self.final_verdict = CriticOutput(
             verified_claims=claims, overall_groundedness=grounded / len(claims) if claims else 0.0,
-            flags=list(dict.fromkeys(f for v, _ in verdicts for f in v.flags)),
+            flags=list(dict.fromkeys(f for v in present for f in v.flags)),
             reported_groundedness=sum(reported) / len(reported) if reported else None)
 
     def report(self) -> ResearchReport:
@@ -214,7 +216,7 @@ def _seed(seed: int | None, rnd: int, requery: bool) -> int | None:
     return None if seed is None else seed + 7919 * rnd + (104729 if requery else 0)
 
 
-def run_research(runs: Sequence[ResearchRun], engine: Any, judge: Any, *, temperature: float = 0.0,
+def run_research(runs: Sequence[ResearchRun], engine: RolloutEngine, judge: Judge | None, *, temperature: float = 0.0,
                  top_p: float = 1.0, seed: int | None = None,
                  requery_temperature: float = _DEFAULTS.requery_temperature) -> list[ResearchReport]:
     """Drive the runs to their reports: every round executes the ready steps of every run in one engine batch

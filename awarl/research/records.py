@@ -4,10 +4,14 @@ searches for the coverage-gap list), plus the loop's own record under "research"
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from awarl.critic.correctness import answer_outcome, grade_answers, graded_fields
+from awarl.agent.rollout import RolloutEngine
+from awarl.config import AgentConfig, CriticConfig, MetricsConfig, ResearchConfig, RewardConfig
+from awarl.critic.correctness import AnswerGrader, Grade, answer_outcome, grade_answers, graded_fields
+from awarl.critic.schema import Judge
 from awarl.data.types import QAExample
 from awarl.research.loop import ResearchRun, run_research
 from awarl.research.planner import DecompositionPlanner, Planner
@@ -15,7 +19,20 @@ from awarl.research.schema import ResearchReport
 from awarl.rewards.citation import CitationJudgement, citation_reward, safe_verify
 
 
-def make_planner(cfg: Any, cache_dir: Any = None, *, check: bool = False) -> Planner:
+class LoopSettings(Protocol):
+    """The sections of a run config the critic loop reads; an AwarlConfig is one."""
+
+    research: ResearchConfig
+    critic: CriticConfig
+    agent: AgentConfig
+    reward: RewardConfig
+    metrics: MetricsConfig
+
+
+CacheDir = str | os.PathLike | None
+
+
+def make_planner(cfg: LoopSettings, cache_dir: CacheDir = None, *, check: bool = False) -> Planner:
     """The planner of `research.planner` (offline: the dataset's own decomposition, else the offline rules,
     else the question; openai: the LLM planner at research.planner_base_url, checked reachable first when
     `check`, its errors naming the option that set the endpoint)."""
@@ -37,7 +54,8 @@ def make_planner(cfg: Any, cache_dir: Any = None, *, check: bool = False) -> Pla
     return LLMPlanner(client, cfg.agent.abstention_phrases[0])
 
 
-def make_loop_judge(cfg: Any, cache_dir: Any = None, *, check: bool = False, reuse: Any = None) -> Any:
+def make_loop_judge(cfg: LoopSettings, cache_dir: CacheDir = None, *, check: bool = False,
+                    reuse: Judge | None = None) -> Judge | None:
     """The judge of `research.judge`, which decides the loop (not critic.judge, the citation reward's: see
     the field's description). `reuse`: a judge already built for critic.judge, used when both are the same
     kind (one client, one cache, one set of counters). The OpenAI one is checked reachable when `check`."""
@@ -52,10 +70,9 @@ def make_loop_judge(cfg: Any, cache_dir: Any = None, *, check: bool = False, reu
     return judge
 
 
-def make_runs(cfg: Any, examples: Sequence[Any], planner: Planner, phrases: Sequence[str],
+def make_runs(r: ResearchConfig, examples: Sequence[Any], planner: Planner, phrases: Sequence[str],
               questions: Sequence[str] | None = None) -> list[ResearchRun]:
     """One run per example (its `question`, or the one given; the example's record feeds the planner)."""
-    r = cfg.research
     questions = questions or [ex.question for ex in examples]
     return [ResearchRun(q, planner, approve_threshold=r.approve_threshold, max_iterations=r.max_iterations,
                         abstention_phrase=phrases[0], example=ex, requery_draws=r.requery_draws,
@@ -64,14 +81,14 @@ def make_runs(cfg: Any, examples: Sequence[Any], planner: Planner, phrases: Sequ
             for q, ex in zip(questions, examples, strict=True)]
 
 
-def loop_reports(runs: Sequence[ResearchRun], engine: Any, judge: Any, cfg: Any, *, temperature: float,
-                 top_p: float, seed: int | None) -> list[ResearchReport]:
+def loop_reports(runs: Sequence[ResearchRun], engine: RolloutEngine, judge: Judge | None, research: ResearchConfig,
+                 *, temperature: float, top_p: float, seed: int | None) -> list[ResearchReport]:
     return run_research(runs, engine, judge, temperature=temperature, top_p=top_p, seed=seed,
-                        requery_temperature=cfg.research.requery_temperature)
+                        requery_temperature=research.requery_temperature)
 
 
-def critic_summaries(runs: Sequence[ResearchRun], reports: Sequence[ResearchReport], judge: Any, loop_judge: Any,
-                     label: str, inferred_weight: float) -> list[dict | None]:
+def critic_summaries(runs: Sequence[ResearchRun], reports: Sequence[ResearchReport], judge: Judge | None,
+                     loop_judge: Judge | None, label: str, inferred_weight: float) -> list[dict | None]:
     """The citation critic's summary of each ANSWERED final answer, in the single-pass line's shape and by the
     same judge (critic.judge), so citation metrics compare across agents; None where the loop abstained (a
     single pass judges only answers too). The loop's own final verdict is reused when the two judges are one
@@ -80,11 +97,12 @@ def critic_summaries(runs: Sequence[ResearchRun], reports: Sequence[ResearchRepo
     ask = [i for i, (run, rep) in enumerate(zip(runs, reports, strict=True)) if rep.approved and run.final]
     if judge is None or not ask:
         return out
+    finals = {i: f[1] for i in ask if (f := runs[i].final) is not None}   # every asked run has one
     fresh = [i for i in ask if judge is not loop_judge or len(runs[i].final_inputs) != 1]
-    verdicts = dict(zip(fresh, safe_verify(judge, [runs[i].final[1] for i in fresh], "citation judge")[0],
+    verdicts = dict(zip(fresh, safe_verify(judge, [finals[i] for i in fresh], "citation judge")[0],
                         strict=True))
     for i in ask:
-        final_input = runs[i].final[1]
+        final_input = finals[i]
         verdict = verdicts[i] if i in verdicts else runs[i].final_verdict
         route = getattr(judge, "route", None)
         name = (route(final_input) if route else None) or label
@@ -97,10 +115,10 @@ def critic_summaries(runs: Sequence[ResearchRun], reports: Sequence[ResearchRepo
     return out
 
 
-def research_record(ex: QAExample, run: ResearchRun, report: ResearchReport, cfg: Any, phrases: Sequence[str],
-                    grade: Any = None) -> dict[str, Any]:
+def research_record(ex: QAExample, run: ResearchRun, report: ResearchReport, metrics: MetricsConfig,
+                    phrases: Sequence[str], grade: Grade | None = None) -> dict[str, Any]:
     """One predictions.jsonl line of the critic loop."""
-    outcome = answer_outcome(report.answer, ex.answers, cfg, list(phrases), valid=True, grade=grade)
+    outcome = answer_outcome(report.answer, ex.answers, metrics, phrases, valid=True, grade=grade)
     searches = [q for s in report.sub_questions for q in s["searches"]]
     return {
         "id": ex.id, "dataset": ex.dataset, "question": ex.question, "prediction": report.answer,
@@ -111,21 +129,21 @@ def research_record(ex: QAExample, run: ResearchRun, report: ResearchReport, cfg
     }
 
 
-def critic_loop_rows(engine: Any, judge: Any, grader: Any, batch: Sequence[QAExample], cfg: Any, *,
-                     temperature: float, top_p: float, seed: int, label: str,
-                     planner: Planner, loop_judge: Any = None) -> list[dict[str, Any]]:
+def critic_loop_rows(engine: RolloutEngine, judge: Judge | None, grader: AnswerGrader | None,
+                     batch: Sequence[QAExample], cfg: LoopSettings, *, temperature: float, top_p: float, seed: int,
+                     label: str, planner: Planner, loop_judge: Judge | None = None) -> list[dict[str, Any]]:
     """Research every question of the batch together (one engine batch per round; decisions by `loop_judge`,
     research.judge) and make their lines (citation metrics by `judge`, critic.judge)."""
     phrases = list(engine.abstention_phrases)
     loop_judge = loop_judge if loop_judge is not None else make_loop_judge(cfg, reuse=judge)
-    runs = make_runs(cfg, batch, planner, phrases)
-    reports = loop_reports(runs, engine, loop_judge, cfg, temperature=temperature, top_p=top_p, seed=seed)
+    runs = make_runs(cfg.research, batch, planner, phrases)
+    reports = loop_reports(runs, engine, loop_judge, cfg.research, temperature=temperature, top_p=top_p, seed=seed)
     grades = grade_answers(grader, [(ex.question, rep.answer, True, ex.answers) for ex, rep in zip(batch, reports,
                                                                                                strict=True)], phrases)
     summaries = critic_summaries(runs, reports, judge, loop_judge, label, cfg.reward.inferred_weight)
     rows = []
     for ex, run, rep, g, summary in zip(batch, runs, reports, grades, summaries, strict=True):
-        row = research_record(ex, run, rep, cfg, phrases, g)
+        row = research_record(ex, run, rep, cfg.metrics, phrases, g)
         row["critic"] = summary
         rows.append(row)
     return rows
@@ -158,9 +176,10 @@ def research_summary(rows: Sequence[dict]) -> dict[str, Any] | None:
 
     per = {ds: stats(reps) for ds, reps in sorted(by_ds.items())}
     keys = [k for k in next(iter(per.values())) if k != "questions"]
-    macro = {k: (sum(v[k] for v in per.values() if v[k] is not None) / n if (n := sum(v[k] is not None
-                                                                                     for v in per.values())) else None)
-             for k in keys}
+    macro: dict[str, float | None] = {}
+    for k in keys:
+        vals = [x for v in per.values() if (x := v[k]) is not None]
+        macro[k] = sum(vals) / len(vals) if vals else None
     judges = sorted({str(x.get("judge") or "") for reps in by_ds.values() for x in reps} - {""})
     oracle = any(bool(x.get("oracle")) for reps in by_ds.values() for x in reps)
     return {"per_dataset": per, "macro": macro, "judges": judges, "oracle": oracle}

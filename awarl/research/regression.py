@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from awarl.config import AwarlConfig, GenerationConfig
 from awarl.io import DataError, file_sha256, iter_jsonl, write_jsonl
 from awarl.research.schema import ResearchReport
 
@@ -136,18 +137,22 @@ def weights_identity(model_dir: Path, max_bytes: int = 2 << 30) -> dict[str, Any
     return ident
 
 
-def policy_identity(cfg: Any, model_ref: str) -> dict[str, Any]:
+def policy_identity(generation: GenerationConfig, model_ref: str) -> dict[str, Any]:
     """The executor policy: a scripted replay (its script's hash), a local checkpoint (weights hash), or a hub
     id (its name: pin a revision to make it a fixed policy)."""
-    if cfg.generation.backend == "scripted":
-        return {"kind": "scripted", "script_sha256": file_sha256(cfg.generation.script)}
+    if generation.backend == "scripted":
+        if not generation.script:
+            raise ValueError("generation.backend=scripted needs generation.script (a JSONL of scripted turns)")
+        return {"kind": "scripted", "script_sha256": file_sha256(generation.script)}
     p = Path(model_ref)
     return weights_identity(p) if p.is_dir() else {"kind": "hub", "name": model_ref}
 
 
-def recorded_with(cfg: Any, model_ref: str) -> dict[str, Any]:
+def recorded_with(cfg: AwarlConfig, model_ref: str) -> dict[str, Any]:
+    """What a tasks file records of the run it was recorded with: settings of six sections, so the whole
+    (typed) config."""
     r = cfg.research
-    return {"judge": r.judge, "planner": r.planner, "policy": policy_identity(cfg, model_ref),
+    return {"judge": r.judge, "planner": r.planner, "policy": policy_identity(cfg.generation, model_ref),
             "settings": {"approve_threshold": r.approve_threshold, "max_iterations": r.max_iterations,
                          "requery_temperature": r.requery_temperature, "requery_draws": r.requery_draws,
                          "eval_temperature": cfg.eval.temperature, "seed": cfg.run.seed,

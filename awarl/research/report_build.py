@@ -86,8 +86,8 @@ def _findings(run: ResearchRun) -> list[Finding]:
                            mark=f"inferred: the planner's reduce ({run.plan.reduce.kind}) concluded it from the "
                                 "approved findings; no passage states it"))
     for s in run.steps:
-        if s.attempts and s.attempts[-1].verdict is not None:
-            last = s.attempts[-1]
+        last = s.attempts[-1] if s.attempts else None
+        if last is not None and last.verdict is not None:
             out += findings_of(last.verdict.verified_claims, passage_refs(last.passages), step=s.sub.index,
                                judge=last.judge, question=s.asked, min_confidence=run.min_confidence)
     return dedupe(out)

@@ -4,7 +4,7 @@
 `{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}`. Search-R1's server answers bare
 document dicts when `return_scores` is false; both shapes are parsed. Transport errors, timeouts, 429 and
 5xx answers are retried with exponential backoff (or after the server's `Retry-After`, up to
-`max_retry_after_s`); a 413 halves the queries sent per request; other 4xx answers are the caller's fault
+`max_retry_after_s`; the loop of `awarl.http.send_with_retries`, shared with the LLM judge); a 413 halves the queries sent per request; other 4xx answers are the caller's fault
 and raise at once.
 
 `timeout_s` is one deadline for a whole request (connect, send, headers and body), not a limit per socket
@@ -20,7 +20,15 @@ import math
 import time
 from typing import Any
 
-from awarl.http import Answer, ResponseTooLarge, capped_request, deadline_client, retry_after_s, retry_delay
+from awarl.http import (
+    Answer,
+    ResponseTooLarge,
+    RetriesExhausted,
+    RetryPolicy,
+    capped_request,
+    deadline_client,
+    send_with_retries,
+)
 from awarl.io import loads_json
 from awarl.retrieval.types import Passage
 
@@ -100,32 +108,21 @@ class RetrievalClient:
             raise RetrievalClientError(str(e)) from None
 
     def _post(self, path: str, payload: dict[str, Any]) -> Any:
-        import httpx
-
         url = self.base_url + path
-        last, wait = "", None
-        for attempt in range(self.retries + 1):
-            if attempt:
-                delay = retry_delay(attempt, self.backoff_s, wait, self.max_retry_after_s)
-                log.warning("retrieval request failed (%s); retry %d/%d in %.1fs", last, attempt,
-                            self.retries, delay)
-                time.sleep(delay)
-            wait = None
-            try:
-                r = self._request("POST", url, payload)
-            except httpx.TransportError as e:  # connection refused/reset, timeouts, the deadline
-                last = f"{type(e).__name__}: {e}"
-                continue
-            if r.status_code == 429 or r.status_code >= 500:
-                last = f"HTTP {r.status_code}"
-                wait = retry_after_s(r.headers.get("retry-after"))
-                continue
-            if r.status_code == 413:
-                raise _TooLarge(f"{url}: HTTP 413: {r.text[:500]}")
-            if not 200 <= r.status_code < 300:  # 4xx: the caller's fault; 1xx/3xx: not an answer (no redirects)
-                raise RetrievalClientError(f"{url}: HTTP {r.status_code}: {r.text[:500]}")
-            return _json(r, url)
-        raise RetrievalClientError(f"{url}: no answer after {self.retries + 1} attempts ({last})")
+        policy = RetryPolicy(self.retries, self.backoff_s, self.max_retry_after_s)
+
+        def note(attempt: int, last: str, delay: float) -> None:
+            log.warning("retrieval request failed (%s); retry %d/%d in %.1fs", last, attempt, self.retries, delay)
+
+        try:
+            r = send_with_retries(lambda: self._request("POST", url, payload), policy, on_retry=note)
+        except RetriesExhausted as e:
+            raise RetrievalClientError(f"{url}: no answer after {e.attempts} attempts ({e.last})") from None
+        if r.status_code == 413:
+            raise _TooLarge(f"{url}: HTTP 413: {r.text[:500]}")
+        if not 200 <= r.status_code < 300:  # 4xx: the caller's fault; 1xx/3xx: not an answer (no redirects)
+            raise RetrievalClientError(f"{url}: HTTP {r.status_code}: {r.text[:500]}")
+        return _json(r, url)
 
     def search(self, queries: list[str], k: int) -> list[list[Passage]]:
         """Like the in-process retrievers: a blank query (or k <= 0) gets no passages and is not sent (a

@@ -10,13 +10,18 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+# Step 1 (p_i from the counts of K samples) lives below data/estimates.py, which reads the estimate file with it;
+# it is part of this formula chain, so its names are here too.
 from awarl import choices
+from awarl.estimation import P_DEFINITIONS as P_DEFINITIONS
+from awarl.estimation import estimate_p as estimate_p
+from awarl.estimation import success_estimate as success_estimate
 from awarl.metrics import Outcome
 
-# The reconstruction options of docs/method.md "Reconstruction choices"; the first of each is the SPEC reading.
-# The expected-rate readings are registered (awarl.choices.EXPECTED_RATES -> the `*_reading` functions below).
+# The reconstruction options of docs/method.md "Reconstruction choices"; the first of each is the SPEC reading
+# (and estimation.P_DEFINITIONS). The expected-rate readings are registered (awarl.choices.EXPECTED_RATES -> the
+# `*_reading` functions below).
 EXPECTED_RATES = choices.EXPECTED_RATES.names
-P_DEFINITIONS = ("share_of_k", "among_answered")
 EMA_STARTS = ("zero", "bias_corrected")
 
 
@@ -26,32 +31,6 @@ def check_prob(name: str, p: float) -> float:
     if not (0.0 <= p <= 1.0) or math.isnan(p):
         raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
     return p
-
-
-def success_estimate(correct: float, answered: float, k: float, definition: str = "share_of_k") -> float | None:
-    """Step 1: p_i from the outcome counts of K samples (`reward.p_definition`).
-
-    - `share_of_k`: correct / K (SPEC): an abstention counts as not correct;
-    - `among_answered`: correct / answered, answered = correct + wrong + invalid (invalid counts as answered
-      and wrong, as in the metrics). The estimate runs with the abstaining template, so a standard checkpoint
-      that abstains often would otherwise get a low p_i and a large refusal reward for its own caution.
-      None when nothing was answered (no evidence about answering; callers keep what they had).
-    """
-    if k <= 0 or not 0 <= correct <= answered <= k:
-        raise ValueError(f"counts must satisfy 0 <= correct <= answered <= k, k > 0; got correct={correct}, "
-                         f"answered={answered}, k={k}")
-    if definition == "share_of_k":
-        return float(correct) / float(k)
-    if definition == "among_answered":
-        return float(correct) / float(answered) if answered else None
-    raise ValueError(f"p_definition must be one of {P_DEFINITIONS}, got {definition!r}")
-
-
-def estimate_p(correct: float, answered: float, k: float, definition: str = "share_of_k") -> float:
-    """Step 1 for the pre-RL estimate: `success_estimate`, where a question never answered in its K samples
-    keeps its share of K (0: no evidence the checkpoint can answer it)."""
-    p = success_estimate(correct, answered, k, definition)
-    return float(correct) / float(k) if p is None else p
 
 
 def online_p(prev: float, correct: float, answered: float, beta: float) -> float:
@@ -65,8 +44,8 @@ def online_p(prev: float, correct: float, answered: float, beta: float) -> float
     """
     if answered <= 0:
         return float(prev)
-    obs = success_estimate(correct, answered, answered, "among_answered")
-    return min(1.0, max(0.0, ema(prev, float(obs), beta)))
+    obs = estimate_p(correct, answered, answered, "among_answered")
+    return min(1.0, max(0.0, ema(prev, obs, beta)))
 
 
 def clip_p(p: float, p_min: float) -> float:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from awarl.critic.audit import audit_verdict, disagrees
-from awarl.critic.schema import CriticInput, CriticOutput, PassageRef
+from awarl.critic.schema import CriticInput, CriticOutput, Judge, PassageRef
 from awarl.data.evidence import GoldEvidence
 from awarl.metrics import Outcome
 
@@ -156,7 +156,7 @@ def judged(outcome: Outcome | str) -> bool:
     return Outcome(outcome) in (Outcome.CORRECT, Outcome.WRONG)
 
 
-def _inputs(judge: Any, items: Sequence[CitationItem], out: list[CitationJudgement | None]
+def _inputs(judge: Judge, items: Sequence[CitationItem], out: list[CitationJudgement | None]
             ) -> tuple[list[int], list[CriticInput], dict[int, str]]:
     """The items to send to the judge (index, input) and their route (`judge.route`, when the judge has one:
     the gold judge's fallback); malformed and skipped items are settled in `out`."""
@@ -182,7 +182,7 @@ def _inputs(judge: Any, items: Sequence[CitationItem], out: list[CitationJudgeme
     return idx, inputs, routes
 
 
-def safe_verify(judge: Any, inputs: Sequence[CriticInput], who: str) -> tuple[list[CriticOutput | None], str | None]:
+def safe_verify(judge: Judge, inputs: Sequence[CriticInput], who: str) -> tuple[list[CriticOutput | None], str | None]:
     """`judge.verify(inputs)` that never raises: (one verdict per input, None), or ([None] * n, why) when the
     judge raised or returned another number of verdicts (logged once, as `who`). A judge must never fail
     training, evaluation or the critic loop; its failures are returned for the caller to count. Every verdict
@@ -203,7 +203,7 @@ def safe_verify(judge: Any, inputs: Sequence[CriticInput], who: str) -> tuple[li
     return audited, None
 
 
-def judge_citations(judge: Any, items: Sequence[CitationItem],
+def judge_citations(judge: Judge | None, items: Sequence[CitationItem],
                     inferred_weight: float) -> list[CitationJudgement | None]:
     """One entry per item: None where it is not judged (no judge, or not correct/wrong), else the verdict and
     its score, a skip, or a failure (a malformed passage list, a judge exception or a missing verdict). A judge
@@ -222,7 +222,7 @@ def judge_citations(judge: Any, items: Sequence[CitationItem],
     own = getattr(judge, "name", None)
     for j, v, inp in zip(idx, verdicts, inputs, strict=True):
         via = routes.get(j)
-        tag = {"judge": via, "fallback": True} if via is not None and via != own else {}
+        tag: dict[str, Any] = {"judge": via, "fallback": True} if via is not None and via != own else {}
         out[j] = CitationJudgement(error="no valid verdict", **tag) if v is None else CitationJudgement(
             verdict=v, score=citation_reward(v, items[j].citations, inp.passages, inferred_weight), **tag)
     return out

@@ -37,6 +37,7 @@ from typing import Any
 
 from awarl.config import RewardConfig
 from awarl.critic.gold_judge import evidence_from
+from awarl.critic.schema import Judge
 from awarl.io import atomic_write_json
 from awarl.metrics import Outcome
 from awarl.rewards import abstention as A
@@ -109,7 +110,7 @@ class AwaRLReward:
 
     __name__ = "awarl_reward"
 
-    def __init__(self, cfg: RewardConfig, judge: Any = None, p_table: dict[str, float] | None = None,
+    def __init__(self, cfg: RewardConfig, judge: Judge | None = None, p_table: dict[str, float] | None = None,
                  n_table: dict[str, float] | None = None) -> None:
         self.cfg = cfg
         self.judge = judge

@@ -83,7 +83,7 @@ def run_judges(path: Path) -> dict[str, Any]:
         decisions = ", ".join(sorted({str(x.get("judge")) for x in reports if x.get("judge")})) or None
     citations = (manifest.get("critic") or {}).get("judge")
     oracle = bool(agent.get("oracle")) or bool(decisions and "oracle" in decisions)
-    label = {"gold": "gold (oracle)"}.get(citations, citations)
+    label = "gold (oracle)" if citations == "gold" else citations
     return {"agent": kind or "unknown", "decisions": decisions, "citations": label, "oracle": oracle}
 
 
@@ -110,7 +110,7 @@ def compare_runs(runs: list[str | os.PathLike], cfg: AwarlConfig, names: list[st
     def by_dataset(outcomes: dict[tuple[str, str], Outcome]) -> dict[str, list[Outcome]]:
         return {ds: [outcomes[k] for k in keys if k[0] == ds] for ds in datasets}
 
-    table = []
+    table: list[dict[str, Any]] = []
     for name, path, (outcomes, skipped, _) in zip(names, paths, loaded, strict=True):
         per_ds = {ds: aggregate(outs) for ds, outs in by_dataset(outcomes).items()}
         macro = macro_average(per_ds)

@@ -27,11 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from awarl.agent.templates import load_template
-from awarl.config import AwarlConfig, load_config, save_resolved
+from awarl.config import AwarlConfig, ConfigError, load_config, save_resolved
 from awarl.data.corpus import shipped_closed_corpus
 from awarl.data.estimates import read_estimates
 from awarl.data.loaders import load_shipped
-from awarl.data.questions import load_eval_set
 from awarl.data.types import example_key
 from awarl.io import atomic_write_text, repo_root
 from awarl.models.tiny import build_tiny_model
@@ -40,6 +39,7 @@ from awarl.stages.compare import compare_runs, write_comparison
 from awarl.stages.demo_dynamics import write_dynamics
 from awarl.stages.estimate import run_estimate
 from awarl.stages.evaluate import run_eval
+from awarl.stages.questions import load_eval_set
 from awarl.stages.resources import ensure_index
 from awarl.stages.train import run_train
 from awarl.training.checkpoints import newest_complete
@@ -90,7 +90,7 @@ def split_questions(cfg: AwarlConfig) -> tuple[list, list, list]:
     warm-up imitates the teacher on all of them) and the training questions are drawn from it."""
     import random
 
-    eval_set = load_eval_set(cfg)
+    eval_set = load_eval_set(cfg.data, cfg.eval, cfg.run.seed)
     held_out = {example_key(e.dataset, e.id) for e in eval_set.examples}
     pool = [e for ds in cfg.eval.datasets for e in load_shipped(ds)
             if example_key(e.dataset, e.id) not in held_out]
@@ -156,6 +156,9 @@ def _model_and_index(cfg: AwarlConfig, out: Path, timer: Timer) -> tuple[Path, A
                          hidden=cfg.demo.tiny_hidden, layers=cfg.demo.tiny_layers)
     timer.done("tiny model", t)
     t = time.time()
+    if not cfg.retrieval.corpus or not cfg.retrieval.index_dir:
+        raise ConfigError("demo: retrieval.corpus and retrieval.index_dir must name where the demo's corpus and "
+                          "index go (run_demo sets both under its output folder)")
     corpus = Path(cfg.retrieval.corpus)
     if not corpus.exists():
         shipped_closed_corpus(corpus)

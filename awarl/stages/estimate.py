@@ -19,11 +19,11 @@ from awarl.config import AwarlConfig, save_resolved
 from awarl.critic import check_endpoints
 from awarl.critic.correctness import close_grader, grade_trajectories, make_answer_grader, trajectory_outcome
 from awarl.data.estimates import estimate_row, estimates_path, read_estimates
-from awarl.data.questions import load_train_examples
 from awarl.data.types import QAExample, example_key
 from awarl.io import append_jsonl, finish_interrupted_append, pending_batches
 from awarl.models.loading import load_tokenizer
 from awarl.retrieval import load_retriever
+from awarl.stages.questions import load_train_examples
 from awarl.stages.resources import ensure_default_retrieval
 
 log = logging.getLogger(__name__)
@@ -38,10 +38,10 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
     Tests and callers that already hold an engine/model can pass them in."""
     from tqdm.auto import tqdm
 
-    out = estimates_path(cfg)
+    out = estimates_path(cfg.estimate.out, cfg.run.out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     save_resolved(cfg, out.parent / "estimate")
-    examples = examples if examples is not None else load_train_examples(cfg)
+    examples = examples if examples is not None else load_train_examples(cfg.data, cfg.run.seed)
     k = cfg.estimate.k
     finish_interrupted_append(out)  # a batch a kill interrupted is completed before what is done is read
     done = {key for key, row in read_estimates(out).items() if row.get("k") == k}
@@ -51,7 +51,7 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
                  len(examples), out)
     if not todo:
         return out
-    grader = make_answer_grader(cfg, out.parent / "critic_cache")
+    grader = make_answer_grader(cfg.metrics, cfg.critic, out.parent / "critic_cache")
     check_endpoints(cfg.critic, None, grader)  # a dead grader endpoint fails here, before any model loads
     if engine is None:
         engine = _build_engine(cfg, model, tokenizer, retriever)
@@ -74,7 +74,7 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
                                         engine.abstention_phrases)
             rows = []
             for i, ex in enumerate(batch):
-                outcomes = [trajectory_outcome(t.parsed, ex.answers, cfg, engine.abstention_phrases, g).value
+                outcomes = [trajectory_outcome(t.parsed, ex.answers, cfg.metrics, engine.abstention_phrases, g).value
                             for t, g in zip(trajs[i * k:(i + 1) * k], grades[i * k:(i + 1) * k], strict=True)]
                 rows.append(estimate_row(ex, outcomes))
             append_jsonl(out, rows)

@@ -18,9 +18,9 @@ from typing import Any
 
 from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig
-from awarl.data.questions import EvalSet
 from awarl.io import file_sha256, loads_json
 from awarl.stages.predictions import PREDICTIONS, critic_label
+from awarl.stages.questions import EvalSet
 from awarl.upstream import transformers as upstream_transformers
 
 MANIFEST = "manifest.json"
@@ -29,7 +29,7 @@ PACKAGES = ("awarl", "torch", "transformers", "trl", "datasets", "accelerate", "
 
 
 def _versions() -> dict[str, str | None]:
-    out = {}
+    out: dict[str, str | None] = {}
     for pkg in PACKAGES:
         try:
             out[pkg] = metadata.version(pkg)

@@ -29,7 +29,6 @@ from awarl.config import AwarlConfig, save_resolved
 from awarl.critic import check_endpoints, critic_cache_dir, make_judge
 from awarl.critic.correctness import close_grader, grade_trajectories, make_answer_grader
 from awarl.data.evidence import gold_evidence
-from awarl.data.questions import load_eval_set
 from awarl.data.types import QAExample, example_key
 from awarl.io import append_jsonl, atomic_write_json, pending_batches
 from awarl.metrics import Outcome
@@ -54,6 +53,7 @@ from awarl.stages.predictions import (
     set_aside_bad_lines,
     trajectory_record,
 )
+from awarl.stages.questions import load_eval_set
 from awarl.stages.score import score_predictions
 
 log = logging.getLogger(__name__)
@@ -153,11 +153,11 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_resolved(cfg, out)
-    eval_set = load_eval_set(cfg, datasets, limit)
+    eval_set = load_eval_set(cfg.data, cfg.eval, cfg.run.seed, datasets, limit)
     if not eval_set.examples:
         raise ValueError("no evaluation questions: check eval.datasets / data.eval")
     judge = make_judge(cfg.critic, critic_cache_dir(cfg.critic, out))
-    grader = make_answer_grader(cfg, out / "critic_cache")
+    grader = make_answer_grader(cfg.metrics, cfg.critic, out / "critic_cache")
     pred_path = out / PREDICTIONS
     loop, loop_judge = cfg.eval.agent == "critic_loop", None
     try:
@@ -184,10 +184,10 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
                                      top_p=cfg.generation.top_p, seed=cfg.run.seed, judge=judge, grader=grader,
                                      on_batch=on_batch, planner=planner, loop_judge=loop_judge)
     finally:
-        if hasattr(judge, "usage"):
-            log.info("citation judge: %s", judge.usage())
-        if hasattr(judge, "close"):
-            judge.close()
+        if (usage := getattr(judge, "usage", None)) is not None:
+            log.info("citation judge: %s", usage())
+        if (close := getattr(judge, "close", None)) is not None:
+            close()
         if loop_judge is not None and loop_judge is not judge and hasattr(loop_judge, "close"):
             loop_judge.close()
         close_grader(grader, flagged_in=str(pred_path))

@@ -114,7 +114,7 @@ def evidence_summary(acc: EvidenceAcc, nboot: int, seed: int) -> dict[str, Any] 
     out.update({k: _mean(v[k]) for k in MEANS})
     out["ci"] = {k: _ci(_draws(v[k], nboot, seed)) for k in MEANS if v[k]} if nboot else {}
     if v["r_cite_abs_diff"]:
-        agree: dict[str, Any] = {"judge": max(acc.judges, key=acc.judges.get), "compared": len(v["r_cite_abs_diff"]),
+        agree: dict[str, Any] = {"judge": max(acc.judges, key=lambda j: acc.judges[j]), "compared": len(v["r_cite_abs_diff"]),
                                  "passages_compared": len(v["passage_agreement"])}
         agree.update({k: _mean(v[k]) for k in AGREEMENT_MEANS})
         agree["ci"] = {k: _ci(_draws(v[k], nboot, seed)) for k in AGREEMENT_MEANS if v[k]} if nboot else {}

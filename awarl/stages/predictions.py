@@ -35,7 +35,7 @@ def trajectory_record(ex: QAExample, traj: Any, cfg: AwarlConfig, phrases: list[
 
     `phrases`: the engine's abstention phrases, `grade`: the LLM grader's verdict (see trajectory_outcome)."""
     p = traj.parsed
-    outcome = trajectory_outcome(p, ex.answers, cfg, phrases, grade)
+    outcome = trajectory_outcome(p, ex.answers, cfg.metrics, phrases, grade)
     return {
         "id": ex.id,
         "dataset": ex.dataset,
@@ -142,7 +142,7 @@ def regrade_failed(path: Path, grader: Any, cfg: AwarlConfig, phrases: list[str]
         settled += 1
         row.pop("judge_failed", None)
         row["judge_correct"] = g.correct
-        row["outcome"] = answer_outcome(row.get("prediction"), row.get("answers") or [], cfg, phrases,
+        row["outcome"] = answer_outcome(row.get("prediction"), row.get("answers") or [], cfg.metrics, phrases,
                                         valid=bool(row.get("valid", True)), grade=g).value
         lines[i] = json.dumps(row, ensure_ascii=False) + "\n"
     if settled:

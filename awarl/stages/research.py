@@ -50,8 +50,8 @@ class _Parts:
 
 def _research(parts: _Parts, questions: list[str], examples: list[Any]) -> list[ResearchReport]:
     cfg, engine, judge = parts.cfg, parts.engine, parts.judge
-    runs = make_runs(cfg, examples, parts.planner, engine.abstention_phrases, questions)
-    return loop_reports(runs, engine, judge, cfg, temperature=cfg.eval.temperature, top_p=cfg.generation.top_p,
+    runs = make_runs(cfg.research, examples, parts.planner, engine.abstention_phrases, questions)
+    return loop_reports(runs, engine, judge, cfg.research, temperature=cfg.eval.temperature, top_p=cfg.generation.top_p,
                         seed=cfg.run.seed)
 
 
@@ -59,7 +59,8 @@ class _Question:
     """A question with no dataset record behind it (no decomposition: the planner asks it as it is)."""
 
     def __init__(self, question: str) -> None:
-        self.question, self.metadata = question, {}
+        self.question = question
+        self.metadata: dict[str, Any] = {}
 
 
 def research_question(cfg: AwarlConfig, question: str, *, model: str | None = None,

@@ -155,6 +155,7 @@ def scorable_rows(rows: list[Any], metrics_cfg: MetricsConfig, phrases: list[str
         if reason is not None:
             skipped.append(f"{where}: {reason}")
             continue
+        assert key is not None  # line_problem refuses a line that is not an object
         seen[key] = where
         outcome = classify_outcome(row["prediction"], row["answers"], valid=row.get("valid", True),
                                    phrases=phrases, correctness=metrics_cfg.correctness,

@@ -27,13 +27,13 @@ from awarl.critic.correctness import make_answer_grader
 from awarl.critic.gold_judge import compact_evidence
 from awarl.data.estimates import estimates_path, join_p, join_samples, read_estimates
 from awarl.data.evidence import gold_evidence
-from awarl.data.questions import load_train_examples
 from awarl.data.types import QAExample, example_key
 from awarl.models.loading import load_tokenizer
 from awarl.retrieval import load_retriever
 from awarl.rewards.strategies import strategy
 from awarl.rewards.trl_reward import AwaRLReward, load_reward_state
 from awarl.stages.evaluate import run_eval
+from awarl.stages.questions import load_train_examples
 from awarl.stages.resources import ensure_default_retrieval
 from awarl.training.checkpoints import resolve_resume, reward_state_needed
 from awarl.training.rollout_adapter import RolloutAdapter
@@ -60,8 +60,8 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
         # A dry run of a template config whose questions are filled in at launch (e.g. by `awarl demo`).
         log.warning("data.train lists no files: the plan has no training questions")
         examples = []
-    examples = examples if examples is not None else load_train_examples(cfg)
-    path = estimates_path(cfg, for_training=True)
+    examples = examples if examples is not None else load_train_examples(cfg.data, cfg.run.seed)
+    path = estimates_path(cfg.estimate.out, cfg.run.out_dir, train_file=cfg.train.p_estimates)
     needs_p = strategy(cfg.reward.strategy).uses_r_ref  # R_base reads p_i
     if not path.exists():
         msg = (f"p_i estimate file not found: {path} (run `awarl estimate --config ...` first, or set "
@@ -84,7 +84,7 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
     info = {"questions": len(rows), "estimates_file": str(path), "estimates_found": path.exists(),
             "with_p": len(known), "missing_p": missing,
             "mean_p": sum(known) / len(known) if known else None,
-            "datasets": {d: sum(r["dataset"] == d for r in rows) for d in sorted({r["dataset"] for r in rows})},
+            "datasets": {d: sum(r["dataset"] == d for r in rows) for d in sorted({str(r["dataset"]) for r in rows})},
             "with_gold_evidence": sum(r["gold_evidence"] is not None for r in rows)}
     return rows, info
 
@@ -121,7 +121,7 @@ def make_plan(cfg: AwarlConfig, info: dict[str, Any], reward: Any, *, cpu: bool,
     """Everything a launch will do, as plain data (printed by --dry-run, logged by a real run)."""
 
     t, r = cfg.train, cfg.reward
-    eff, notes = effective_settings(cfg, cpu)
+    eff, notes = effective_settings(cfg.train, cpu)
     completions_per_step = t.per_device_train_batch_size * t.gradient_accumulation_steps * n_procs
     gen = ("vLLM " + t.vllm_mode + (f" at {t.vllm_server_host}:{t.vllm_server_port}" if t.vllm_mode == "server"
                                      else f", gpu_memory_utilization={cfg.generation.gpu_memory_utilization}")
@@ -179,7 +179,7 @@ def vllm_engine_options(cfg: AwarlConfig) -> tuple[str, dict[str, tuple[str, Any
     if not colocate and g.backend != "vllm":
         return None
     # engine_kwargs: the mapping the engines themselves are built from, so the check sees what they get
-    kw = engine_kwargs(g, max_model_len=colocate_max_model_len(cfg) if colocate else None)
+    kw = engine_kwargs(g, max_model_len=colocate_max_model_len(cfg.generation, cfg.agent) if colocate else None)
     opts: dict[str, tuple[str, Any]] = {f"generation.{name}": (name, value) for name, value in kw.items()}
     if colocate and not g.max_model_len:   # training derived it
         opts["agent.max_trajectory_tokens (+ 2048 for the colocated engine)"] = \
@@ -299,7 +299,7 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
         if rows:
             build_dataset(rows)  # the dataset must build (column types), even though nothing trains
         return plan
-    grader = make_answer_grader(cfg, Path(cfg.run.out_dir) / "critic_cache")
+    grader = make_answer_grader(cfg.metrics, cfg.critic, Path(cfg.run.out_dir) / "critic_cache")
     try:
         check_endpoints(cfg.critic, reward.judge, grader)  # a dead endpoint fails here, before the policy loads
         ckpt = resolve_resume(cfg.run.out_dir, resume, reward_state_needed=reward_state_needed(cfg.reward),

@@ -22,14 +22,15 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
-from awarl.agent.backends import make_backend
-from awarl.agent.rollout import RolloutEngine
-from awarl.agent.templates import abstention_phrases, render_prompt
-from awarl.config import AwarlConfig
-from awarl.critic.correctness import Grade, grade_trajectories, trajectory_outcome
+from awarl.agent.backends import Backend, make_backend
+from awarl.agent.rollout import RolloutEngine, RolloutSettings, Trajectory
+from awarl.agent.templates import Template, abstention_phrases, render_prompt
+from awarl.config import MetricsConfig
+from awarl.critic.correctness import AnswerGrader, Grade, grade_trajectories, trajectory_outcome
 from awarl.metrics import Outcome
+from awarl.retrieval.types import Retriever
 from awarl.upstream import trl as upstream_trl
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,13 @@ def enforce_budget(completion_ids: list[int], env_mask: list[int], logprobs: lis
     return list(completion_ids[:budget]), list(env_mask[:budget]), lps[:budget], True
 
 
+class AdapterSettings(RolloutSettings, Protocol):
+    """The sections of a run config the rollout function reads: the engine's and `metrics` (the outcome
+    rule); an AwarlConfig is one."""
+
+    metrics: MetricsConfig
+
+
 class RolloutAdapter:
     """`rollout_func` for GRPOTrainer: `RolloutAdapter(cfg, tokenizer, retriever, template, rows)`.
 
@@ -58,8 +66,9 @@ class RolloutAdapter:
     rollout function only the prompt strings, so rows are looked up by prompt (training questions are
     deduplicated by text for that reason)."""
 
-    def __init__(self, cfg: AwarlConfig, tokenizer: Any, retriever: Any, template: Any, rows: list[dict], *,
-                 backend_factory: Callable[[Any], Any] | None = None, grader: Any = None) -> None:
+    def __init__(self, cfg: AdapterSettings, tokenizer: Any, retriever: Retriever, template: Template,
+                 rows: list[dict], *, backend_factory: Callable[[Any], Backend] | None = None,
+                 grader: AnswerGrader | None = None) -> None:
         self.cfg = cfg
         # The LLM answer grader under `metrics.correctness: judge` (awarl.critic.correctness), else None.
         self.grader = grader
@@ -72,8 +81,8 @@ class RolloutAdapter:
         self.by_prompt = {r["prompt"]: r for r in rows}
         self._prompt_cache: dict[str, list[int]] = {}
         self.calls = 0
-        self.last: list[Any] = []  # the trajectories of the latest call (tests, debugging)
-        self._vllm: tuple[tuple, Any] | None = None   # (what it drives, the backend over TRL's vLLM)
+        self.last: list[Trajectory] = []  # the trajectories of the latest call (tests, debugging)
+        self._vllm: tuple[tuple, Backend] | None = None   # (what it drives, the backend over TRL's vLLM)
 
     def _prompt_ids(self, question: str) -> list[int]:
         ids = self._prompt_cache.get(question)
@@ -81,7 +90,7 @@ class RolloutAdapter:
             ids = self._prompt_cache[question] = render_prompt(self.template, question, self.tokenizer)
         return ids
 
-    def _vllm_backend(self, trainer: Any, policy_gen_cfg: Any) -> Any:
+    def _vllm_backend(self, trainer: Any, policy_gen_cfg: Any) -> Backend:
         """The backend over TRL's vLLM (its colocated engine, or `trl vllm-serve`), built once per engine or
         server and kept across steps: building reads the model's generation config from disk (in process) or
         health-checks the server and opens a connection pool (TRL's client)."""
@@ -92,6 +101,7 @@ class RolloutAdapter:
         else:
             key = ("colocate", trainer.vllm_generation.llm)   # the engine object itself (compared by identity)
         if self._vllm is None or self._vllm[0] != key:
+            backend: Backend
             if args.vllm_mode == "server":
                 from awarl.agent.backends.vllm import VLLMServerBackend
 
@@ -104,7 +114,7 @@ class RolloutAdapter:
         return self._vllm[1]
 
     @contextlib.contextmanager
-    def _backend(self, trainer: Any) -> Iterator[Any]:
+    def _backend(self, trainer: Any) -> Iterator[Backend]:
         """The generator of this step: a replacement (tests), the scripted replay, TRL's vLLM engine
         (colocated or server), or transformers on the live policy, unwrapped for the whole multi-turn loop."""
         gen = self.cfg.generation
@@ -154,7 +164,7 @@ class RolloutAdapter:
         self.last = trajs
         return self.collate(rows, trajs, trainer, grades)
 
-    def collate(self, rows: list[dict], trajs: list[Any], trainer: Any = None,
+    def collate(self, rows: list[dict], trajs: list[Trajectory], trainer: Any = None,
                 grades: list[Grade] | None = None) -> dict[str, list]:
         """The dict TRL expects, from rows, their trajectories and the answer grader's verdicts (pure apart
         from metric logging)."""
@@ -165,7 +175,8 @@ class RolloutAdapter:
                                                 "qid", "p_i", "p_n", "question", "answer", "citations",
                                                 "passages", "gold_evidence")}
         cut = 0
-        for row, t, grade in zip(rows, trajs, grades or [None] * len(trajs), strict=True):
+        graded: list[Grade | None] = list(grades) if grades else [None] * len(trajs)
+        for row, t, grade in zip(rows, trajs, graded, strict=True):
             ids, mask, lps, was_cut = enforce_budget(list(t.completion_ids), list(t.env_mask), list(t.logprobs),
                                                      budget)
             p = t.parsed
@@ -173,7 +184,7 @@ class RolloutAdapter:
                 cut += was_cut
                 outcome = Outcome.INVALID
             else:
-                outcome = trajectory_outcome(p, row["answers"], cfg, self.phrases, grade)
+                outcome = trajectory_outcome(p, row["answers"], cfg.metrics, self.phrases, grade)
             if not ids:  # TRL needs at least one completion token per row
                 ids, mask, lps = [self._pad_id()], [0], [math.nan]
             out["prompt_ids"].append(list(t.prompt_ids))
@@ -199,7 +210,7 @@ class RolloutAdapter:
         return int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
 
     @staticmethod
-    def _log(trainer: Any, trajs: list[Any], out: dict[str, list], grades: list[Grade] | None) -> None:
+    def _log(trainer: Any, trajs: list[Trajectory], out: dict[str, list], grades: list[Grade] | None) -> None:
         log_metric = upstream_trl.metric_logger(trainer)
         if log_metric is None or not trajs:
             return

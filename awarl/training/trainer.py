@@ -13,10 +13,10 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from awarl.agent.backends.vllm import check_engine_can_start, engine_kwargs, vllm_cpu_build
-from awarl.config import AwarlConfig, ConfigError
+from awarl.config import AgentConfig, ConfigError, GenerationConfig, LoraConfig, RunConfig, TrainConfig
 from awarl.training import weight_sync
 from awarl.upstream import installed
 from awarl.upstream import transformers as upstream_transformers
@@ -32,12 +32,20 @@ def on_cpu() -> bool:
     return not torch.cuda.is_available()
 
 
-def effective_settings(cfg: AwarlConfig, cpu: bool) -> tuple[dict[str, Any], list[str]]:
+class TrainerSettings(Protocol):
+    """The sections of a run config TRL's GRPOConfig and trainer are built from; an AwarlConfig is one."""
+
+    run: RunConfig
+    train: TrainConfig
+    generation: GenerationConfig
+    agent: AgentConfig
+
+
+def effective_settings(t: TrainConfig, cpu: bool) -> tuple[dict[str, Any], list[str]]:
     """The precision / checkpointing / generation settings actually used, and why they differ from the
     config. On CPU bf16 autocast is unavailable and activation checkpointing only costs time. vLLM runs on
     CPU only through its CPU build and only colocated: TRL pushes weights to a `trl vllm-serve` server over
     NCCL, which needs CUDA; without the CPU build (or in server mode) generation falls back to transformers."""
-    t = cfg.train
     eff = {"bf16": t.bf16, "gradient_checkpointing": t.gradient_checkpointing, "use_vllm": t.use_vllm,
            "use_cpu": cpu}
     notes: list[str] = []
@@ -99,8 +107,8 @@ def _wandb_logged_in() -> bool:
         return False
 
 
-def report_to(cfg: AwarlConfig) -> list[str] | str:
-    targets = check_report_to(list(cfg.train.report_to))
+def report_to(train: TrainConfig) -> list[str] | str:
+    targets = check_report_to(list(train.report_to))
     if ("wandb" in targets and not os.environ.get("WANDB_MODE") and not os.environ.get("WANDB_API_KEY")
             and not _wandb_logged_in()):
         # No credentials: log to local files that `wandb sync` can upload later, instead of failing.
@@ -110,12 +118,12 @@ def report_to(cfg: AwarlConfig) -> list[str] | str:
     return targets or "none"
 
 
-def grpo_config(cfg: AwarlConfig, *, cpu: bool | None = None, output_dir: str | None = None) -> Any:
+def grpo_config(cfg: TrainerSettings, *, cpu: bool | None = None, output_dir: str | None = None) -> Any:
     """TRL GRPOConfig from cfg.train / cfg.generation / cfg.agent."""
     from trl import GRPOConfig
 
     cpu = on_cpu() if cpu is None else cpu
-    eff, _ = effective_settings(cfg, cpu)  # the training stage logs why settings were forced, once
+    eff, _ = effective_settings(cfg.train, cpu)  # the training stage logs why settings were forced, once
     t, g = cfg.train, cfg.generation
     kwargs: dict[str, Any] = dict(
         output_dir=output_dir or cfg.run.out_dir,
@@ -143,7 +151,7 @@ def grpo_config(cfg: AwarlConfig, *, cpu: bool | None = None, output_dir: str | 
         save_strategy="steps",
         save_steps=t.save_steps,
         logging_steps=t.logging_steps,
-        report_to=report_to(cfg),
+        report_to=report_to(cfg.train),
         # qid, p_i, answers ... must reach the reward function.
         remove_unused_columns=False,
         log_completions=False,
@@ -156,7 +164,7 @@ def grpo_config(cfg: AwarlConfig, *, cpu: bool | None = None, output_dir: str | 
         else:
             # No sleep mode: the multi-turn rollout calls the engine many times per step, and TRL only wakes
             # it inside its own generate(). The rest of generation.* reaches the engine in build_trainer.
-            kwargs.update(vllm_max_model_length=colocate_max_model_len(cfg),
+            kwargs.update(vllm_max_model_length=colocate_max_model_len(g, cfg.agent),
                           vllm_tensor_parallel_size=g.tensor_parallel_size)
     if eff["gradient_checkpointing"]:
         kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
@@ -165,16 +173,16 @@ def grpo_config(cfg: AwarlConfig, *, cpu: bool | None = None, output_dir: str | 
     return GRPOConfig(**kwargs)
 
 
-def colocate_max_model_len(cfg: AwarlConfig) -> int:
+def colocate_max_model_len(generation: GenerationConfig, agent: AgentConfig) -> int:
     """Context length of the colocated engine: generation.max_model_len, else the prompt plus the whole
     trajectory (agent.max_trajectory_tokens + 2048)."""
-    return cfg.generation.max_model_len or cfg.agent.max_trajectory_tokens + 2048
+    return generation.max_model_len or agent.max_trajectory_tokens + 2048
 
 
-def colocate_engine_options(cfg: AwarlConfig) -> dict[str, Any]:
+def colocate_engine_options(generation: GenerationConfig) -> dict[str, Any]:
     """The `vllm.LLM` arguments of generation.* that TRL's GRPOConfig has no field for (TRL passes
     gpu_memory_utilization, tensor_parallel_size and max_model_len itself)."""
-    kw = engine_kwargs(cfg.generation)
+    kw = engine_kwargs(generation)
     out = {k: kw[k] for k in ("enable_prefix_caching", "enforce_eager")}
     if kw["dtype"] != "auto":
         out["dtype"] = kw["dtype"]
@@ -193,9 +201,8 @@ def colocated_engine_options(options: dict[str, Any]) -> Iterator[None]:
         yield
 
 
-def lora_config(cfg: AwarlConfig) -> Any:
+def lora_config(lc: LoraConfig) -> Any:
     """peft.LoraConfig when train.lora.enabled, else None."""
-    lc = cfg.train.lora
     if not lc.enabled:
         return None
     from peft import LoraConfig
@@ -204,7 +211,7 @@ def lora_config(cfg: AwarlConfig) -> Any:
                       task_type="CAUSAL_LM", bias="none")
 
 
-def build_trainer(cfg: AwarlConfig, *, model: Any, tokenizer: Any, train_dataset: Any, reward: Any,
+def build_trainer(cfg: TrainerSettings, *, model: Any, tokenizer: Any, train_dataset: Any, reward: Any,
                   rollout_func: Callable, callbacks: list | None = None, args: Any = None) -> Any:
     """GRPOTrainer with our rollout function and reward. `model` is a hub id / path (TRL loads it, which
     lets DeepSpeed ZeRO-3 partition at load time) or an instantiated model (tests)."""
@@ -213,13 +220,13 @@ def build_trainer(cfg: AwarlConfig, *, model: Any, tokenizer: Any, train_dataset
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is the documented multi-turn path
     args = args if args is not None else grpo_config(cfg)
     colocate = args.use_vllm and args.vllm_mode == "colocate"
-    engine_opts = colocated_engine_options(colocate_engine_options(cfg)) if colocate else contextlib.nullcontext()
+    engine_opts = colocated_engine_options(colocate_engine_options(cfg.generation)) if colocate else contextlib.nullcontext()
     if colocate:
         check_engine_can_start()
     with engine_opts:
         trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=train_dataset,
                               processing_class=tokenizer, callbacks=list(callbacks or []),
-                              peft_config=lora_config(cfg), rollout_func=rollout_func)
+                              peft_config=lora_config(cfg.train.lora), rollout_func=rollout_func)
     if colocate:
         weight_sync.install(trainer)
     return trainer

@@ -25,6 +25,7 @@ from typing import Any
 from awarl.agent.templates import Template, render_prompt
 from awarl.data.types import QAExample
 from awarl.metrics import normalize_answer
+from awarl.retrieval.types import Retriever
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def teacher_turns(template: Template, ex: QAExample, passages: list[Any], abstai
     return search, numbered, answer, support is not None
 
 
-def build_sequences(examples: list[QAExample], retriever: Any, template: Template, tokenizer: Any, topk: int,
+def build_sequences(examples: list[QAExample], retriever: Retriever, template: Template, tokenizer: Any, topk: int,
                     abstain_phrase: str = "not enough information") -> list[WarmupSequence]:
     """Teacher trajectories as token ids with their loss masks (one batched retriever call)."""
     hits = retriever.search([ex.question for ex in examples], topk)
@@ -140,7 +141,7 @@ def supervised_warmup(model: Any, tokenizer: Any, sequences: list[WarmupSequence
     return losses
 
 
-def warmup_to_dir(model_dir: str | Path, out_dir: str | Path, examples: list[QAExample], retriever: Any,
+def warmup_to_dir(model_dir: str | Path, out_dir: str | Path, examples: list[QAExample], retriever: Retriever,
                   template: Template, *, topk: int, steps: int, batch_size: int = 8, lr: float = 2e-3,
                   seed: int = 0, max_len: int = 1024, abstain_phrase: str = "not enough information") -> dict:
     """Load a checkpoint, warm it up on teacher trajectories of `examples`, save it to `out_dir`."""

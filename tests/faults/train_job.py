@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "dist"))
 from test_train import make_cfg  # noqa: E402
 from train_two_proc import VariantBackend, variants_for  # noqa: E402
 
-from awarl.data.questions import load_train_examples  # noqa: E402
+from awarl.stages.questions import load_train_examples  # noqa: E402
 from awarl.stages.train import run_train  # noqa: E402
 from awarl.training.checkpoints import newest_complete  # noqa: E402
 
@@ -33,7 +33,7 @@ def main() -> int:
     cfg = make_cfg(Path(out).parent, Path(tiny), Path(index), run__out_dir=out, estimate__out=p_file,
                    train__max_steps=int(steps))
     tok = AutoTokenizer.from_pretrained(tiny)
-    variants = variants_for(load_train_examples(cfg))
+    variants = variants_for(load_train_examples(cfg.data, cfg.run.seed))
     per_step = cfg.train.per_device_train_batch_size * cfg.train.gradient_accumulation_steps
 
     def backend(trainer):

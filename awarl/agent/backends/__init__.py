@@ -8,11 +8,12 @@ from typing import Any
 
 from awarl.agent.backends.base import Backend, Generation
 from awarl.choices import BACKENDS
+from awarl.config import GenerationConfig
 
 __all__ = ["Backend", "Generation", "make_backend"]
 
 
-def make_backend(gen_cfg: Any, model_path_or_obj: Any, tokenizer: Any, *, kind: str | None = None,
+def make_backend(gen_cfg: GenerationConfig, model_path_or_obj: Any, tokenizer: Any, *, kind: str | None = None,
                  generation_config: Any = None) -> Backend:
     """The backend `kind` (default `gen_cfg.backend`) names, built by its registered factory.
     `model_path_or_obj`: a path / hub id, or a loaded object (a transformers model for `hf`, any `vllm.LLM`

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 
 @dataclass
@@ -136,6 +136,14 @@ _MASK64 = (1 << 64) - 1
 Seed = int | Sequence[int] | None
 
 
+@overload
+def sequence_seed(seed: None, index: int) -> None: ...
+
+
+@overload
+def sequence_seed(seed: int | Sequence[int], index: int) -> int: ...
+
+
 def sequence_seed(seed: Seed, index: int) -> int | None:
     """The seed of sequence `index`'s own random stream in a call seeded `seed`."""
     if seed is None:
@@ -182,7 +190,8 @@ class StopMatcher:
             single = [[i] for i in range(n_tok)]
             # The Rust tokenizer of a fast tokenizer decodes Qwen's 152k ids in a fraction of a second.
             rust = getattr(tokenizer, "backend_tokenizer", None)
-            texts = (rust.decode_batch(single, skip_special_tokens=False) if hasattr(rust, "decode_batch")
+            texts = (rust.decode_batch(single, skip_special_tokens=False)
+                     if rust is not None and hasattr(rust, "decode_batch")
                      else tokenizer.batch_decode(single, skip_special_tokens=False))
             self.candidate[:n_tok] = [any(c in t for c in lasts) or "\ufffd" in t for t in texts]
 

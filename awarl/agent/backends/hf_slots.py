@@ -29,7 +29,7 @@ static mode only fixes the shapes (slower there): it is meant for GPUs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -44,7 +44,7 @@ ATTENTION = "awarl_slots"
 _LENGTH_QUANTUM = 256
 
 
-class SlotCache(upstream_transformers.cache_base()):
+class SlotCache(upstream_transformers.cache_base()):  # type: ignore[misc]  # transformers' Cache, checked there
     """The KV cache of `slots` sequences of up to `length` positions: per layer [slots, kv_heads, capacity + 1,
     head_dim] keys and values, allocated at the first forward (when the model's shapes are known) and grown
     (doubling) as sequences get longer; `fixed` allocates the whole length at once (static shapes). Index
@@ -85,10 +85,11 @@ class SlotCache(upstream_transformers.cache_base()):
             self.keys.append(key_states.new_zeros((self.slots, key_states.shape[1], width, key_states.shape[3])))
             self.values.append(value_states.new_zeros((self.slots, value_states.shape[1], width,
                                                        value_states.shape[3])))
-            if self._front is None:
-                self._front = torch.arange(self.slots, device=key_states.device)
+        front = self._front
+        if front is None:  # at the first layer's first update
+            front = self._front = torch.arange(self.slots, device=key_states.device)
         keys, values = self.keys[layer_idx], self.values[layer_idx]
-        rows = self._front[: self.n] if self.rows is None else self.rows
+        rows = front[: self.n] if self.rows is None else self.rows
         keys[rows[:, None], :, self.write] = key_states.transpose(1, 2)
         values[rows[:, None], :, self.write] = value_states.transpose(1, 2)
         if self.rows is None:
@@ -229,9 +230,13 @@ class SlotSession:
     def busy(self) -> bool:
         return any(s is not None and s.running for s in self.seqs)
 
+    def _held(self, key: int) -> _Seq:
+        """The sequence `key` (in a slot: `where` only names held slots)."""
+        return cast(_Seq, self.seqs[self.where[key]])
+
     def add(self, key: int, ids: Any, *, max_new_tokens: int) -> None:
         if key in self.where:
-            seq = self.seqs[self.where[key]]
+            seq = self._held(key)
             if seq.running:
                 raise RuntimeError(f"session: sequence {key} is still running")
             seq.pending.extend(int(t) for t in ids)
@@ -284,8 +289,8 @@ class SlotSession:
         self.cache.swap(a, b, max(s.cached if s is not None else 0 for s in (self.seqs[a], self.seqs[b])))
         self.seqs[a], self.seqs[b] = self.seqs[b], self.seqs[a]
         for slot in (a, b):
-            if self.seqs[slot] is not None:
-                self.where[self.seqs[slot].key] = slot
+            if (seq := self.seqs[slot]) is not None:
+                self.where[seq.key] = slot
 
     def _join(self, key: int) -> None:
         """Move a sequence into the decoding block at the front."""
@@ -335,7 +340,7 @@ class SlotSession:
         return ends
 
     def _decode(self) -> list[TurnEnd]:
-        active = self.seqs[: self.n_dec]
+        active = cast(list[_Seq], self.seqs[: self.n_dec])   # slots [0, n_dec) always hold a sequence
         n = self.slots if self.static else self.n_dec
         view = self.length if self.static else max(s.cached for s in active) + 1
         scratch = self.cache.reserve(view)
@@ -400,7 +405,8 @@ class SlotSession:
             logz = torch.logsumexp(scaled, -1, keepdim=True)
             keys = torch.tensor([s.key for s in seqs], device=self.device)
             index = torch.tensor([s.produced for s in seqs], device=self.device)
-            tok = inverse_cdf_sample((scaled - logz).exp(), self.uniforms[keys, index], self.top_p)
+            uniforms = cast(torch.Tensor, self.uniforms)   # drawn whenever temperature > 0
+            tok = inverse_cdf_sample((scaled - logz).exp(), uniforms[keys, index], self.top_p)
             lp = scaled.gather(1, tok[:, None]).squeeze(1) - logz.squeeze(1)
         both = torch.stack([tok.to(lp.dtype), lp]).tolist()   # one device-to-host copy
         return [int(t) for t in both[0]], both[1]

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from awarl.agent.backends.base import Generation, finish
+from awarl.agent.backends.base import Generation, Seed, finish
 from awarl.io import DataError, iter_jsonl
 
 
@@ -59,7 +59,7 @@ class ScriptedBackend:
         return turns[turn] if turn < len(turns) else None
 
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 0.0,
-                 top_p: float = 1.0, stop_strings: Sequence[str] = (), seed: int | None = None) -> list[Generation]:
+                 top_p: float = 1.0, stop_strings: Sequence[str] = (), seed: Seed = None) -> list[Generation]:
         self.calls += 1
         out = []
         for p in prompts:

@@ -59,7 +59,7 @@ from awarl.agent.backends.base import (
     sequence_seed,
     stream_seed,
 )
-from awarl.config import ConfigError
+from awarl.config import ConfigError, GenerationConfig
 from awarl.upstream import vllm as upstream_vllm
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ def check_engine_can_start() -> None:
                            "n-gram speculative decoding), as `make test-vllm` does")
 
 
-def engine_kwargs(gen_cfg: Any, *, max_model_len: int | None = None) -> dict[str, Any]:
+def engine_kwargs(gen_cfg: GenerationConfig, *, max_model_len: int | None = None) -> dict[str, Any]:
     """The `vllm.LLM` arguments the `generation:` config sets: the one mapping, used for awarl's own engine
     (eval/estimate), the colocated engine of training and the dry run's check. `max_model_len` overrides
     generation.max_model_len (training derives it from the trajectory budget)."""
@@ -442,7 +442,8 @@ class ServerSession(_RequestSession):
         workers = max(1, min(n_sequences, backend.max_concurrency))
         super().__init__(n_sequences, workers)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="awarl-vllm-request")
-        self.sampling = dict(temperature=float(temperature), top_p=float(top_p), stop_strings=list(stop_strings))
+        self.sampling: dict[str, Any] = dict(temperature=float(temperature), top_p=float(top_p),
+                                             stop_strings=list(stop_strings))
         self.seed = seed
 
     def add(self, key: int, ids: Sequence[int], *, max_new_tokens: int) -> None:

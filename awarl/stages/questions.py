@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from awarl.config import DataConfig, DataFile, EvalConfig
 from awarl.data.loaders import SHIPPED_DEV, load_examples
 from awarl.data.paths import resolve_data_path
 from awarl.data.types import QAExample
@@ -16,13 +16,14 @@ from awarl.io import DataError, shipped_data_dir
 log = logging.getLogger(__name__)
 
 
-def load_train_examples(cfg: Any, files: Sequence[Any] | None = None) -> list[QAExample]:
-    """The training questions of `data.train`, each file subsampled by its own `limit`.
+def load_train_examples(data: DataConfig, seed: int, files: Sequence[DataFile] | None = None) -> list[QAExample]:
+    """The training questions of `data.train` (or of `files`), each file subsampled by its own `limit` with
+    `seed` (run.seed).
 
     Questions are deduplicated by their text (first occurrence wins, with a warning): the TRL rollout
     function only sees the prompt text, so two examples with the same question could not be told apart.
     """
-    files = list(cfg.data.train if files is None else files)
+    files = list(data.train if files is None else files)
     if not files:
         raise DataError("no training questions: data.train lists no files")
     out: list[QAExample] = []
@@ -30,7 +31,7 @@ def load_train_examples(cfg: Any, files: Sequence[Any] | None = None) -> list[QA
     dup = 0
     for f in files:
         res = load_examples(resolve_data_path(f.path), format=f.format, dataset=f.dataset,
-                            on_error=cfg.data.on_error, limit=f.limit, seed=cfg.run.seed)
+                            on_error=data.on_error, limit=f.limit, seed=seed)
         for ex in res.examples:
             q = ex.question.strip()
             if q in seen:
@@ -53,31 +54,33 @@ class EvalSet:
     files: dict[str, str] = field(default_factory=dict)  # dataset -> source file
 
 
-def load_eval_set(cfg: Any, datasets: list[str] | None = None, limit: int | None = None) -> EvalSet:
-    """`data.eval` files when configured, else the shipped dev samples of `eval.datasets`.
+def load_eval_set(data: DataConfig, evaluation: EvalConfig, seed: int, datasets: list[str] | None = None,
+                  limit: int | None = None) -> EvalSet:
+    """`data.eval` files when configured, else the shipped dev samples of `eval.datasets` (or `datasets`).
 
-    `limit` applies per dataset, as a seeded subsample, so runs with the same seed see the same questions.
+    `limit` (default eval.limit) applies per dataset, as a subsample drawn with `seed` (run.seed), so runs
+    with the same seed see the same questions.
     """
-    limit = limit if limit is not None else cfg.eval.limit
+    limit = limit if limit is not None else evaluation.limit
     out: list[QAExample] = []
     files: dict[str, str] = {}
-    if cfg.data.eval and not datasets:
-        for f in cfg.data.eval:
+    if data.eval and not datasets:
+        for f in data.eval:
             path = resolve_data_path(f.path)  # hf://datasets/... files come from the Hub cache
-            res = load_examples(path, format=f.format, dataset=f.dataset, on_error=cfg.data.on_error,
-                                limit=limit or f.limit, seed=cfg.run.seed)
+            res = load_examples(path, format=f.format, dataset=f.dataset, on_error=data.on_error,
+                                limit=limit or f.limit, seed=seed)
             for msg in res.skipped:
                 log.warning("skipped: %s", msg)
             out.extend(res.examples)
             for ex in res.examples:
                 files.setdefault(ex.dataset, str(path))
         return EvalSet(out, files)
-    for ds in datasets or cfg.eval.datasets:
+    for ds in datasets or evaluation.datasets:
         if ds not in SHIPPED_DEV:
             raise ValueError(f"unknown evaluation dataset {ds!r}; shipped: {', '.join(SHIPPED_DEV)} "
                              "(or list your own files under data.eval)")
         path = shipped_data_dir() / SHIPPED_DEV[ds]
-        res = load_examples(path, dataset=ds, limit=limit, seed=cfg.run.seed)
+        res = load_examples(path, dataset=ds, limit=limit, seed=seed)
         out.extend(res.examples)
         files[ds] = str(path)
     return EvalSet(out, files)
