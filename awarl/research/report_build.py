@@ -6,16 +6,14 @@ coverage gaps apart from query failures, and the approval decision (awarl/resear
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from awarl.critic.audit import disagrees
 from awarl.research.critic import ORACLE, claims_to_name, judge_label, own_answer, passage_refs
 from awarl.research.drift import Statement, conflicts, read_statement
 from awarl.research.findings import dedupe, findings_of, marked_in_answer
 from awarl.research.schema import Finding, ResearchReport
-
-if TYPE_CHECKING:
-    from awarl.research.loop import ResearchRun, Step
+from awarl.research.state import ResearchRun, Step
 
 _LONG_CLAIM_WORDS = 5  # a claim longer than a bare value (a name, a date) states its own subject
 _CONCLUDED = ("pick", "pick_yes", "all_yes", "same", "common")
