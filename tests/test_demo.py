@@ -137,3 +137,25 @@ def test_dynamics_come_from_the_log_and_the_replay_catches_a_wrong_value():
                                                                                                    "penalty")}])
     assert "E_bar" not in base and replay_error(base, rc) is None
     assert "penalty" not in dynamics_words(base, {}, rc, None)
+
+
+def test_report_names_the_rate_the_p_i_imply_under_every_reading():
+    """The demo's questions are never solved (p_i = 0 of K): the posterior target is the implied share, the
+    threshold says refuse all, r_base_mean stops at its ceiling 1 − p_min^γ; the report says so."""
+    from awarl.config import RewardConfig
+    from awarl.rewards import abstention as A
+    from awarl.stages.demo_dynamics import target_readings, target_words
+
+    rows = [{"qid": str(i), "dataset": "hotpotqa", "p_i": 0.0, "k": 4, "correct": 0,
+             "outcomes": {"correct": 0, "wrong": 2, "abstain": 1, "invalid": 1}} for i in range(6)]
+    rc = RewardConfig()
+    t = target_readings(rows, rc)
+    assert t["rho_hat"]["posterior"] == pytest.approx(A.posterior_abstain_probability(0.0, 4, rc.gamma, rc.p_min))
+    assert t["rho_hat"]["threshold"] == 1.0
+    assert t["rho_hat"]["r_base_mean"] == pytest.approx(1 - rc.p_min ** rc.gamma) == pytest.approx(t["r_base_mean_cap"])
+    assert set(t["rho_hat"]) == set(A.EXPECTED_RATES)
+    words = target_words(t)
+    assert "6 never solved in their 4 samples" in words and "posterior" in words and "(this run's)" in words
+    # more samples behind the same p_i = 0: the posterior target moves towards the threshold's 1
+    more = target_readings([{**r, "k": 16} for r in rows], rc)
+    assert t["rho_hat"]["posterior"] < more["rho_hat"]["posterior"] < 1.0

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from awarl.config import AwarlConfig, RewardConfig
+from awarl.data.estimates import row_p, row_samples
 from awarl.io import atomic_write_json
 from awarl.rewards import abstention as A
 from awarl.simulate import AB, INV, OUTCOMES, dead_zone, population_from_counts, seed_pair, simulate_run
@@ -152,7 +153,34 @@ def _span(xs: Sequence[float]) -> tuple[float, float]:
     return float(np.mean(xs[:q])), float(np.mean(xs[-q:]))
 
 
-def dynamics_words(dyn: dict[str, list], sim: dict[str, Any], rc: RewardConfig, replay: float | None) -> str:
+def target_readings(rows: Sequence[dict], rc: RewardConfig) -> dict[str, Any]:
+    """ρ̂ that every `reward.expected_rate` reading gives on these estimate rows (each question once), at the
+    run's γ, p_min and outcome rewards: the rate the p_i imply, and where a reading's own form caps it."""
+    ps = [row_p(r, rc.p_definition) for r in rows]
+    ns = [row_samples(r, rc.p_definition) for r in rows]
+    ns_known = [float(rc.posterior_samples) if n is None else n for n in ns]
+    return {"questions": len(ps), "never_solved": sum(p == 0 for p in ps),
+            "samples": sorted({int(n) for n in ns_known}), "run": rc.expected_rate,
+            "r_base_mean_cap": 1.0 - rc.p_min ** rc.gamma,
+            "rho_hat": {mode: A.expected_refusal_rate(ps, rc.gamma, rc.p_min, mode, rc.soft_tau, rc.r_correct,
+                                                      rc.r_wrong, ns_known, rc.posterior_prior)
+                        for mode in A.EXPECTED_RATES}}
+
+
+def target_words(targets: dict[str, Any]) -> str:
+    """The readings' ρ̂ on the training questions, in one sentence."""
+    if not targets.get("questions"):
+        return ""
+    k = "/".join(str(n) for n in targets["samples"])
+    each = ", ".join(f"{mode} {v:.2f}" + (" (this run's)" if mode == targets["run"] else "")
+                     + (f" (capped at 1 − p_min^γ = {targets['r_base_mean_cap']:.2f})" if mode == "r_base_mean" else "")
+                     for mode, v in targets["rho_hat"].items())
+    return (f"On these {targets['questions']} training questions ({targets['never_solved']} never solved in their "
+            f"{k} samples) the expected-rate readings give ρ̂: {each} (docs/method.md \"The penalty's target\").")
+
+
+def dynamics_words(dyn: dict[str, list], sim: dict[str, Any], rc: RewardConfig, replay: float | None,
+                   targets: dict[str, Any] | None = None) -> str:
     """What moved, in words, with the numbers."""
     if not dyn.get("step"):
         return "No reward statistics were logged (no training step ran)."
@@ -163,6 +191,8 @@ def dynamics_words(dyn: dict[str, list], sim: dict[str, Any], rc: RewardConfig, 
              f"to {r1:.2f} (last quarter); the expected rate ρ̂_t from {h0:.2f} to {h1:.2f}"
              + (" (constant: it is a function of the batch's p_i only, and these barely differ)"
                 if max(dyn["rho_hat"]) - min(dyn["rho_hat"]) < 0.02 else "") + "."]
+    if targets:
+        parts.append(target_words(targets))
     if "E_bar" in dyn:
         dz = dead_zone(rc)
         out_at = next((s for s, e in zip(dyn["step"], dyn["E_bar"], strict=True) if abs(e) > dz), None)
@@ -203,8 +233,10 @@ def write_dynamics(out: Path, cfg: AwarlConfig, log_history: Sequence[dict], est
     dyn = trainer_dynamics(log_history)
     sim = simulator_prediction(cfg, estimate_rows, dyn.get("rho"), seeds) if estimate_rows else {}
     replay = replay_error(dyn, cfg.reward)
-    words = dynamics_words(dyn, sim, cfg.reward, replay)
-    data = {"source": SOURCE, "trainer": dyn, "simulator": sim, "replay_max_abs_diff": replay, "words": words}
+    targets = target_readings(estimate_rows, cfg.reward) if estimate_rows else {}
+    words = dynamics_words(dyn, sim, cfg.reward, replay, targets)
+    data = {"source": SOURCE, "trainer": dyn, "simulator": sim, "replay_max_abs_diff": replay, "targets": targets,
+            "words": words}
     atomic_write_json(out / "dynamics.json", data)
     plot_dynamics(dyn, sim, out / "dynamics.png")
     return data
