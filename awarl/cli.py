@@ -19,6 +19,7 @@ from awarl.retrieval.client import RetrievalClientError
 # (module in awarl.commands, one-line help) in the order `awarl --help` shows them.
 COMMANDS: list[tuple[str, str]] = [
     ("demo", "run the whole pipeline offline on the shipped data (CPU, < 10 minutes)"),
+    ("demo-real", "the pipeline on a released checkpoint, SmolLM2-135M-Instruct (CPU, about 20 minutes)"),
     ("data", "prepare datasets into unified JSONL, corpora, and statistics"),
     ("index", "build a BM25 or dense passage index"),
     ("serve", "serve a retrieval index over HTTP (Search-R1 contract)"),
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in COMMANDS:
-        importlib.import_module(f"awarl.commands.{name}").add_parser(sub, help_text)
+        importlib.import_module(f"awarl.commands.{name.replace('-', '_')}").add_parser(sub, help_text)
     return parser
 
 

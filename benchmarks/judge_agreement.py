@@ -11,10 +11,15 @@ reported per dataset:
 - mean |Δ r_cite| between the judges, and each judge's mean r_cite.
 
     python benchmarks/judge_agreement.py [--out docs/benchmarks.md] [--before FILE] [--lexical-from FILE]
+    python benchmarks/judge_agreement.py --llm-url http://127.0.0.1:8001/v1 --llm-model MODEL [--llm-limit 4] \
+        [--out docs/benchmarks.md]
 
 `--out` writes (or replaces) the "Citation judges" section of that file. `--before FILE` also measures the
 LexicalJudge of another file (an older version: `git show COMMIT:awarl/critic/lexical_judge.py > FILE`) the
 same way, for a before/after table; `--lexical-from FILE` measures that file's judge instead of this one.
+`--llm-url`/`--llm-model` measure an LLM judge (critic.judge: openai; e.g. SmolLM2-135M-Instruct served by
+`scripts/serve_judge.sh --cpu`) the same way on the first `--llm-limit` questions of each dataset, next to the
+lexical judge on those same questions, into a section of its own ("Citation judges: an LLM judge").
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from awarl.retrieval import build_index, load_index  # noqa: E402
 from awarl.rewards.citation import build_critic_input, citation_reward  # noqa: E402
 
 START, END = "<!-- judge-agreement:start -->", "<!-- judge-agreement:end -->"
+LLM_START, LLM_END = "<!-- judge-agreement-llm:start -->", "<!-- judge-agreement-llm:end -->"
 DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")
 
 
@@ -52,13 +58,13 @@ def trajectory(retriever, ex) -> tuple[list[PassageRef], dict[str, list[int]]]:
     return refs, {"all shown": [p.number for p in refs], "first of each search": [1, len(first) + 1]}
 
 
-def measure(judge, retriever) -> tuple[dict[str, dict], float]:
+def measure(judge, retriever, limit: int | None = None) -> tuple[dict[str, dict], float]:
     out: dict[str, dict] = {}
     t_judge = 0.0
     for name in DATASETS:
         acc = {"agree": 0, "cited": 0, "lex_sup": 0, "lex_sup_gold": 0, "gold_cited": 0, "gold_found": 0,
-               "diff": [], "r_lex": [], "r_gold": []}
-        for ex in load_shipped(name):
+               "diff": [], "r_lex": [], "r_gold": [], "failed": 0}
+        for ex in load_shipped(name)[:limit]:
             ev = gold_evidence(ex)
             refs, choices = trajectory(retriever, ex)
             for cites in choices.values():
@@ -66,6 +72,7 @@ def measure(judge, retriever) -> tuple[dict[str, dict], float]:
                 t0 = time.perf_counter()
                 lv = judge.verify([item])[0]
                 t_judge += time.perf_counter() - t0
+                acc["failed"] += lv is None  # an LLM judge that failed: citation_reward gives no support
                 lex = citation_reward(lv, cites, refs)
                 gold = citation_reward(gold_verdict(ev, refs, item.cited), cites, refs)
                 for n in cites:
@@ -118,6 +125,54 @@ def markdown(table: list[list[str]], before: list[list[str]] | None, secs: float
     return "\n".join(lines) + "\n"
 
 
+def llm_markdown(tables: dict[str, list[list[str]]], failed: int, n_items: int, model: str, secs: float) -> str:
+    lines = [LLM_START, "## Citation judges: an LLM judge vs gold evidence (issue 23)", "",
+             f"Date: {date.today().isoformat()}. Machine: 2 CPU cores (shared), 24 GiB, no GPU ({platform.machine()}, "
+             f"Python {platform.python_version()}). The LLM judge: `{model}` (critic.judge: openai) served by "
+             "`scripts/serve_judge.sh --cpu` (vLLM's CPU build, json_schema structured outputs); command: `python "
+             "benchmarks/judge_agreement.py --llm-url URL --llm-model MODEL --llm-limit N --out docs/benchmarks.md`. "
+             "The same trajectories and columns as the table above, on the first N questions of each dataset; the "
+             "\"lexical\" columns hold the judge of that row.", ""]
+    for label, table in tables.items():
+        lines += [f"**{label}**", "", "| " + " | ".join(HEAD) + " |", "|---|" + "---:|" * (len(HEAD) - 1)]
+        lines += ["| " + " | ".join(r) + " |" for r in table] + [""]
+    lines += [f"The LLM judge failed (no schema-valid verdict) on {failed} of {n_items} answers and took "
+              f"{secs / max(n_items, 1):.1f} s per answer.", LLM_END]
+    return "\n".join(lines) + "\n"
+
+
+def replace_block(path: Path, block: str, start: str, end: str) -> None:
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    if start in text:
+        text = text[: text.index(start)] + block + text[text.index(end) + len(end) + 1:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block
+    path.write_text(text)
+
+
+def run_llm(args: argparse.Namespace, retriever) -> None:
+    from awarl.critic.openai_judge import OpenAIJudge
+
+    cfg = CriticConfig(judge="openai", base_url=args.llm_url, model=args.llm_model, retries=1, timeout_s=300,
+                       max_tokens=256)
+    with tempfile.TemporaryDirectory() as cache:
+        llm = OpenAIJudge(cfg, cache_dir=cache)
+        res, secs = measure(llm, retriever, args.llm_limit)
+        llm.close()
+    lex, _ = measure(load_lexical(None), retriever, args.llm_limit)
+    tables = {f"LLM judge ({args.llm_model})": rows(res), "lexical judge, same questions": rows(lex)}
+    n_items = sum(len(a["diff"]) for a in res.values())
+    failed = sum(a["failed"] for a in res.values())
+    for label, table in tables.items():
+        print(label)
+        print(" | ".join(HEAD))
+        for r in table:
+            print(" | ".join(r))
+    print(f"LLM judge: {failed} of {n_items} answers failed; {secs / max(n_items, 1):.1f} s per answer")
+    if args.out:
+        replace_block(Path(args.out), llm_markdown(tables, failed, n_items, args.llm_model, secs), LLM_START, LLM_END)
+
+
 def load_lexical(path: str | None):
     if not path:
         return LexicalJudge(CriticConfig())
@@ -132,11 +187,19 @@ def main() -> int:
     ap.add_argument("--out", help="markdown file whose 'Citation judges' section is written or replaced")
     ap.add_argument("--lexical-from", help="measure the LexicalJudge of this file instead")
     ap.add_argument("--before", help="also measure the LexicalJudge of this file (an older version) for the docs")
+    ap.add_argument("--llm-url", help="OpenAI-compatible base URL of an LLM judge to measure instead (…/v1)")
+    ap.add_argument("--llm-model", help="the LLM judge's model name (as served)")
+    ap.add_argument("--llm-limit", type=int, default=4, help="LLM judge: questions per dataset (default 4)")
     args = ap.parse_args()
+    if bool(args.llm_url) != bool(args.llm_model):
+        ap.error("--llm-url and --llm-model go together")
     with tempfile.TemporaryDirectory() as tmp:
         corpus = shipped_closed_corpus(Path(tmp) / "corpus.jsonl")
         build_index(corpus, "bm25", Path(tmp) / "bm25", show_progress=False)
         retriever = load_index(Path(tmp) / "bm25")
+        if args.llm_url:
+            run_llm(args, retriever)
+            return 0
         res, secs = measure(load_lexical(args.lexical_from), retriever)
         before = rows(measure(load_lexical(args.before), retriever)[0]) if args.before else None
     table = rows(res)

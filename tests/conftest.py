@@ -198,6 +198,18 @@ def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return pretrained_folder("smollm2-135m", cache_root=tmp_path_factory.getbasetemp() / "models-cache")
 
 
+SMOLLM2_ADAPTER = Path(__file__).resolve().parent.parent / "data" / "pretrained" / "smollm2-135m-protocol-lora"
+
+
+@pytest.fixture(scope="session")
+def smollm2_warm(tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path) -> Path:
+    """SmolLM2-135M-Instruct with the shipped protocol LoRA adapter merged in (what `make demo-real` starts
+    RL from): with the awarl prompt it searches, then answers or abstains."""
+    from awarl.training.protocol_adapter import merge_adapter
+
+    return merge_adapter(smollm2_dir, SMOLLM2_ADAPTER, tmp_path_factory.getbasetemp() / "smollm2-warm")
+
+
 @pytest.fixture(scope="session")
 def shipped_bm25_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """BM25 index of the closed corpus of the three shipped dev samples (6,404 passages)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata as md
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -107,3 +108,46 @@ def test_fewshot_eval_of_three_questions_follows_the_protocol(fewshot_eval):
         assert t["response"].split("</search>", 1)[1].startswith("\n<information> [1] Title: ")
         assert r["outcome"] in ("correct", "wrong", "abstain")
     assert 0.0 <= res["macro"]["ra_f1"] <= 1.0
+
+
+def test_one_lora_grpo_step_on_the_released_model(smollm2_warm, shipped_bm25_dir, tmp_path):
+    """One AWA-RL GRPO step with LoRA through TRL, generation by the live policy (transformers): the warm
+    model's own multi-turn trajectories, the real reward, the adapters trained and merged into final/."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from awarl.config import config_from_dict
+    from awarl.data.estimates import estimate_row
+    from awarl.data.loaders import load_examples
+    from awarl.io import shipped_data_dir
+    from awarl.stages.train import run_train
+
+    hotpot = shipped_data_dir() / "hotpotqa" / "hotpot_dev_distractor_v1.sample200.json"
+    examples = load_examples(hotpot, format="hotpotqa", dataset="hotpotqa", limit=1, seed=0).examples
+    p_file = tmp_path / "p.jsonl"
+    p_file.write_text("".join(json.dumps(estimate_row(ex, ["correct", "wrong"])) + "\n" for ex in examples))
+    cfg = config_from_dict({
+        "run": {"name": "t", "out_dir": str(tmp_path / "run"), "seed": 0},
+        "data": {"train": [{"path": str(hotpot), "format": "hotpotqa", "dataset": "hotpotqa", "limit": 1}]},
+        "retrieval": {"kind": "bm25", "index_dir": str(shipped_bm25_dir), "topk": 2},
+        "agent": {"max_turns": 2, "max_new_tokens_per_turn": 48, "max_trajectory_tokens": 640},
+        "generation": {"temperature": 1.0, "batch_size": 4, "dtype": "float32"},
+        "critic": {"judge": "gold"}, "eval": {"every_steps": 0},
+        "train": {"model": str(smollm2_warm), "num_generations": 4, "per_device_train_batch_size": 4,
+                  "max_steps": 1, "save_steps": 50, "learning_rate": 1e-3, "report_to": ["none"], "bf16": False,
+                  "gradient_checkpointing": False, "p_estimates": str(p_file),
+                  "lora": {"enabled": True, "r": 8, "alpha": 16, "dropout": 0.0,
+                           "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}}})
+    tok = AutoTokenizer.from_pretrained(smollm2_warm)
+    summary = run_train(cfg, tokenizer=tok, final_eval=False)
+    assert summary["global_step"] == 1
+    logged = [h for h in summary["trainer"].state.log_history if "awarl/rho" in h]
+    assert logged and logged[0]["awarl/n"] == 4
+    final = Path(summary["final"])
+    assert (final / "adapter" / "adapter_model.safetensors").is_file()
+    ids = torch.tensor([tok.apply_chat_template([{"role": "user", "content": examples[0].question}],
+                                                add_generation_prompt=True, return_dict=False)])
+    with torch.no_grad():
+        warm = AutoModelForCausalLM.from_pretrained(smollm2_warm)(input_ids=ids).logits
+        trained = AutoModelForCausalLM.from_pretrained(final)(input_ids=ids).logits
+    assert not torch.allclose(warm, trained, atol=1e-4)  # the step moved the merged weights
