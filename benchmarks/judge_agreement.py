@@ -72,7 +72,9 @@ def measure(judge, retriever, limit: int | None = None) -> tuple[dict[str, dict]
                 t0 = time.perf_counter()
                 lv = judge.verify([item])[0]
                 t_judge += time.perf_counter() - t0
-                acc["failed"] += lv is None  # an LLM judge that failed: citation_reward gives no support
+                if lv is None:  # an LLM judge that failed (no schema-valid verdict): counted, not scored
+                    acc["failed"] += 1
+                    continue
                 lex = citation_reward(lv, cites, refs)
                 gold = citation_reward(gold_verdict(ev, refs, item.cited), cites, refs)
                 for n in cites:
@@ -93,8 +95,8 @@ def measure(judge, retriever, limit: int | None = None) -> tuple[dict[str, dict]
 def rows(res: dict[str, dict]) -> list[list[str]]:
     table = []
     for name, a in res.items():
-        n = len(a["diff"])
-        table.append([name, str(n // 2), str(a["cited"]), f"{a['agree'] / a['cited']:.3f}",
+        n = max(len(a["diff"]), 1)
+        table.append([name, str(n // 2), str(a["cited"]), f"{a['agree'] / max(a['cited'], 1):.3f}",
                       f"{a['lex_sup_gold'] / max(a['lex_sup'], 1):.3f}", f"{a['gold_found'] / max(a['gold_cited'], 1):.3f}",
                       f"{sum(a['diff']) / n:.3f}", f"{sum(a['r_lex']) / n:.3f}", f"{sum(a['r_gold']) / n:.3f}"])
     return table
@@ -153,16 +155,15 @@ def replace_block(path: Path, block: str, start: str, end: str) -> None:
 def run_llm(args: argparse.Namespace, retriever) -> None:
     from awarl.critic.openai_judge import OpenAIJudge
 
-    cfg = CriticConfig(judge="openai", base_url=args.llm_url, model=args.llm_model, retries=1, timeout_s=300,
-                       max_tokens=256)
+    cfg = CriticConfig(judge="openai", base_url=args.llm_url, model=args.llm_model, retries=1, timeout_s=300)
     with tempfile.TemporaryDirectory() as cache:
         llm = OpenAIJudge(cfg, cache_dir=cache)
         res, secs = measure(llm, retriever, args.llm_limit)
         llm.close()
     lex, _ = measure(load_lexical(None), retriever, args.llm_limit)
     tables = {f"LLM judge ({args.llm_model})": rows(res), "lexical judge, same questions": rows(lex)}
-    n_items = sum(len(a["diff"]) for a in res.values())
     failed = sum(a["failed"] for a in res.values())
+    n_items = sum(len(a["diff"]) for a in res.values()) + failed
     for label, table in tables.items():
         print(label)
         print(" | ".join(HEAD))

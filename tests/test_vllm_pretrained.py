@@ -135,8 +135,10 @@ def test_serve_judge_sh_serves_the_released_model_as_judge_grader_and_planner(tm
     item = CriticInput(question="What is the capital of France?", answer="Paris", cited=[paris, other],
                        passages=[paris, other])
     with served("serve_judge.sh", args, tmp_path / "serve_judge.log") as url:
+        # critic.max_tokens stays at its default (1024): this judge fills verified_claims up to the schema's
+        # maxItems (16 claims, about 420 tokens), which a smaller budget would cut.
         client = OpenAIJudge(CriticConfig(judge="openai", base_url=f"{url}/v1", model=str(smollm2_dir), retries=0,
-                                          max_tokens=256, timeout_s=180), cache_dir=tmp_path / "cache")
+                                          timeout_s=300), cache_dir=tmp_path / "cache")
         (verdict,) = client.verify([item])
         grades = client.grade_answers([AnswerCheck(question="What is the capital of France?", prediction="Paris",
                                                    answers=["Paris"]),

@@ -18,6 +18,7 @@ Every stage keeps what it finished, so a rerun with the same --out continues.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -154,6 +155,8 @@ def run_demo_real(out_dir: str | Path, config: str | Path | None = None, overrid
 def write_report(out: Path, cfg: AwarlConfig, evals: dict[str, dict | None], summary: dict, adapter: Path,
                  base: Path, timer: Timer, comparison: dict | None, dynamics: dict | None, p_dist: dict) -> Path:
     ainfo = json.loads((adapter / ADAPTER_INFO).read_text())
+    with contextlib.suppress(ValueError):
+        adapter = adapter.resolve().relative_to(repo_root())
     src = read_source(base) or {}
     pkg = src.get("package") or {}
     lines = [
