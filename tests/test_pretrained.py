@@ -118,17 +118,17 @@ def test_one_lora_grpo_step_on_the_released_model(smollm2_warm, shipped_bm25_dir
 
     from awarl.config import config_from_dict
     from awarl.data.estimates import estimate_row
-    from awarl.data.loaders import load_examples
-    from awarl.io import shipped_data_dir
+    from awarl.data.loaders import load_shipped
     from awarl.stages.train import run_train
 
-    hotpot = shipped_data_dir() / "hotpotqa" / "hotpot_dev_distractor_v1.sample200.json"
-    examples = load_examples(hotpot, format="hotpotqa", dataset="hotpotqa", limit=1, seed=0).examples
+    # A question the warm model answers correctly greedily and not always when sampling, so the group of 4 has
+    # reward variance (an all-abstaining group has none: zero advantages, no update).
+    examples = [ex for ex in load_shipped("hotpotqa") if ex.id == "5a77a7695542997042120ac4"]
+    assert examples and "Private Life of Plants" in examples[0].question
     p_file = tmp_path / "p.jsonl"
     p_file.write_text("".join(json.dumps(estimate_row(ex, ["correct", "wrong"])) + "\n" for ex in examples))
     cfg = config_from_dict({
         "run": {"name": "t", "out_dir": str(tmp_path / "run"), "seed": 0},
-        "data": {"train": [{"path": str(hotpot), "format": "hotpotqa", "dataset": "hotpotqa", "limit": 1}]},
         "retrieval": {"kind": "bm25", "index_dir": str(shipped_bm25_dir), "topk": 2},
         "agent": {"max_turns": 2, "max_new_tokens_per_turn": 48, "max_trajectory_tokens": 640},
         "generation": {"temperature": 1.0, "batch_size": 4, "dtype": "float32"},
@@ -139,10 +139,11 @@ def test_one_lora_grpo_step_on_the_released_model(smollm2_warm, shipped_bm25_dir
                   "lora": {"enabled": True, "r": 8, "alpha": 16, "dropout": 0.0,
                            "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}}})
     tok = AutoTokenizer.from_pretrained(smollm2_warm)
-    summary = run_train(cfg, tokenizer=tok, final_eval=False)
+    summary = run_train(cfg, tokenizer=tok, examples=examples, final_eval=False)
     assert summary["global_step"] == 1
     logged = [h for h in summary["trainer"].state.log_history if "awarl/rho" in h]
     assert logged and logged[0]["awarl/n"] == 4
+    assert logged[0]["awarl/share_abstain"] < 1.0  # not every sample abstained: the group had something to learn
     final = Path(summary["final"])
     assert (final / "adapter" / "adapter_model.safetensors").is_file()
     ids = torch.tensor([tok.apply_chat_template([{"role": "user", "content": examples[0].question}],
