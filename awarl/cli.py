@@ -19,10 +19,11 @@ from awarl.retrieval.client import RetrievalClientError
 # (module in awarl.commands, one-line help) in the order `awarl --help` shows them.
 COMMANDS: list[tuple[str, str]] = [
     ("demo", "run the whole pipeline offline on the shipped data (CPU, < 10 minutes)"),
+    ("demo-real", "the pipeline on a released checkpoint, SmolLM2-135M-Instruct (CPU, about 20 minutes)"),
     ("data", "prepare datasets into unified JSONL, corpora, and statistics"),
     ("index", "build a BM25 or dense passage index"),
     ("serve", "serve a retrieval index over HTTP (Search-R1 contract)"),
-    ("model", "build local models (the tiny test/demo model)"),
+    ("model", "build local models: the tiny test/demo model, a released checkpoint from a GGUF file"),
     ("estimate", "estimate each training question's success rate p_i"),
     ("train", "AWA-RL GRPO training"),
     ("sweep", "expand a grid of configs (e.g. over gamma), run or script them, and compare"),
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in COMMANDS:
-        importlib.import_module(f"awarl.commands.{name}").add_parser(sub, help_text)
+        importlib.import_module(f"awarl.commands.{name.replace('-', '_')}").add_parser(sub, help_text)
     return parser
 
 

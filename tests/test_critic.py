@@ -396,8 +396,11 @@ def test_response_format_modes():
     msgs = build_messages(_item("q"))
     cfg = CriticConfig(judge="openai")
     body = OpenAIJudge(cfg).request_body(msgs, "critic_output", critic_output_json_schema())
-    assert body["response_format"]["json_schema"]["schema"]["properties"]["verified_claims"]["items"][
-        "required"] == ["claim", "status", "source_ids", "confidence"]
+    branches = body["response_format"]["json_schema"]["schema"]["properties"]["verified_claims"]["items"]["anyOf"]
+    assert all(b["required"] == ["claim", "status", "source_ids", "confidence"] for b in branches)
+    # a grounded claim names a passage: its branch alone requires one
+    assert [(b["properties"]["status"]["enum"], b["properties"]["source_ids"].get("minItems")) for b in branches] == [
+        (["grounded"], 1), (["inferred", "unsupported"], None)]
     assert OpenAIJudge(cfg.model_copy(update={"response_format": "json_object"})).request_body(
         msgs, "x", {})["response_format"] == {"type": "json_object"}
     plain = OpenAIJudge(cfg.model_copy(update={"response_format": "none"}))

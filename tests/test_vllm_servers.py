@@ -36,6 +36,8 @@ OFF_ENUM = "maybe"  # in no enum of the verdict schema
 def off_schema_instance(schema: dict) -> object:
     """An instance of `schema` (the judge's own response_format) that breaks it only where it has an enum
     (the claim status): every enum gets OFF_ENUM, every other field a plain value, arrays one item."""
+    if "anyOf" in schema:
+        return off_schema_instance(schema["anyOf"][0])
     if "enum" in schema:
         return OFF_ENUM
     kind = schema.get("type")

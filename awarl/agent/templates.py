@@ -7,7 +7,8 @@ checkpoint's training prompt needs no code. Two ship with awarl:
   `not enough information`; passages numbered cumulatively over the trajectory.
 - `search-r1`: Search-R1's prompt and information format verbatim (no citations, no abstention).
 
-YAML keys: name, user_prompt (must contain `{question}`), system_prompt, abstention_phrases, citations,
+YAML keys: name, user_prompt (must contain `{question}`), system_prompt, examples (few-shot exchanges:
+[{question, response}], shown as earlier user/assistant turns), abstention_phrases, citations,
 ensure_question_mark (append "?" to a question without one, as Search-R1's data processing does), tags ({think, search, information, cite, answer} -> tag name without brackets), information
 ({prefix, passage, suffix, strip, numbering}); `passage` may use {number}, {title}, {text}, {id}.
 """
@@ -72,6 +73,15 @@ class InformationFormat(_Frozen):
         return v
 
 
+class Example(_Frozen):
+    """A worked exchange shown before the question (few-shot): the user turn for `question` and the whole
+    assistant turn `response` (searches, the information blocks written as the template formats them, the
+    answer). Small instruct models ignore a protocol described in words but copy one they see done."""
+
+    question: str
+    response: str
+
+
 class Template(_Frozen):
     name: str
     user_prompt: str
@@ -82,6 +92,7 @@ class Template(_Frozen):
     ensure_question_mark: bool = False
     tags: TagNames = Field(default_factory=TagNames)
     information: InformationFormat = Field(default_factory=InformationFormat)
+    examples: tuple[Example, ...] = ()
 
     @field_validator("user_prompt")
     @classmethod
@@ -100,6 +111,9 @@ class Template(_Frozen):
     def messages(self, question: str) -> list[dict[str, str]]:
         """The conversation TRL / chat templates take: optional system message + the user message."""
         msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        for ex in self.examples:
+            msgs += [{"role": "user", "content": self.user_message(ex.question)},
+                     {"role": "assistant", "content": ex.response}]
         return msgs + [{"role": "user", "content": self.user_message(question)}]
 
     def format_passage(self, number: int, title: str, text: str, pid: str = "") -> str:
@@ -180,7 +194,8 @@ def render_prompt(template: Template, question: str, tokenizer: Any) -> list[int
     if getattr(tokenizer, "chat_template", None):
         return _as_ids(tokenizer.apply_chat_template(template.messages(question), add_generation_prompt=True,
                                                      tokenize=True))
-    text = template.user_message(question)
+    text = "".join(f"{template.user_message(ex.question)}\n\n{ex.response}\n\n" for ex in template.examples)
+    text += template.user_message(question)
     if template.system_prompt:
         text = f"{template.system_prompt}\n\n{text}"
     return _as_ids(tokenizer(text, add_special_tokens=True)["input_ids"])

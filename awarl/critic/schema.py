@@ -144,6 +144,23 @@ MAX_CLAIMS = 16
 MAX_FLAGS = 8
 
 
+def _claim_schema(statuses: list[str], min_sources: int) -> dict:
+    sources: dict[str, Any] = {"type": "array", "items": {"type": "string", "minLength": 1}}
+    if min_sources:
+        sources["minItems"] = min_sources
+    return {
+        "type": "object",
+        "properties": {
+            "claim": {"type": "string", "minLength": 1},
+            "status": {"type": "string", "enum": statuses},
+            "source_ids": sources,
+            "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+        },
+        "required": ["claim", "status", "source_ids", "confidence"],
+        "additionalProperties": False,
+    }
+
+
 def critic_output_json_schema() -> dict:
     """JSON schema of CriticOutput for `response_format` and the prompt.
 
@@ -151,17 +168,11 @@ def critic_output_json_schema() -> dict:
     and accepted by constrained-decoding backends such as vLLM's guided JSON. `claim` has minLength 1 because
     the pydantic model refuses an empty claim (constrained decoding otherwise produces "").
     """
-    claim = {
-        "type": "object",
-        "properties": {
-            "claim": {"type": "string", "minLength": 1},
-            "status": {"type": "string", "enum": ["grounded", "inferred", "unsupported"]},
-            "source_ids": {"type": "array", "items": {"type": "string"}},
-            "confidence": {"type": "number", "minimum": 0, "maximum": 1},
-        },
-        "required": ["claim", "status", "source_ids", "confidence"],
-        "additionalProperties": False,
-    }
+    # A grounded claim names at least one passage (ClaimVerification refuses one that names none). Stated in
+    # the schema as its own branch, so constrained decoding cannot produce it: SmolLM2-135M on vLLM's CPU
+    # build otherwise marks every claim grounded with no source, and every verdict fails validation.
+    claim = {"anyOf": [_claim_schema(["grounded"], min_sources=1),
+                       _claim_schema(["inferred", "unsupported"], min_sources=0)]}
     return {
         "type": "object",
         "properties": {

@@ -22,6 +22,7 @@ from awarl.data.estimates import row_p, row_samples
 from awarl.io import atomic_write_json
 from awarl.rewards import abstention as A
 from awarl.simulate import AB, INV, OUTCOMES, dead_zone, population_from_counts, seed_pair, simulate_run
+from awarl.stages.p_report import rho_hat
 
 SERIES = ("rho", "rho_hat", "E", "E_bar", "penalty", "r_ref_mean", "share_correct", "share_wrong",
           "share_abstain", "share_invalid")
@@ -155,16 +156,14 @@ def _span(xs: Sequence[float]) -> tuple[float, float]:
 
 def target_readings(rows: Sequence[dict], rc: RewardConfig) -> dict[str, Any]:
     """ρ̂ that every `reward.expected_rate` reading gives on these estimate rows (each question once), at the
-    run's γ, p_min and outcome rewards: the rate the p_i imply, and where a reading's own form caps it."""
+    run's γ, p_min and outcome rewards (`p_report.rho_hat`): the rate the p_i imply, and where a reading's own
+    form caps it."""
     ps = [row_p(r, rc.p_definition) for r in rows]
     ns = [row_samples(r, rc.p_definition) for r in rows]
-    ns_known = [float(rc.posterior_samples) if n is None else n for n in ns]
     return {"questions": len(ps), "never_solved": sum(p == 0 for p in ps),
-            "samples": sorted({int(n) for n in ns_known}), "run": rc.expected_rate,
+            "samples": sorted({int(rc.posterior_samples if n is None else n) for n in ns}), "run": rc.expected_rate,
             "r_base_mean_cap": 1.0 - rc.p_min ** rc.gamma,
-            "rho_hat": {mode: A.expected_refusal_rate(ps, rc.gamma, rc.p_min, mode, rc.soft_tau, rc.r_correct,
-                                                      rc.r_wrong, ns_known, rc.posterior_prior)
-                        for mode in A.EXPECTED_RATES}}
+            "rho_hat": {mode: rho_hat(rows, rc, mode, rc.gamma) for mode in A.EXPECTED_RATES}}
 
 
 def target_words(targets: dict[str, Any]) -> str:

