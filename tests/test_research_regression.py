@@ -89,3 +89,32 @@ def test_the_real_executor_suite_holds_and_catches_drift_of_the_executor(tmp_pat
     # another policy (the model before its warm-up) is not what was recorded: refused, not compared
     assert main([*base, *tiny_args(tiny_dir, shipped_bm25_dir)]) == 2
     assert "recorded with another policy" in capsys.readouterr().err
+
+
+def test_a_sampled_critic_loop_draws_per_question_whatever_shares_its_batches(protocol_dir, shipped_bm25_dir):
+    """At temperature > 0 (first attempts and the sampled re-queries) each question's loop draws from its own
+    seed: researched alone or beside others it writes the same report, so `awarl eval --agent critic_loop`
+    resumed into a smaller batch matches the uninterrupted run."""
+    from awarl.agent.rollout import RolloutEngine
+    from awarl.config import load_config
+    from awarl.data.loaders import load_shipped
+    from awarl.models.loading import load_tokenizer
+    from awarl.research.loop import run_research
+    from awarl.research.records import make_loop_judge, make_planner, make_runs
+    from awarl.retrieval import load_index
+
+    cfg = load_config(None, ["retrieval.topk=1", "generation.batch_size=8"])
+    engine = RolloutEngine.from_config(cfg, load_tokenizer(str(protocol_dir)), load_index(shipped_bm25_dir),
+                                       model=str(protocol_dir))
+    examples = load_shipped("hotpotqa", limit=3, seed=0)
+    planner, judge = make_planner(cfg), make_loop_judge(cfg)
+
+    def reports(batch):
+        runs = make_runs(cfg.research, batch, planner, engine.abstention_phrases, seed=7)
+        return [r.model_dump(mode="json") for r in run_research(runs, engine, judge, temperature=1.0, seed=7)]
+
+    together = reports(examples)
+    alone = reports(examples[2:])
+    assert together[2] == alone[0]
+    searches = [s["searches"] for r in together for s in r["sub_questions"]]
+    assert any(searches), "the executor searched: the comparison covers sampled trajectories, not empty ones"

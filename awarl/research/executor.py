@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from awarl.agent.backends.base import Seed
 from awarl.agent.rollout import RolloutEngine, Trajectory
 from awarl.critic.schema import CriticInput
 from awarl.research.schema import ExecutorResult
@@ -33,8 +34,8 @@ def critic_input(sub_question: str, traj: Trajectory, gold: Any = None) -> Criti
 
 
 def execute(engine: RolloutEngine, queries: Sequence[str], *, temperature: float, top_p: float = 1.0,
-            seed: int | None = None) -> list[Trajectory]:
-    """One trajectory per query, all in one engine call."""
+            seed: Seed = None) -> list[Trajectory]:
+    """One trajectory per query, all in one engine call (`seed`: one for the call, or one per query)."""
     if not queries:
         return []
     trajs = engine.run(list(queries), temperature=temperature, top_p=top_p, seed=seed)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from awarl.agent.backends.base import stream_seed
 from awarl.agent.rollout import RolloutEngine
 from awarl.critic.schema import Judge
 from awarl.research.critic import answered, judge_name, nothing_to_verify, verify
@@ -32,8 +33,13 @@ from awarl.research.state import RESEARCH_DEFAULTS, Attempt, ResearchRun, Step, 
 __all__ = ["Attempt", "ResearchRun", "Step", "check_question", "run_research"]
 
 
-def _seed(seed: int | None, rnd: int, requery: bool) -> int | None:
-    return None if seed is None else seed + 7919 * rnd + (104729 if requery else 0)
+def _job_seed(run: ResearchRun, seed: int | None, step: Step, rnd: int, requery: bool) -> int | None:
+    """The seed of one draw: from the run's own seed (else the call's), the round, the step and whether it is a
+    re-query, never from the draw's position in the batch."""
+    base = run.seed if run.seed is not None else seed
+    if base is None:
+        return None
+    return stream_seed(base, (rnd * 2 + int(requery)) * 4096 + step.sub.index)
 
 
 def run_research(runs: Sequence[ResearchRun], engine: RolloutEngine, judge: Judge | None, *, temperature: float = 0.0,
@@ -50,7 +56,9 @@ def run_research(runs: Sequence[ResearchRun], engine: RolloutEngine, judge: Judg
         trajs: list[Any] = [None] * len(jobs)
         for rq, temp in ((False, temperature), (True, requery_temperature)):
             idx = [i for i, job in enumerate(jobs) if job[3] is rq]
-            got = execute(engine, [jobs[i][2] for i in idx], temperature=temp, top_p=top_p, seed=_seed(seed, rnd, rq))
+            seeds = [_job_seed(jobs[i][0], seed, jobs[i][1], rnd, rq) for i in idx]
+            got = execute(engine, [jobs[i][2] for i in idx], temperature=temp, top_p=top_p,
+                          seed=None if any(x is None for x in seeds) else [int(x) for x in seeds if x is not None])
             for i, t in zip(idx, got, strict=True):
                 trajs[i] = t
         inputs = [critic_input(step.asked, t, step.gold) for (_, step, _, _), t in zip(jobs, trajs, strict=True)]

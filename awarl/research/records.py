@@ -8,6 +8,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from awarl.agent.backends.base import question_seed
 from awarl.agent.rollout import RolloutEngine
 from awarl.config import AgentConfig, CriticConfig, MetricsConfig, ResearchConfig, RewardConfig
 from awarl.critic.correctness import AnswerGrader, Grade, answer_outcome, grade_answers, graded_fields
@@ -71,14 +72,21 @@ def make_loop_judge(cfg: LoopSettings, cache_dir: CacheDir = None, *, check: boo
 
 
 def make_runs(r: ResearchConfig, examples: Sequence[Any], planner: Planner, phrases: Sequence[str],
-              questions: Sequence[str] | None = None) -> list[ResearchRun]:
-    """One run per example (its `question`, or the one given; the example's record feeds the planner)."""
+              questions: Sequence[str] | None = None, seed: int | None = None) -> list[ResearchRun]:
+    """One run per example (its `question`, or the one given; the example's record feeds the planner). With a
+    `seed`, each run samples from its question's own seed (`question_seed` of its dataset and id; a question
+    without a record: its text), so a resumed question draws what it would have in an uninterrupted run."""
     questions = questions or [ex.question for ex in examples]
-    return [ResearchRun(q, planner, approve_threshold=r.approve_threshold, max_iterations=r.max_iterations,
-                        abstention_phrase=phrases[0], example=ex, requery_draws=r.requery_draws,
-                        min_claim_confidence=r.min_claim_confidence, drift_overlap=r.drift_overlap,
-                        max_question_chars=r.max_question_chars)
-            for q, ex in zip(questions, examples, strict=True)]
+    runs = []
+    for q, ex in zip(questions, examples, strict=True):
+        run = ResearchRun(q, planner, approve_threshold=r.approve_threshold, max_iterations=r.max_iterations,
+                          abstention_phrase=phrases[0], example=ex, requery_draws=r.requery_draws,
+                          min_claim_confidence=r.min_claim_confidence, drift_overlap=r.drift_overlap,
+                          max_question_chars=r.max_question_chars)
+        if seed is not None:
+            run.seed = question_seed(seed, str(getattr(ex, "dataset", "") or ""), str(getattr(ex, "id", "") or q))
+        runs.append(run)
+    return runs
 
 
 def loop_reports(runs: Sequence[ResearchRun], engine: RolloutEngine, judge: Judge | None, research: ResearchConfig,
@@ -136,7 +144,7 @@ def critic_loop_rows(engine: RolloutEngine, judge: Judge | None, grader: AnswerG
     research.judge) and make their lines (citation metrics by `judge`, critic.judge)."""
     phrases = list(engine.abstention_phrases)
     loop_judge = loop_judge if loop_judge is not None else make_loop_judge(cfg, reuse=judge)
-    runs = make_runs(cfg.research, batch, planner, phrases)
+    runs = make_runs(cfg.research, batch, planner, phrases, seed=seed)
     reports = loop_reports(runs, engine, loop_judge, cfg.research, temperature=temperature, top_p=top_p, seed=seed)
     grades = grade_answers(grader, [(ex.question, rep.answer, True, ex.answers) for ex, rep in zip(batch, reports,
                                                                                                strict=True)], phrases)

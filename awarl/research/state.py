@@ -86,6 +86,9 @@ class ResearchRun:
         self.final_verdict: CriticOutput | None = None
         self.final_judge = ""
         self.reduce_note = ""
+        # The question's own sampling seed (set by the caller, e.g. `question_seed` of its dataset and id): every
+        # draw of this run is seeded from it alone, so it samples the same whatever other runs share its batches.
+        self.seed: int | None = None
 
     def answers(self) -> dict[int, str]:
         return {s.sub.index: s.attempts[-1].result.summary for s in self.steps if s.approved}

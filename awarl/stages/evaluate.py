@@ -122,11 +122,12 @@ def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfi
         planner = make_planner(cfg)
     if cfg.eval.agent == "critic_loop" and loop_judge is None:
         loop_judge = make_loop_judge(cfg, reuse=judge)
-    # single_pass seeds each question by itself; the critic loop seeds a batch by its position in the whole list.
+    # Both agents seed each question by itself (question_seed), never by its batch: a resumed question, sampled
+    # in a smaller batch, draws what it would have in an uninterrupted run.
     for start, batch in pending_batches(unique, batch_size, lambda ex: example_key(ex.dataset, ex.id) in done):
         if cfg.eval.agent == "critic_loop":
             rows = critic_loop_rows(engine, judge, grader, batch, cfg, temperature=temperature, top_p=top_p,
-                                    seed=seed + start, label=critic_label(cfg),
+                                    seed=seed, label=critic_label(cfg),
                                     planner=planner, loop_judge=loop_judge)
         else:
             rows = single_pass_rows(engine, judge, grader, batch, cfg, temperature=temperature, top_p=top_p,

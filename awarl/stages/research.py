@@ -50,7 +50,7 @@ class _Parts:
 
 def _research(parts: _Parts, questions: list[str], examples: list[Any]) -> list[ResearchReport]:
     cfg, engine, judge = parts.cfg, parts.engine, parts.judge
-    runs = make_runs(cfg.research, examples, parts.planner, engine.abstention_phrases, questions)
+    runs = make_runs(cfg.research, examples, parts.planner, engine.abstention_phrases, questions, seed=cfg.run.seed)
     return loop_reports(runs, engine, judge, cfg.research, temperature=cfg.eval.temperature, top_p=cfg.generation.top_p,
                         seed=cfg.run.seed)
 
