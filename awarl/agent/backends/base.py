@@ -164,7 +164,7 @@ def question_seed(seed: int, dataset: str, qid: str, sample: int = 0) -> int:
 def stream_seed(seed: int, index: int) -> int:
     """The seed of sequence `index`'s own random stream in a call seeded `seed` (splitmix64 of both): a
     trajectory's samples depend on its run seed and its position, never on which others share its batch,
-    and neighbouring (seed, index) pairs get unrelated streams (evaluation seeds batches with seed + start)."""
+    and neighbouring (seed, index) pairs get unrelated streams."""
     x = (int(seed) * 0x9E3779B97F4A7C15 + int(index) + 1) & _MASK64
     for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
         x = ((x ^ (x >> shift)) * mult) & _MASK64
