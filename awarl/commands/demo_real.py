@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from awarl.commands.common import add_choices_epilog
+
 
 def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
     p = sub.add_parser(
@@ -18,6 +20,7 @@ def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
     p.add_argument("--config", "-c", metavar="YAML", help="config (default: configs/demo_real_cpu.yaml)")
     p.add_argument("--adapter", help="protocol LoRA adapter (default: data/pretrained/smollm2-135m-protocol-lora)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides")
+    add_choices_epilog(p)
     p.set_defaults(func=run)
 
 
