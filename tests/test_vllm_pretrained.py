@@ -144,11 +144,11 @@ def test_serve_judge_sh_serves_the_released_model_as_judge_grader_and_planner(tm
                                        AnswerCheck(question="Who wrote Hamlet?", prediction="Charles Dickens",
                                                    answers=["William Shakespeare"])])
         planner = LLMPlanner(client)
-        steps = planner.decompose("Which country is the birthplace of the director of the film Jaws?")
-        final = planner.synthesize("What is the capital of France?", steps, {s.index: "Paris" for s in steps})
+        plan = planner.decompose("Which country is the birthplace of the director of the film Jaws?")
+        final = planner.synthesize("What is the capital of France?", plan, {s.index: "Paris" for s in plan.steps})
         client.close()
     # Every reply was schema-valid JSON (vLLM's structured outputs); what a 135M model says in it is its own.
     assert client.failures == 0 and planner.failures == 0
     assert isinstance(verdict, CriticOutput)
     assert [g is not None for g in grades] == [True, True]
-    assert steps and all(s.text for s in steps) and final.strip()
+    assert plan.steps and all(s.text for s in plan.steps) and final.strip()

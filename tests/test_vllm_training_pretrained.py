@@ -12,15 +12,18 @@ import pytest
 from test_vllm_pretrained import LP_TOL
 
 pytestmark = [pytest.mark.vllm, pytest.mark.pretrained]
+NUDGE = 0.02  # std of the nudge to the LoRA B matrices: moves greedy log-probs by far more than LP_TOL
 
 
 def test_colocated_lora_grpo_on_the_released_model_keeps_the_engine_in_sync(tmp_path, smollm2_warm,
                                                                              shipped_bm25_dir):
     """Two LoRA GRPO steps of the single-GPU recipe (colocate) on SmolLM2 with CPU settings: after each step
     the engine (LoRA merged into its weights by awarl's reload-API sync) decodes what transformers decodes
-    on the live policy, and no longer what the initial weights did."""
+    on the live policy, and no longer what the initial weights did (the GRPO update, and a seeded nudge of the
+    adapters after step 1, so the check never rests on one group's reward variance)."""
+    import torch
     from test_vllm_training import STEPS, Probe, recipe_on_cpu
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, TrainerCallback
 
     from awarl.agent.templates import load_template, render_prompt
     from awarl.data.estimates import estimate_row
@@ -49,7 +52,25 @@ def test_colocated_lora_grpo_on_the_released_model_keeps_the_engine_in_sync(tmp_
         probe.trainer = trainer
         seen["method"] = weight_sync.sync_method(trainer.vllm_generation.llm)
 
-    summary = run_train(cfg, examples=examples, final_eval=False, callbacks=[probe.callback()], on_trainer=on_trainer)
+    class Nudge(TrainerCallback):
+        """After the first step, a seeded nudge to every LoRA B matrix. A group of four completions of one
+        question can all earn the same reward (the CI machine's sampler drew four correct answers), and then
+        GRPO's advantages and its update are exactly zero: the sync would be checked on unchanged weights.
+        The nudge changes the adapters whatever the rewards were, before the probe's sync (registered first)."""
+
+        def on_step_end(self, args, state, control, **kw):
+            if state.global_step != 1:
+                return
+            gen = torch.Generator().manual_seed(0)
+            with torch.no_grad():
+                for name, param in probe.trainer.model.named_parameters():
+                    if "lora_B" in name:
+                        param.add_(torch.randn(param.shape, generator=gen).to(param) * NUDGE)
+                        seen["nudged"] = seen.get("nudged", 0) + 1
+
+    summary = run_train(cfg, examples=examples, final_eval=False, callbacks=[Nudge(), probe.callback()],
+                        on_trainer=on_trainer)
+    assert seen.get("nudged", 0) > 0
     assert summary["global_step"] == STEPS and seen["method"] == weight_sync.RELOAD
     for engine, policy in [probe.initial, *probe.steps]:
         for v, h in zip(engine, policy, strict=True):
