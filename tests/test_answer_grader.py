@@ -80,6 +80,7 @@ def test_make_answer_grader_only_under_correctness_judge(tmp_path):
     g.close()
 
 
+@pytest.mark.slow
 def test_eval_with_llm_grader_scores_paraphrased_answers_and_rescoring_agrees(grader_url, tmp_path, tiny_dir,
                                                                             shipped_bm25_dir):
     from transformers import AutoTokenizer
@@ -175,6 +176,7 @@ def test_estimate_and_training_rollouts_use_the_grader(grader_url, tmp_path, tin
     assert out["outcome"] == ["correct", "wrong"]
 
 
+@pytest.mark.slow
 def test_grader_failures_are_counted_and_a_rerun_regrades_them(tmp_path, tiny_dir, shipped_bm25_dir):
     """One outage used to poison the folder: its lines kept exact match's verdict forever. Now the report counts
     them (results.json / results.md) and rerunning the same eval grades them again."""

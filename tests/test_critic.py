@@ -85,6 +85,7 @@ def _item(question: str) -> CriticInput:
     return CriticInput(question=question, answer="Paris", cited=ps, passages=ps)
 
 
+@pytest.mark.slow
 def test_openai_judge_valid_invalid_slow_flaky_and_cache(server, tmp_path):
     cfg = CriticConfig(judge="openai", base_url=f"{server.url}/v1", model="m",
                        timeout_s=0.5, retries=1, backoff_s=0.01, concurrency=4, cache_dir=str(tmp_path / "c"))
@@ -323,6 +324,7 @@ def _judge(srv, case, **kw):
                                     model="m", **{"retries": 0, "backoff_s": 0.01, **kw}))
 
 
+@pytest.mark.slow
 def test_one_deadline_per_request_and_streamed_size_cap(slow_server):
     judge = _judge(slow_server, "trickle", timeout_s=1.0)
     t0 = time.monotonic()
@@ -333,6 +335,7 @@ def test_one_deadline_per_request_and_streamed_size_cap(slow_server):
     assert big.verify([_item("q")]) == [None] and big.failure_reasons == {"JudgeResponseError": 1}
 
 
+@pytest.mark.slow
 def test_retry_after_is_honoured(slow_server):
     judge = _judge(slow_server, "busy", retries=2)
     assert judge.verify([_item("q")])[0] == CriticOutput.model_validate(VALID)

@@ -190,6 +190,7 @@ def _run(tmp_path: Path, scenario: str, *extra: str) -> dict:
     return json.loads(proc.stdout.split("RESULT ", 1)[1])
 
 
+@pytest.mark.slow
 def test_the_guide_s_examples_work_end_to_end_once_registered(tmp_path):
     out = _run(tmp_path, _FAST)
     # format: auto-detected, every shipped sample still detected as before, dataset name and stable ids

@@ -101,6 +101,7 @@ def test_bad_config_files_are_one_line_errors_naming_the_file(tmp_path: Path, te
     assert says in str(e.value) and str(cfg) in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_a_deep_config_through_the_cli_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     """Before: a 3000-line RecursionError traceback."""
     cfg = tmp_path / "deep.yaml"
@@ -154,6 +155,7 @@ def test_the_server_refuses_topk_false_and_0_0_instead_of_reading_the_default() 
 
 
 # --------------------------------------------------------------------------------- datasets and corpora
+@pytest.mark.slow
 def test_a_100k_deep_dataset_line_is_a_one_line_error_naming_the_line(tmp_path: Path) -> None:
     good = json.dumps({"id": "1", "question": "q?", "golden_answers": ["a"]})
     deep = '{"id": "2", "question": "q?", "golden_answers": ["a"], "x": ' + DEEP_JSON + "}"
@@ -357,6 +359,7 @@ def _closed_by_peer(s: socket.socket) -> bool:
         return True
 
 
+@pytest.mark.slow
 def test_many_idle_connections_never_lock_out_a_new_client(shipped_bm25_dir: Path, tmp_path: Path) -> None:
     """The issue's idle flood, scaled to a 256-descriptor server: 400 connections that send nothing. Before,
     every new client was reset once the descriptors ran out; now the oldest idle ones are closed to make room
@@ -417,6 +420,7 @@ def guarded_server(bm25_index: Path) -> Iterator[tuple[int, object]]:
     thread.join(10)
 
 
+@pytest.mark.slow
 def test_silent_and_slow_header_connections_are_closed(guarded_server) -> None:
     port, app = guarded_server
     silent = socket.create_connection(("127.0.0.1", port), timeout=5)

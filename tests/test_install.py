@@ -50,6 +50,7 @@ def test_the_lock_pins_every_requirement_inside_pyprojects_range(lock, extras):
     assert "awarl" not in pins and pins["torch"] == Version("2.13.0")   # no local label: CPU and CUDA alike
 
 
+@pytest.mark.slow
 def test_running_awarl_needs_no_test_only_package():
     """fastapi (and starlette, under it) is in the dev extra: awarl imports neither (the retrieval server is a
     plain ASGI app served by uvicorn), and starting the server's module and the CLI loads neither."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from awarl.io import file_sha256, repo_root
 
 SHIPPED_TASKS = "data/research/regression.jsonl"
@@ -72,6 +74,7 @@ def test_a_regression_run_with_another_judge_is_refused(tmp_path, tiny_dir, ship
     assert "recorded with another judge" in err and "re-record with --record" in err
 
 
+@pytest.mark.slow
 def test_the_real_executor_suite_holds_and_catches_drift_of_the_executor(tmp_path, protocol_dir, tiny_dir,
                                                                           shipped_bm25_dir, capsys):
     from awarl.cli import main
@@ -91,6 +94,7 @@ def test_the_real_executor_suite_holds_and_catches_drift_of_the_executor(tmp_pat
     assert "recorded with another policy" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_sampled_critic_loop_draws_per_question_whatever_shares_its_batches(protocol_dir, shipped_bm25_dir):
     """At temperature > 0 (first attempts and the sampled re-queries) each question's loop draws from its own
     seed: researched alone or beside others it writes the same report, so `awarl eval --agent critic_loop`

@@ -277,6 +277,7 @@ def test_reachable_check_accepts_a_server_without_health(flaky_server) -> None:
     assert handler.hits == 0  # no retrieval request was spent on the check
 
 
+@pytest.mark.slow
 def test_reachable_check_waits_for_a_server_that_is_still_starting() -> None:
     import time
 

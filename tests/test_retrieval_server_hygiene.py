@@ -158,6 +158,7 @@ def bad_endpoint():
         yield state, url
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["trickle-body", "trickle-head"])
 def test_a_trickling_endpoint_cannot_hold_a_call_past_its_timeout(bad_endpoint, mode: str) -> None:
     handler, url = bad_endpoint
@@ -178,6 +179,7 @@ def test_an_oversized_answer_is_refused_while_streaming(bad_endpoint) -> None:
     assert RetrievalClient(url, retries=0).search(["q"], 1)[0][0].id == "1"
 
 
+@pytest.mark.slow
 def test_retry_after_is_honoured(bad_endpoint) -> None:
     handler, url = bad_endpoint
     handler.mode = "retry-after"

@@ -174,6 +174,7 @@ def test_linear_schedule_decays_the_step_to_zero_as_the_trainer_does():
     assert moves["linear"] < moves["constant"]
 
 
+@pytest.mark.slow
 def test_collapse_claim_names_a_collapsed_refusal_where_a_baseline_refuses(tmp_path):
     """The previous default (r_base_mean: ρ̂ capped at 1 − p_min^γ) on a 70%-unanswerable population: refusal dies
     out at γ = 0.25 while static 0.05 refuses ~0.8, and the summary says so; the shipped default does not."""
