@@ -64,6 +64,20 @@ class Probe:
         policy = HFBackend(self.trainer.model, self.tok)
         return [be.generate(self.prompts, max_new_tokens=16, temperature=0.0) for be in (engine, policy)]
 
+    def assert_engine_followed(self, lp_tol: float, min_move: float) -> None:
+        """Before training and after each step the engine decoded what transformers decodes on the live
+        policy; and the steps moved the weights (greedy ids or a log-prob by more than `min_move`), so an
+        engine left with the initial ones would have failed."""
+        assert len(self.steps) == STEPS
+        for engine, policy in [self.initial, *self.steps]:
+            for v, h in zip(engine, policy, strict=True):
+                assert v.token_ids == h.token_ids and v.finish_reason == h.finish_reason
+                assert v.logprobs == pytest.approx(h.logprobs, abs=lp_tol)
+        (before, _), (after, _) = self.initial, self.steps[-1]
+        moved = [abs(a - b) for g0, g1 in zip(before, after, strict=True)
+                 for a, b in zip(g0.logprobs, g1.logprobs, strict=False)]
+        assert [g.token_ids for g in after] != [g.token_ids for g in before] or max(moved) > min_move
+
     def callback(self):
         from transformers import TrainerCallback
 
@@ -136,14 +150,4 @@ def test_colocated_vllm_training_syncs_each_step_through_the_reload_api(tmp_path
     assert vc.parallel_config.tensor_parallel_size == 1
     assert vc.model_config.max_model_len == cfg.agent.max_trajectory_tokens + 2048
     assert vc.cache_config.enable_prefix_caching is True and vc.model_config.enforce_eager is True
-    # Before training and after each step, the engine decodes what transformers decodes on the live policy.
-    assert len(probe.steps) == STEPS
-    for engine, policy in [probe.initial, *probe.steps]:
-        for v, h in zip(engine, policy, strict=True):
-            assert v.token_ids == h.token_ids and v.finish_reason == h.finish_reason
-            assert v.logprobs == pytest.approx(h.logprobs, abs=LP_TOL)
-    # ... and the steps did move the weights, so an engine left with the initial ones would have failed.
-    (before, _), (after, _) = probe.initial, probe.steps[-1]
-    moved = [abs(a - b) for g0, g1 in zip(before, after, strict=True)
-             for a, b in zip(g0.logprobs, g1.logprobs, strict=False)]
-    assert [g.token_ids for g in after] != [g.token_ids for g in before] or max(moved) > 1e-2
+    probe.assert_engine_followed(LP_TOL, min_move=1e-2)
