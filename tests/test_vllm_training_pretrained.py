@@ -31,7 +31,8 @@ def test_colocated_lora_grpo_on_the_released_model_keeps_the_engine_in_sync(tmp_
     from awarl.stages.train import run_train
     from awarl.training import weight_sync
 
-    # A question the warm model answers greedily (and not always when sampling): a group with reward variance.
+    # A question the warm model answers greedily and not always when sampling: usually a group with reward
+    # variance (the nudge below covers the draws without any).
     examples = [ex for ex in load_shipped("hotpotqa") if ex.id == "5a77a7695542997042120ac4"]
     assert len(examples) == 1
     estimates = tmp_path / "p.jsonl"
