@@ -156,15 +156,21 @@ def _model_and_index(cfg: AwarlConfig, out: Path, timer: Timer) -> tuple[Path, A
                          hidden=cfg.demo.tiny_hidden, layers=cfg.demo.tiny_layers)
     timer.done("tiny model", t)
     t = time.time()
+    retriever = closed_corpus_index(cfg, "demo")
+    timer.done("corpus + index", t)
+    return init_dir, retriever
+
+
+def closed_corpus_index(cfg: AwarlConfig, command: str) -> Any:
+    """The BM25 index of the shipped closed corpus at retrieval.corpus / retrieval.index_dir (both demos set
+    them under --out), built on the first run and loaded on a rerun."""
     if not cfg.retrieval.corpus or not cfg.retrieval.index_dir:
-        raise ConfigError("demo: retrieval.corpus and retrieval.index_dir must name where the demo's corpus and "
-                          "index go (run_demo sets both under its output folder)")
+        raise ConfigError(f"{command}: retrieval.corpus and retrieval.index_dir must name where the demo's corpus "
+                          "and index go (the demo sets both under its output folder)")
     corpus = Path(cfg.retrieval.corpus)
     if not corpus.exists():
         shipped_closed_corpus(corpus)
-    retriever = load_index(ensure_index(corpus, "bm25", Path(cfg.retrieval.index_dir)))
-    timer.done("corpus + index", t)
-    return init_dir, retriever
+    return load_index(ensure_index(corpus, "bm25", Path(cfg.retrieval.index_dir)))
 
 
 def _warmup(cfg: AwarlConfig, init_dir: Path, warm_dir: Path, pool: list, retriever: Any,

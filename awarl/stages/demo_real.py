@@ -26,20 +26,25 @@ import time
 from pathlib import Path
 from typing import Any
 
-from awarl.config import AwarlConfig, ConfigError, load_config, save_resolved
-from awarl.data.corpus import shipped_closed_corpus
+from awarl.config import AwarlConfig, load_config, save_resolved
 from awarl.data.estimates import read_estimates
 from awarl.data.types import example_key
 from awarl.io import atomic_write_json, atomic_write_text, repo_root
 from awarl.models.pretrained import pretrained_folder, read_source
-from awarl.retrieval import load_index
 from awarl.stages.compare import compare_runs, write_comparison
-from awarl.stages.demo import Timer, _row, dynamics_section, paired_line, reward_line, split_questions
+from awarl.stages.demo import (
+    Timer,
+    _row,
+    closed_corpus_index,
+    dynamics_section,
+    paired_line,
+    reward_line,
+    split_questions,
+)
 from awarl.stages.demo_dynamics import write_dynamics
 from awarl.stages.estimate import run_estimate
 from awarl.stages.evaluate import run_eval
 from awarl.stages.p_report import p_distribution, p_markdown, plot_histogram
-from awarl.stages.resources import ensure_index
 from awarl.stages.train import run_train
 from awarl.training.checkpoints import newest_complete
 from awarl.training.protocol_adapter import ADAPTER_INFO, merge_adapter
@@ -66,17 +71,7 @@ def plan_text(cfg: AwarlConfig, out: Path, adapter: Path) -> str:
             f"  5. p_i estimate: {cfg.demo.train_questions} training questions x K={cfg.estimate.k}\n"
             f"  6. AWA-RL GRPO with LoRA (r={t.lora.r}): {t.max_steps} steps, groups of {t.num_generations}, "
             f"γ={cfg.reward.gamma}; evaluation after it\n"
-            "  expected time: about 20 minutes on 2 idle CPU cores; everything is offline.\n")
-
-
-def _index(cfg: AwarlConfig) -> Any:
-    if not cfg.retrieval.corpus or not cfg.retrieval.index_dir:
-        raise ConfigError("demo-real: retrieval.corpus and retrieval.index_dir must name where the demo's corpus "
-                          "and index go (the demo sets them under --out)")
-    corpus = Path(cfg.retrieval.corpus)
-    if not corpus.exists():
-        shipped_closed_corpus(corpus)
-    return load_index(ensure_index(corpus, "bm25", Path(cfg.retrieval.index_dir)))
+            "  expected time: about 10 minutes on 2 idle CPU cores; everything is offline.\n")
 
 
 def _eval(cfg: AwarlConfig, out: Path, model: Path, tokenizer: Any, retriever: Any, timer: Timer, name: str,
@@ -113,7 +108,7 @@ def run_demo_real(out_dir: str | Path, config: str | Path | None = None, overrid
     base = pretrained_folder(MODEL)                                               # 1
     timer.done("released checkpoint (conversion or cache)", t)
     t = time.time()
-    retriever = _index(cfg)                                                       # 2
+    retriever = closed_corpus_index(cfg, "demo-real")                                                     # 2
     timer.done("corpus + index", t)
     t = time.time()
     merge_adapter(base, adapter_dir, warm_dir)                                    # 3
