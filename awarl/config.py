@@ -238,8 +238,9 @@ class MetricsConfig(Section):
 class RewardConfig(Section):
     strategy: StrategyName = Field("awarl", description="Refusal reward, what an abstention earns: "
                                    + choices.STRATEGIES.describe() + ".")
-    gamma: float = Field(0.05, gt=0.0, le=1.0, description="Courage factor γ: p* = p̃^γ. Smaller = braver. (R; "
-                         "SPEC 0.5; the study's tuning half chose 0.05, docs/method.md \"Defaults chosen\")")
+    gamma: float = Field(0.02, gt=0.0, le=1.0, description="Courage factor γ: p* = p̃^γ. Smaller = braver. (R; "
+                         "SPEC 0.5; the study's tuning half chose 0.02 with penalty_dither 0.2, docs/method.md "
+                         "\"Defaults chosen\")")
     p_min: float = Field(0.1, ge=0.0, le=1.0, description="Lower clip of p_i, against premature abstention. (R)")
     beta: float = Field(0.9, ge=0.0, lt=1.0, description="EMA factor of the excess refusal rate Ē. (R)")
     penalty_steps: list[tuple[float, float]] = Field(
@@ -247,6 +248,11 @@ class RewardConfig(Section):
         description="Ordered (threshold, penalty) pairs: |Ē| <= threshold gives that penalty; above the last "
                     "threshold, `penalty_max`. Sign follows Ē. (R)")
     penalty_max: float = Field(1.0, ge=0.0, description="Penalty beyond the last threshold. (R)")
+    penalty_dither: float = Field(
+        0.2, ge=0.0, le=1.0, description="Half-width of the per-group offset added to Ē before the step function: "
+        "each GRPO group gets P(Ē + u), u uniform on [−width, width) from a hash of its query id and the step, "
+        "so the share of groups at each step moves continuously with Ē instead of the whole batch switching at "
+        "once (docs/method.md \"Dithered steps\"). 0 = one step for the whole batch (SPEC). (R)")
     expected_rate: ExpectedRateName = Field(
         "posterior", description="ρ̂ per completion (docs/method.md \"The penalty's target\"): "
         + choices.EXPECTED_RATES.describe() + ". (R)")
@@ -408,7 +414,7 @@ class SimulateConfig(Section):
                                      "of a query of average perceived difficulty (x = 0).")
     gammas: list[float] = Field(default_factory=lambda: [0.02, 0.05, 0.1, 0.25, 0.5, 1.0],
                                 description="γ grid of the AWA-RL runs (with and without penalty); holds the "
-                                "shipped reward.gamma (0.05) and the paper's range.")
+                                "shipped reward.gamma (0.02) and the paper's range.")
     static_values: list[float] = Field(default_factory=lambda: [0.05, 0.3],
                                        description="Constant refusal rewards of the static runs.")
     strategies: list[SimulatedStrategy] = Field(

@@ -191,10 +191,14 @@ def _grpo_step(reward: np.ndarray, abstain: np.ndarray, pi_b: np.ndarray, x_b: n
 
 def simulate_run(pop: Population, sc: SimulateConfig, rc: RewardConfig, strategy: str, *, gamma: float,
                  static_value: float | None = None, penalty: bool = True, seed: int = 0,
-                 label: str | None = None, on_batch: Callable[[dict], None] | None = None) -> RunResult:
+                 label: str | None = None, on_batch: Callable[[dict], None] | None = None,
+                 frozen_e_bar: float | None = None) -> RunResult:
     """One training run. `strategy` is a reward.strategy; `penalty=False` zeroes P(Ē) (AWA-RL ablation).
+    `frozen_e_bar` holds Ē at that value every step (the EMA is not run): the same reward with its feedback
+    switched off, a stationary reward (the study's control for the late-phase refusal sd).
     `on_batch(batch)` sees every generation batch as the reward saw it: query indices `idx`, the p used per
-    query `p`, per-completion `outcomes` and `rewards`, and the step's `penalty`, `E_bar` (tests)."""
+    query `p`, per-completion `outcomes` and `rewards`, the step's `penalty` P(Ē), `E_bar`, and each group's
+    applied penalty `group_penalties` (tests)."""
     rng = np.random.default_rng(seed)
     rc = rc.model_copy(update={"strategy": strategy, "gamma": gamma,
                                **({"static_value": static_value} if static_value is not None else {})})
@@ -210,7 +214,7 @@ def simulate_run(pop: Population, sc: SimulateConfig, rc: RewardConfig, strategy
     res = RunResult(label=label or strategy, strategy=strategy, gamma=gamma if awarl else None,
                     static_value=static_value, penalty=penalty if awarl else None, seed=seed)
     h = res.history
-    keys = [*POPULATION_KEYS, "batch_rho", "batch_rho_hat", "r_ref_mean"] + (["E", "E_bar", "penalty"] if awarl else [])
+    keys = [*POPULATION_KEYS, "batch_rho", "batch_rho_hat", "r_ref_mean"] + (["E", "E_bar", "penalty", "penalty_applied"] if awarl else [])
     for key in keys:
         h[key] = []
     B, G = min(sc.batch_queries, n), sc.group_size
@@ -236,24 +240,31 @@ def simulate_run(pop: Population, sc: SimulateConfig, rc: RewardConfig, strategy
         # Steps 4-8 on this generation batch (equal groups: the mean over queries is the mean over completions).
         rho_t = float(abstain.mean())
         rho_hat_t = float(model.exp_ab[idx].mean())
-        pen = 0.0
+        pen, pens = 0.0, [0.0] * B
         if awarl:
             e = A.excess(rho_t, rho_hat_t)
             e_ema, updates = A.ema(e_ema, e, rc.beta), updates + 1
-            e_bar = A.smoothed_excess(e_ema, updates, rc.beta, rc.ema_start)
-            pen = A.stepwise_penalty(e_bar, rc.penalty_steps, rc.penalty_max) if penalty else 0.0
+            e_bar = A.smoothed_excess(e_ema, updates, rc.beta, rc.ema_start) if frozen_e_bar is None else \
+                float(frozen_e_bar)
+            if penalty:
+                pen = A.stepwise_penalty(e_bar, rc.penalty_steps, rc.penalty_max)
+                # query ids as the rollout names them for AwaRLReward: the index, as a string
+                pens = [A.group_penalty(e_bar, str(i), updates, rc.penalty_steps, rc.penalty_max, rc.penalty_dither)
+                        for i in idx]
             h["E"].append(e)
             h["E_bar"].append(e_bar)
             h["penalty"].append(pen)
-        r_ab = [abstain_reward(strategy, rc, A.refusal_reward(float(model.r_base[i]), pen, rc.r_clip, r_max, r_min),
-                               bool(cg > 0)) for i, cg in zip(idx, correct_g, strict=True)]
+            h["penalty_applied"].append(float(np.mean(pens)))
+        r_ab = [abstain_reward(strategy, rc, A.refusal_reward(float(model.r_base[i]), pg, rc.r_clip, r_max, r_min),
+                               bool(cg > 0)) for i, cg, pg in zip(idx, correct_g, pens, strict=True)]
         table = np.array([[fixed[Outcome.CORRECT], fixed[Outcome.WRONG],
                            A.outcome_reward(Outcome.ABSTAIN, ra, rc.r_correct, rc.r_wrong, rc.r_invalid),
                            fixed[Outcome.INVALID]] for ra in r_ab])
         reward = table[group, code]
         if on_batch is not None:
             on_batch({"idx": idx.copy(), "p": model.p_est[idx].copy(), "outcomes": [OUTCOMES[c].value for c in code],
-                      "rewards": reward.copy(), "penalty": pen, "E_bar": h["E_bar"][-1] if awarl else None})
+                      "rewards": reward.copy(), "penalty": pen, "E_bar": h["E_bar"][-1] if awarl else None,
+                      "group_penalties": list(pens)})
         h["batch_rho"].append(rho_t)
         h["batch_rho_hat"].append(rho_hat_t)
         h["r_ref_mean"].append(float(np.mean(r_ab)))
@@ -314,6 +325,28 @@ def run_all(cfg: AwarlConfig, progress: bool = True, population: Population | No
                 results.append(r)
                 bar.update(1)
     return results
+
+
+def run_frozen_twins(cfg: AwarlConfig, gamma: float, tail_fraction: float = 0.2
+                     ) -> tuple[list[RunResult], list[RunResult]]:
+    """The AWA-RL run at `gamma` for each of `simulate.seeds` seeds, and its frozen twin: the same reward with Ē
+    held at the mean the live run settled at over its last `tail_fraction` (`simulate_run(frozen_e_bar=...)`),
+    on the same population and samples. The twin is a stationary reward holding about the same refusal rate,
+    so comparing their late-phase refusal sd separates what the penalty's feedback adds from what holding that
+    refusal rate under GRPO costs anyway (docs/method.md "Dithered steps")."""
+    sc = cfg.simulate
+    live, frozen = [], []
+    for seed in (sc.seed + k for k in range(sc.seeds)):
+        pop_rng, run_seed = seed_pair(seed)
+        pop = make_population(sc, pop_rng)
+        r = simulate_run(pop, sc, cfg.reward, "awarl", gamma=gamma, seed=run_seed, label=f"awarl γ={gamma:g}")
+        tail = r.history["E_bar"][-max(1, int(len(r.history["E_bar"]) * tail_fraction)):]
+        twin = simulate_run(pop, sc, cfg.reward, "awarl", gamma=gamma, seed=run_seed,
+                            label=f"awarl γ={gamma:g}, Ē frozen", frozen_e_bar=float(np.mean(tail)))
+        r.seed = twin.seed = seed
+        live.append(r)
+        frozen.append(twin)
+    return live, frozen
 
 
 def summary_rows(results: Sequence[RunResult], tail_fraction: float = 0.2) -> list[dict]:

@@ -17,23 +17,36 @@ Protocol (fixed in this file before any of its results were looked at; docs/reco
    simulator's 1000). Values are final population values, means over seeds.
 4. **Selection (tuning half only).** `select_default`: among the candidate variants (those with a guard in each
    direction, the cap r_ref_margin against lazy refusal and the floor r_ref_floor_margin against refusal
-   collapse; the others are references and ablations, reported but not eligible), the (variant, γ) with the largest mean over tuning populations of RA-F1 minus that population's best baseline
-   RA-F1, excluding any that collapses refusal (< 0.02 while the best baseline refuses > 0.3) in a tuning
-   population. That pair becomes configs/base.yaml's reward.
+   collapse; the others are references and ablations, reported but not eligible), the (variant, γ) with the
+   largest mean over tuning populations of RA-F1 minus that population's best baseline RA-F1, excluding any that
+   collapses refusal (< 0.02 while the best baseline refuses > 0.3) in a tuning population. Revised for issue
+   22's second round, before that round's study ran: among the choices within `SELECT_TOL` (0.001) of that
+   largest mean lead (a tie at this yardstick's resolution), the one with the smallest mean late-phase refusal
+   sd over the tuning populations. That pair becomes configs/base.yaml's reward.
 5. **Report both halves**, the held-out half as the evidence: per population the best γ of the chosen reading
    against the best baseline (with the seed std), the chosen γ's distance to the best γ, refusal collapse,
    and the late-phase refusal std against the baselines'.
-6. **Stability under the trainer's schedule** (added after the first run, as a check, not a selection): the
+6. **Fresh held-out populations** (added for issue 22's second round): the first held-out half was looked at
+   while the penalty dither was designed (pop03, pop05 and pop07's traces), so `--fresh` (default 8) more
+   populations are drawn from the same distribution with `FRESH_SEED`, all held out, looked at by nobody before
+   this study reported them. They are the evidence for that round's choice; the first held-out half is
+   reported as before.
+7. **The frozen-feedback control** (added with 6): the late-phase refusal sd of the chosen reward is compared
+   with the baselines' and with the same reward with its feedback switched off, Ē held at the mean the run
+   settled at over its last fifth (`simulate.run_frozen_twins`): a stationary reward that holds the same refusal
+   rate. What the frozen twin shows is the sd of holding that refusal rate under GRPO; what the live run adds to
+   it is the penalty's own chatter.
+8. **Stability under the trainer's schedule** (added after the first run, as a check, not a selection): the
    study's simulator keeps the step size constant, `awarl train` decays it linearly to 0 (TRL's default), so the
-   held-out half's shipped reading and baselines are run again with `simulate.lr_schedule=linear` and their
+   held-out halves' shipped reading and baselines are run again with `simulate.lr_schedule=linear` and their
    late-phase refusal std and RA-F1 reported.
 
     PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python scripts/reconstruction_study.py --out runs/study
 
 Writes OUT/pops/NAME.json per population as it finishes (a rerun skips those: the study resumes), then
 OUT/study.json and OUT/study.md (kept in the repo as docs/reconstruction_study.md), and prints the selection.
-About 25 CPU-minutes with the defaults (21 populations x 11 variants x 9 γ + 4 baselines, 3 seeds; measured
-35 wall-minutes on 2 cores shared with other work).
+About an hour of CPU with the defaults (29 populations x 14 variants x 9 γ + 4 baselines, 3 seeds; `--jobs 2`
+halves the wall time).
 """
 
 from __future__ import annotations
@@ -51,9 +64,10 @@ import numpy as np
 
 from awarl.config import load_config
 from awarl.io import atomic_write_json, atomic_write_text, repo_root
-from awarl.simulate import run_all, summary_rows
+from awarl.simulate import run_all, run_frozen_twins, summary_rows
 
 POPULATION_SEED = 20261201
+FRESH_SEED = 20261202        # step 6: the fresh held-out populations (issue 22, second round)
 POPULATION_DISTRIBUTION = (
     "success of answerable queries ~ Beta(α, β), α and β log-uniform on [0.3, 3]; unanswerable share ~ U(0, 0.8); "
     "perception noise ~ U(0, 2.5) logits; skill gain 0 with probability 1/2, else ~ U(0, 0.003) logits per step; "
@@ -67,14 +81,15 @@ GAMMAS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0)
 COLLAPSE_REFUSAL = 0.02      # "refusal collapsed": below this ...
 BASELINE_REFUSES = 0.3       # ... while the best baseline refuses more than this
 CLOSE_TO_BEST = 0.01         # "the shipped γ is within 0.01 RA-F1 of the best γ"
+SELECT_TOL = 0.001           # step 4: mean leads this close are a tie, broken by the smaller late-phase refusal sd
 
 # Every reward option a variant could move, written out in full for every variant.
 _COMMON = {"reward.p_definition": "share_of_k", "reward.ema_start": "zero", "reward.p_online": "off"}
 
 
-def _variant(rate: str, margin: float | None, floor: float | None, **extra: object) -> dict:
+def _variant(rate: str, margin: float | None, floor: float | None, dither: float = 0.0, **extra: object) -> dict:
     return {**_COMMON, "reward.expected_rate": rate, "reward.r_ref_margin": margin,
-            "reward.r_ref_floor_margin": floor, **extra}
+            "reward.r_ref_floor_margin": floor, "reward.penalty_dither": dither, **extra}
 
 
 # name -> reward overrides; "_role" marks the references and ablations, which are not candidates for the default.
@@ -90,13 +105,18 @@ VARIANTS: dict[str, dict] = {
     "posterior + guards, floor 0.02": _variant("posterior", 0.1, 0.02),
     "posterior + guards, floor 0.1": _variant("posterior", 0.1, 0.1),
     "posterior + guards, no penalty": {**_variant("posterior", 0.1, 0.05), "_role": "ablation"},
+    # issue 22, second round: the same with each GRPO group's step drawn at Ē + u, u ~ U(-δ, δ)
+    "posterior + guards, floor 0, dither 0.05": _variant("posterior", 0.1, 0.0, 0.05),
+    "posterior + guards, floor 0, dither 0.1": _variant("posterior", 0.1, 0.0, 0.1),
+    "posterior + guards, floor 0, dither 0.2": _variant("posterior", 0.1, 0.0, 0.2),
 }
 BASELINES = "simulate.strategies=[none, static, bapo]"
 
 
-def draw_populations(count: int, seed: int = POPULATION_SEED) -> list[dict]:
+def draw_populations(count: int, seed: int = POPULATION_SEED, fresh: bool = False) -> list[dict]:
     """`count` simulator populations from POPULATION_DISTRIBUTION, each {name, half, overrides}; the split
-    (even index: tuning, odd: held-out) is part of the protocol, not of the results."""
+    (even index: tuning, odd: held-out) is part of the protocol, not of the results. `fresh`: step 6's
+    populations, all held out (names fresh00, fresh01, ...)."""
     rng = np.random.default_rng(seed)
 
     def log_uniform(lo: float, hi: float) -> float:
@@ -110,7 +130,8 @@ def draw_populations(count: int, seed: int = POPULATION_SEED) -> list[dict]:
                   "skill_gain": 0.0 if rng.random() < 0.5 else float(rng.uniform(0.0, 0.003)),
                   "invalid_rate": 0.0 if rng.random() < 0.5 else float(rng.uniform(0.0, 0.3)),
                   "init_abstain_rate": log_uniform(0.01, 0.3)}
-        pops.append({"name": f"pop{k:02d}", "half": "tuning" if k % 2 == 0 else "held-out",
+        half = "fresh held-out" if fresh else "tuning" if k % 2 == 0 else "held-out"
+        pops.append({"name": f"{'fresh' if fresh else 'pop'}{k:02d}", "half": half,
                      "config": "configs/base.yaml",
                      "overrides": [f"simulate.{key}={val:.4g}" for key, val in params.items()], "params": params})
     return pops
@@ -174,13 +195,14 @@ def selection_table(pops: list[dict], names: list[str] | None = None) -> list[di
     out = []
     for name in candidates() if names is None else names:
         for g in GAMMAS:
-            leads, falls = [], 0
+            leads, sds, falls = [], [], 0
             for pop in pops:
                 row, rival = row_at(pop, name, g), best_baseline(pop)
                 leads.append(row["ra_f1"] - rival["ra_f1"])
+                sds.append(row["late_sd"])
                 falls += collapsed(row, rival)
             out.append({"variant": name, "gamma": g, "mean_lead": float(np.mean(leads)),
-                        "min_lead": float(np.min(leads)), "collapses": falls})
+                        "min_lead": float(np.min(leads)), "mean_late_sd": float(np.mean(sds)), "collapses": falls})
     return sorted(out, key=lambda r: -r["mean_lead"])
 
 
@@ -188,11 +210,13 @@ def select_default(pops: list[dict]) -> dict:
     """Step 4 of the protocol. `pops` must be the tuning half only."""
     assert all(p["half"] == "tuning" for p in pops), "the default is chosen on the tuning half only"
     table = [r for r in selection_table(pops) if r["collapses"] == 0]
-    return table[0]
+    tied = [r for r in table if r["mean_lead"] >= table[0]["mean_lead"] - SELECT_TOL]
+    return min(tied, key=lambda r: (r["mean_late_sd"], -r["mean_lead"]))
 
 
-def judge_population(pop: dict, variant: str, gamma: float) -> dict:
-    """The issue's targets on one population for the shipped reading `variant` at the shipped `gamma`."""
+def judge_population(pop: dict, variant: str, gamma: float, frozen: dict | None = None) -> dict:
+    """The issue's targets on one population for the shipped reading `variant` at the shipped `gamma`; `frozen`
+    (a `frozen_check` row of this population) adds the frozen-feedback control of step 7."""
     rival = best_baseline(pop)
     rows = pop["variants"][variant]
     best = max(rows, key=lambda r: r["ra_f1"])
@@ -208,7 +232,29 @@ def judge_population(pop: dict, variant: str, gamma: float) -> dict:
             "shipped_close": best["ra_f1"] - shipped["ra_f1"] <= CLOSE_TO_BEST,
             "collapse": any(collapsed(r, rival) for r in rows), "shipped_late_sd": shipped["late_sd"],
             "baseline_late_sd_max": max(base_sd), "baseline_late_sd_min": min(base_sd),
-            "late_sd_ok": shipped["late_sd"] <= max(base_sd)}
+            "late_sd_ok": shipped["late_sd"] <= max(base_sd),
+            **({"frozen_late_sd": frozen["frozen_late_sd"], "frozen_refusal": frozen["frozen_refusal"],
+                "late_sd_vs_frozen_ok": shipped["late_sd"] <= frozen["frozen_late_sd"]} if frozen else {})}
+
+
+def _config(pop: dict, seeds: int, steps: int | None, extra: list[str]) -> object:
+    path = repo_root() / pop["config"]
+    return load_config(path, pop["overrides"] + [f"simulate.seeds={seeds}"] +
+                       ([f"simulate.steps={steps}"] if steps else []) + extra)
+
+
+def frozen_check(pops: list[dict], variant: str, gamma: float, seeds: int, steps: int | None,
+                 lr_schedule: str = "constant") -> dict[str, dict]:
+    """Step 7: per population, the chosen reward at the chosen γ and its frozen twin (Ē held at the mean the run
+    settled at), late-phase refusal sd and final refusal of each, means over seeds."""
+    out = {}
+    for pop in pops:
+        cfg = _config(pop, seeds, steps, _overrides(VARIANTS[variant]) + [f"simulate.lr_schedule={lr_schedule}"])
+        live, frozen = (summary_rows(runs)[0] for runs in run_frozen_twins(cfg, gamma))
+        out[pop["name"]] = {"population": pop["name"], "live_late_sd": live["late_sd"], "live_ra_f1": live["ra_f1"],
+                            "live_refusal": live["refusal_rate"], "frozen_late_sd": frozen["late_sd"],
+                            "frozen_refusal": frozen["refusal_rate"], "frozen_ra_f1": frozen["ra_f1"]}
+    return out
 
 
 # ------------------------------------------------------------------------------------------- report
@@ -233,24 +279,28 @@ def population_table(pops: list[dict]) -> list[str]:
 
 
 def targets_table(judged: list[dict]) -> list[str]:
+    twin = all("frozen_late_sd" in j for j in judged)
     lines = ["| population | best baseline: RA-F1 ± sd (refusal) | AWA-RL best γ: RA-F1 ± sd (refusal) | lead | "
              ">= best − 1 sd | ahead | shipped γ: RA-F1 (gap to best γ) | collapse | late refusal sd: "
-             "shipped / baselines min–max |", "|---|---|---|---|---|---|---|---|---|"]
+             "shipped / baselines min–max |" + (" frozen twin: late sd (refusal) |" if twin else ""),
+             "|---|---|---|---|---|---|---|---|---|" + ("---|" if twin else "")]
     for j in judged:
         lines.append(
             f"| {j['population']} | {j['rival']}: {_f(j['rival_ra_f1'])} ± {_f(j['rival_sd'])} "
             f"({j['rival_refusal']:.2f}) | γ={j['best_gamma']:g}: {_f(j['best_ra_f1'])} ± {_f(j['best_sd'])} "
             f"({j['best_refusal']:.2f}) | {j['lead']:+.3f} | {'yes' if j['within_sd'] else '**no**'} | "
             f"{'yes' if j['ahead'] else 'no'} | {_f(j['shipped_ra_f1'])} ({j['shipped_gap']:+.3f}) | "
-            f"{'**yes**' if j['collapse'] else 'no'} | {j['shipped_late_sd']:.3f} / {j['baseline_late_sd_min']:.3f}–"
-            f"{j['baseline_late_sd_max']:.3f} |")
+            f"{'**yes**' if j['collapse'] else 'no'} | {j['shipped_late_sd']:.4f} / {j['baseline_late_sd_min']:.4f}–"
+            f"{j['baseline_late_sd_max']:.4f} |" + (f" {j['frozen_late_sd']:.4f} ({j['frozen_refusal']:.2f}) |" if twin else ""))
     n = len(judged)
     if n:
         lines += ["", f"In {n} populations: AWA-RL (best γ) at least the best baseline − 1 sd in "
                   f"{sum(j['within_sd'] for j in judged)}, strictly ahead in {sum(j['ahead'] for j in judged)}; "
                   f"refusal collapse in {sum(j['collapse'] for j in judged)}; the shipped γ within {CLOSE_TO_BEST:g} "
                   f"RA-F1 of the best γ in {sum(j['shipped_close'] for j in judged)}; late refusal sd no larger than "
-                  f"the largest baseline's in {sum(j['late_sd_ok'] for j in judged)}."]
+                  f"the largest baseline's in {sum(j['late_sd_ok'] for j in judged)}"
+                  + (f", no larger than its frozen twin's in {sum(j['late_sd_vs_frozen_ok'] for j in judged)}"
+                     if twin else "") + "."]
     return lines
 
 
@@ -281,9 +331,15 @@ def full_population_block(pop: dict) -> list[str]:
     return lines + [""]
 
 
+HALVES = (("fresh held-out", "Fresh held-out populations: the evidence"),
+          ("held-out", "First held-out half (evidence for the first round; looked at while the dither was designed)"),
+          ("tuning", "Tuning half (not evidence: the default was chosen here)"),
+          ("named", "The named populations (chose the first default)"))
+
+
 def report(results: list[dict], chosen: dict, tuning_table: list[dict], seeds: int,
-           stability: list[dict] | None = None) -> str:
-    by_half = {h: [p for p in results if p["half"] == h] for h in ("tuning", "held-out", "named")}
+           stability: list[dict] | None = None, frozen: dict[str, dict] | None = None) -> str:
+    by_half = {h: [p for p in results if p["half"] == h] for h, _ in HALVES}
     v, g = chosen["variant"], chosen["gamma"]
     every = selection_table(by_half["tuning"], list(VARIANTS))
     best_g = {name: max((r for r in every if r["variant"] == name), key=lambda r: r["mean_lead"])["gamma"]
@@ -294,7 +350,9 @@ def report(results: list[dict], chosen: dict, tuning_table: list[dict], seeds: i
              "penalty's target\" and \"Reconstruction choices\" read the results.", "",
              f"Population distribution: {POPULATION_DISTRIBUTION} (seed {POPULATION_SEED}). Even-numbered "
              "populations form the tuning half, odd-numbered ones the held-out half; the five named populations of "
-             "configs/simulate/ chose the previous default and are reported apart.", "",
+             "configs/simulate/ chose the first default and are reported apart. The fresh held-out populations "
+             f"(fresh00, ...) are drawn from the same distribution with seed {FRESH_SEED}, for the second round's "
+             "choice (protocol step 6).", "",
              "Reward variants (every option written out; all use p_definition share_of_k, ema_start zero, "
              "p_online off):", ""]
     for name, opts in VARIANTS.items():
@@ -302,28 +360,32 @@ def report(results: list[dict], chosen: dict, tuning_table: list[dict], seeds: i
     lines += ["", "## Populations", ""] + population_table(results)
     lines += ["", "## Selection on the tuning half", "",
               "Score: mean over the tuning populations of RA-F1 minus the population's best baseline RA-F1 "
-              f"(a (variant, γ) that collapses refusal in a tuning population is excluded). Top 15 of "
-              f"{len(tuning_table)}:", "", "| variant | γ | mean lead | worst lead | collapses |",
-              "|---|---|---|---|---|"]
+              f"(a (variant, γ) that collapses refusal in a tuning population is excluded); leads within "
+              f"{SELECT_TOL:g} of the best are a tie, broken by the smaller mean late-phase refusal sd. Top 15 of "
+              f"{len(tuning_table)}:", "", "| variant | γ | mean lead | worst lead | mean late refusal sd | collapses |",
+              "|---|---|---|---|---|---|"]
     for r in tuning_table[:15]:
         lines.append(f"| {r['variant']} | {r['gamma']:g} | {r['mean_lead']:+.4f} | {r['min_lead']:+.3f} | "
-                     f"{r['collapses']} |")
+                     f"{r['mean_late_sd']:.4f} | {r['collapses']} |")
     lines += ["", f"**Chosen: {v}, γ = {g:g}** (configs/base.yaml).", ""]
-    for half, title in (("held-out", "Held-out half: the evidence"), ("tuning", "Tuning half (not evidence: the "
-                        "default was chosen here)"), ("named", "The named populations (chose the previous default)")):
+    for half, title in HALVES:
         pops = by_half[half]
         if not pops:
             continue
         lines += [f"## {title}", "", f"The shipped reading ({v}) at its best γ per population and at the shipped "
                   f"γ = {g:g}, against the best of plain GRPO, static 0.05 / 0.3 and BAPO:", ""]
-        lines += targets_table([judge_population(p, v, g) for p in pops])
+        lines += targets_table([judge_population(p, v, g, (frozen or {}).get(p["name"])) for p in pops])
         lines += ["", "Every variant on this half (γ chosen on the tuning half):", ""] + variants_summary(pops, best_g)
         lines += [""]
     if stability:
-        lines += ["## Held-out half under the trainer's learning-rate schedule", "",
-                  "Step 6 of the protocol: the study's simulator keeps the step size constant; `awarl train` decays "
-                  "it linearly to 0 (TRL's default). The shipped reading at the shipped γ and the baselines again, "
-                  "`simulate.lr_schedule=linear`, final values, mean over seeds:", ""] + stability_table(stability) + [""]
+        lines += ["## Held-out populations under the trainer's learning-rate schedule", "",
+                  "Step 8 of the protocol: the study's simulator keeps the step size constant; `awarl train` decays "
+                  "it linearly to 0 (TRL's default). The shipped reading at the shipped γ (and its frozen twin) and "
+                  "the baselines again, `simulate.lr_schedule=linear`, final values, mean over seeds:", ""]
+        for half, title in HALVES[:2]:
+            rows = [r for r in stability if r["half"] == half]
+            if rows:
+                lines += [f"{title.split(':')[0].split(' (')[0]}:", ""] + stability_table(rows) + [""]
     lines += ["## Full tables", "", "RA-F1 (refusal) of every variant at every γ, mean over seeds.", ""]
     for p in results:
         lines += full_population_block(p)
@@ -331,20 +393,18 @@ def report(results: list[dict], chosen: dict, tuning_table: list[dict], seeds: i
 
 
 def stability_check(pops: list[dict], variant: str, gamma: float, seeds: int, steps: int | None) -> list[dict]:
-    """Step 6: the shipped reading at the shipped γ and the baselines under a linearly decayed step size."""
+    """Step 8: the shipped reading at the shipped γ (with its frozen twin) and the baselines under a linearly
+    decayed step size."""
     out = []
+    twins = frozen_check(pops, variant, gamma, seeds, steps, lr_schedule="linear")
     for pop in pops:
-        path = repo_root() / pop["config"]
-        common = pop["overrides"] + [f"simulate.seeds={seeds}", "simulate.lr_schedule=linear"] + \
-            ([f"simulate.steps={steps}"] if steps else [])
-        base = summary_rows(run_all(load_config(path, common + _overrides(VARIANTS["paper spec"]) + [BASELINES]),
-                                    progress=False))
-        cfg = load_config(path, common + _overrides(VARIANTS[variant]) + [f"simulate.gammas=[{gamma:g}]",
-                                                                           "simulate.strategies=[awarl]"])
-        row = summary_rows(run_all(cfg, progress=False))[0]
+        base = summary_rows(run_all(_config(pop, seeds, steps, ["simulate.lr_schedule=linear", BASELINES]
+                                            + _overrides(VARIANTS["paper spec"])), progress=False))
+        twin = twins[pop["name"]]
         rival = max(base, key=lambda r: r["ra_f1"])
-        out.append({"population": pop["name"], "ra_f1": row["ra_f1"], "late_sd": row["late_sd"],
-                    "refusal": row["refusal_rate"], "rival": rival["label"], "rival_ra_f1": rival["ra_f1"],
+        out.append({"population": pop["name"], "half": pop["half"], "ra_f1": twin["live_ra_f1"],
+                    "late_sd": twin["live_late_sd"], "refusal": twin["live_refusal"],
+                    "frozen_late_sd": twin["frozen_late_sd"], "rival": rival["label"], "rival_ra_f1": rival["ra_f1"],
                     "baseline_late_sd_min": min(b["late_sd"] for b in base),
                     "baseline_late_sd_max": max(b["late_sd"] for b in base)})
     return out
@@ -352,11 +412,16 @@ def stability_check(pops: list[dict], variant: str, gamma: float, seeds: int, st
 
 def stability_table(rows: list[dict]) -> list[str]:
     lines = ["| population | shipped: RA-F1 (refusal) | best baseline: RA-F1 | late refusal sd: shipped / baselines "
-             "min–max |", "|---|---|---|---|"]
+             "min–max / frozen twin |", "|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['population']} | {_f(r['ra_f1'])} ({r['refusal']:.2f}) | {r['rival']}: "
                      f"{_f(r['rival_ra_f1'])} | {r['late_sd']:.4f} / {r['baseline_late_sd_min']:.4f}–"
-                     f"{r['baseline_late_sd_max']:.4f} |")
+                     f"{r['baseline_late_sd_max']:.4f} / {r['frozen_late_sd']:.4f} |")
+    n = len(rows)
+    if n:
+        lines += ["", f"In {n} populations: late refusal sd no larger than the largest baseline's in "
+                  f"{sum(r['late_sd'] <= r['baseline_late_sd_max'] for r in rows)}, no larger than the frozen twin's "
+                  f"in {sum(r['late_sd'] <= r['frozen_late_sd'] for r in rows)}."]
     return lines
 
 
@@ -377,12 +442,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=3, help="seeds per cell (default 3)")
     ap.add_argument("--steps", type=int, help="steps per run (default: simulate.steps, 1000)")
     ap.add_argument("--populations", type=int, default=16, help="drawn populations (default 16, half of them tuning)")
+    ap.add_argument("--fresh", type=int, default=8, help="fresh held-out populations (default 8; step 6)")
     ap.add_argument("--no-named", action="store_true", help="skip the five named populations")
     ap.add_argument("--jobs", type=int, default=1, help="populations simulated in parallel processes")
     args = ap.parse_args(argv)
     out = Path(args.out)
     (out / "pops").mkdir(parents=True, exist_ok=True)
-    pops = draw_populations(args.populations) + ([] if args.no_named else named_populations())
+    pops = draw_populations(args.populations) + draw_populations(args.fresh, FRESH_SEED, fresh=True) + \
+        ([] if args.no_named else named_populations())
     t0 = time.time()
     work = [(p, args.seeds, args.steps, str(out)) for p in pops]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
@@ -392,13 +459,16 @@ def main(argv: list[str] | None = None) -> int:
     tuning = [p for p in results if p["half"] == "tuning"]
     table = selection_table(tuning)
     chosen = select_default(tuning)
-    held_pops = [p for p in results if p["half"] == "held-out"]
-    held = [judge_population(p, chosen["variant"], chosen["gamma"]) for p in held_pops]
-    stability = stability_check(held_pops, chosen["variant"], chosen["gamma"], args.seeds, args.steps)
+    v, g = chosen["variant"], chosen["gamma"]
+    print(f"chosen on the tuning half: {chosen}", flush=True)
+    frozen = frozen_check(results, v, g, args.seeds, args.steps)
+    held_pops = [p for p in results if p["half"] in ("fresh held-out", "held-out")]
+    held = [judge_population(p, v, g, frozen[p["name"]]) for p in held_pops]
+    stability = stability_check(held_pops, v, g, args.seeds, args.steps)
     atomic_write_json(out / "study.json", {"seeds": args.seeds, "chosen": chosen, "selection": table,
-                                           "held_out": held, "stability_linear_lr": stability, "results": results})
-    atomic_write_text(out / "study.md", report(results, chosen, table, args.seeds, stability))
-    print(f"chosen on the tuning half: {chosen}")
+                                           "held_out": held, "frozen": frozen, "stability_linear_lr": stability,
+                                           "results": results})
+    atomic_write_text(out / "study.md", report(results, chosen, table, args.seeds, stability, frozen))
     print("\n".join(targets_table(held)))
     print(f"\nwrote {out}/study.json, {out}/study.md ({time.time() - t0:.0f} s)", file=sys.stderr)
     return 0

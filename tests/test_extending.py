@@ -120,7 +120,7 @@ out["research_judge"] = load_config(None, ["research.judge=containment"]).resear
 # the strategy and the reading: in the training reward (hand-checkable batch) and the simulator
 batch = dict(prompts=["p"] * 4, completions=["c"] * 4, completion_ids=[[1]] * 4,
              outcome=["abstain", "abstain", "correct", "abstain"], qid=["h", "h", "e", "e"], p_i=[0.04, 0.04, 0.81, 0.81])
-spec = ["reward.gamma=0.5", "reward.expected_rate=threshold", "reward.r_ref_margin=null",
+spec = ["reward.gamma=0.5", "reward.expected_rate=threshold", "reward.r_ref_margin=null", "reward.penalty_dither=0",
         "reward.r_ref_floor_margin=null"]
 plain = AwaRLReward(load_config(None, spec + ["reward.strategy=awarl"]).reward)
 mixed = AwaRLReward(load_config(None, spec + ["reward.strategy=awarl_bapo"]).reward)

@@ -40,12 +40,13 @@ def test_populations_follow_the_documented_distribution_and_split_before_looking
 
 
 def _pop(name: str, half: str, leads: dict[tuple[str, float], float],
-         collapsed: tuple[str, float] | None = None) -> dict:
+         collapsed: tuple[str, float] | None = None, late_sd: dict[tuple[str, float], float] | None = None) -> dict:
     """A fake study result: every (variant, γ) 0.1 below the best baseline except those in `leads`; the
-    `collapsed` cell refuses nothing while the baseline refuses 0.6."""
+    `collapsed` cell refuses nothing while the baseline refuses 0.6; late-phase refusal sd 0.001 except `late_sd`."""
     S = _study()
     base = {"label": "bapo", "ra_f1": 0.5, "ra_f1_sd": 0.01, "refusal_rate": 0.6, "late_sd": 0.001, "strategy": "bapo"}
-    variants = {v: [{"gamma": g, "ra_f1": 0.5 + leads.get((v, g), -0.1), "ra_f1_sd": 0.01, "late_sd": 0.001,
+    variants = {v: [{"gamma": g, "ra_f1": 0.5 + leads.get((v, g), -0.1), "ra_f1_sd": 0.01,
+                     "late_sd": (late_sd or {}).get((v, g), 0.001),
                      "refusal_rate": 0.0 if (v, g) == collapsed else 0.5} for g in S.GAMMAS] for v in S.VARIANTS}
     return {"name": name, "half": half, "params": {}, "baselines": [base], "variants": variants}
 
@@ -64,3 +65,24 @@ def test_selection_reads_the_tuning_half_only_and_skips_collapsing_choices():
     assert (S.select_default(collapsing)["variant"], S.select_default(collapsing)["gamma"]) == other
     with pytest.raises(AssertionError, match="tuning half only"):
         S.select_default([_pop("c", "held-out", {good: 0.1})])
+
+
+def test_a_tie_on_ra_f1_goes_to_the_steadier_plateau_and_only_a_tie():
+    S = _study()
+    plain, dithered = ("posterior + guards, floor 0", 0.05), ("posterior + guards, floor 0, dither 0.2", 0.02)
+    sds = {plain: 0.02, dithered: 0.005}
+    # within SELECT_TOL of the best mean lead: the smaller mean late-phase refusal sd wins
+    tie = [_pop("a", "tuning", {plain: 0.0100, dithered: 0.0100 - S.SELECT_TOL / 2}, late_sd=sds)]
+    assert (S.select_default(tie)["variant"], S.select_default(tie)["gamma"]) == dithered
+    # beyond it, RA-F1 decides, however noisy the winner
+    lead = [_pop("a", "tuning", {plain: 0.0100, dithered: 0.0100 - 2 * S.SELECT_TOL}, late_sd=sds)]
+    assert (S.select_default(lead)["variant"], S.select_default(lead)["gamma"]) == plain
+
+
+def test_fresh_populations_are_a_new_draw_all_held_out():
+    S = _study()
+    fresh = S.draw_populations(8, S.FRESH_SEED, fresh=True)
+    assert [p["name"] for p in fresh] == [f"fresh{k:02d}" for k in range(8)]
+    assert {p["half"] for p in fresh} == {"fresh held-out"}
+    first = {p["params"]["success_alpha"] for p in S.draw_populations(16)}
+    assert not first & {p["params"]["success_alpha"] for p in fresh}  # not the first draw again

@@ -83,6 +83,48 @@ def test_penalty_odd_monotone_dead_zone(e, f):
         assert A.stepwise_penalty(e, STEPS, 1.0) == 0.0
 
 
+def test_dither_offset_is_a_deterministic_uniform_draw_per_group_and_step():
+    keys = [f"q{k}" for k in range(4000)]
+    us = [A.dither_offset(k, 7, 0.1) for k in keys]
+    assert us == [A.dither_offset(k, 7, 0.1) for k in keys]  # every process, resume and the simulator agree
+    assert all(-0.1 <= u < 0.1 for u in us)
+    # uniform on [-0.1, 0.1): mean 0, a quarter in each quarter of the range
+    assert sum(us) / len(us) == pytest.approx(0.0, abs=0.005)
+    for lo in (-0.1, -0.05, 0.0, 0.05):
+        assert sum(lo <= u < lo + 0.05 for u in us) / len(us) == pytest.approx(0.25, abs=0.03)
+    # a fresh draw each step: no query keeps its offset for the whole run
+    assert sum(A.dither_offset(k, 8, 0.1) == u for k, u in zip(keys, us, strict=True)) == 0
+    assert A.dither_offset("q1", 7, 0.0) == 0.0
+    for bad in (-0.1, math.inf, math.nan):
+        with pytest.raises(ValueError, match="penalty_dither"):
+            A.dither_offset("q1", 7, bad)
+
+
+@given(e=st.floats(-1, 1, allow_nan=False), width=st.floats(0, 0.5, allow_nan=False), step=st.integers(0, 10**6))
+def test_group_penalty_is_always_one_of_the_steps(e, width, step):
+    levels = {0.0} | {s * p for _, p in STEPS for s in (1, -1)} | {1.0, -1.0}
+    assert A.group_penalty(e, f"q{step % 97}", step, STEPS, 1.0, width) in levels
+    assert A.group_penalty(e, "q", step, STEPS, 1.0, 0.0) == A.stepwise_penalty(e, STEPS, 1.0)
+
+
+def test_dithered_batch_penalty_is_continuous_in_e_bar_where_one_step_jumps():
+    """The reason for the dither: the mean penalty over a batch's groups rises through the dead zone's edge in
+    small steps (about 0.2 × Δ / 2δ), where the single batch-wide step jumps from 0 to 0.2 at once."""
+    groups = [f"q{k}" for k in range(2000)]
+    grid = [0.005 * k for k in range(29)]  # Ē from 0 to 0.14: the single step's only edge is 0.05
+
+    def batch_mean(e_bar: float, width: float) -> float:
+        return sum(A.group_penalty(e_bar, g, 3, STEPS, 1.0, width) for g in groups) / len(groups)
+
+    plain = [batch_mean(e, 0.0) for e in grid]
+    dithered = [batch_mean(e, 0.1) for e in grid]
+    assert max(b - a for a, b in zip(plain, plain[1:], strict=False)) == pytest.approx(0.2)
+    assert all(b >= a - 0.01 for a, b in zip(dithered, dithered[1:], strict=False))  # monotone up to sampling
+    assert max(abs(b - a) for a, b in zip(dithered, dithered[1:], strict=False)) < 0.03
+    # centred on the same edge: half the groups penalised where Ē sits on it
+    assert batch_mean(0.05, 0.1) == pytest.approx(0.1, abs=0.01) and dithered[-1] > 0.2 > dithered[0]
+
+
 def test_refusal_reward_clipped_and_direction():
     assert A.refusal_reward(0.6838, 0.0) == pytest.approx(0.6838)
     assert A.refusal_reward(0.1, 0.5) == pytest.approx(-0.4)   # over-refusal lowers it below 0

@@ -86,6 +86,7 @@ REPLAY_CASES = [
     {"expected_rate": "posterior", "r_ref_margin": 0.1, "r_ref_floor_margin": 0.05},
     {"expected_rate": "posterior", "p_definition": "among_answered", "p_online": "ema", "r_ref_floor_margin": 0.0,
      "posterior_prior": 1.0, "beta": 0.5},
+    {"penalty_dither": 0.4, "beta": 0.0, "p_online": "ema", "ema_start": "bias_corrected"},
 ]
 
 
@@ -114,6 +115,8 @@ def test_simulator_rewards_are_what_the_training_reward_gives_for_the_same_batch
         assert got == pytest.approx(b["rewards"].tolist(), abs=1e-12)
         if strategy == "awarl":
             assert reward.e_bar == pytest.approx(b["E_bar"]) and reward.last_stats["penalty"] == b["penalty"]
+            # each group's own step (reward.penalty_dither): the same draw on both sides
+            assert reward.last_stats["penalty_applied"] == pytest.approx(np.mean(b["group_penalties"]))
         else:
             assert "penalty" not in reward.last_stats and b["E_bar"] is None
     assert len(batches) == sc.steps
@@ -185,7 +188,8 @@ def test_collapse_claim_names_a_collapsed_refusal_where_a_baseline_refuses(tmp_p
               "simulate.static_values=[0.05]"]
     claim = "AWA-RL's refusal never collapses"
     found = {}
-    for name, extra in {"previous": ["reward.expected_rate=r_base_mean", "reward.r_ref_floor_margin=null"],
+    for name, extra in {"previous": ["reward.expected_rate=r_base_mean", "reward.r_ref_floor_margin=null",
+                                     "reward.penalty_dither=0"],
                         "shipped": []}.items():
         out = tmp_path / name
         assert main(["simulate", "--out", str(out), *common, *extra]) == 0
@@ -193,3 +197,31 @@ def test_collapse_claim_names_a_collapsed_refusal_where_a_baseline_refuses(tmp_p
         found[name] = next(c for c in summary["claims"] if c["claim"].startswith(claim))
     assert found["previous"]["holds"] is False and "γ=0.25 0.00" in found["previous"]["evidence"]
     assert found["shipped"]["holds"] is True
+
+
+@pytest.mark.slow
+def test_dithered_steps_hold_refusal_as_a_stationary_reward_would_where_one_step_chatters():
+    """docs/method.md "Dithered steps", on the default population at the shipped γ. With one batch-wide step the
+    penalty is an on/off switch: the live run cycles around the dead zone's edge, and its frozen twin (Ē held at
+    the mean the run settled at) cannot hold that refusal rate at all. With each group's step drawn at Ē + u the
+    frozen twin holds the live run's refusal rate, and the live run's late-phase sd is that of the stationary
+    reward, well below the single step's."""
+    from awarl.config import load_config
+    from awarl.io import repo_root
+    from awarl.simulate import run_all, run_frozen_twins, summary_rows
+
+    path = repo_root() / "configs" / "simulate" / "default.yaml"
+    rows = {}
+    for width in (0.0, 0.1):
+        cfg = load_config(path, [f"reward.penalty_dither={width}"])
+        live, frozen = run_frozen_twins(cfg, 0.05)
+        assert len(set(frozen[0].history["E_bar"])) == 1 and frozen[0].history["E"] != live[0].history["E"]
+        rows[width] = summary_rows(live)[0], summary_rows(frozen)[0]
+    (plain, plain_twin), (dith, dith_twin) = rows[0.0], rows[0.1]
+    assert abs(plain_twin["refusal_rate"] - plain["refusal_rate"]) > 0.2
+    assert abs(dith_twin["refusal_rate"] - dith["refusal_rate"]) < 0.02
+    assert dith["late_sd"] < 0.75 * plain["late_sd"] and dith["late_sd"] < 1.5 * dith_twin["late_sd"]
+    # the live run is the study's cell: the same population, samples and reward as run_all's
+    cell = summary_rows(run_all(load_config(path, ["simulate.strategies=[awarl]", "simulate.gammas=[0.05]",
+                                                   "reward.penalty_dither=0.1"]), progress=False))[0]
+    assert cell["late_sd"] == dith["late_sd"] and cell["ra_f1"] == dith["ra_f1"]

@@ -132,13 +132,32 @@ def test_shipped_gamma_sweep_crosses_gamma_with_every_expected_rate_reading(tmp_
     shipped = repo_root() / "configs" / "sweep_gamma.yaml"
     assert main(["sweep", "--config", str(shipped), "--aggregate", f"sweep.out_dir={tmp_path / 'sw'}"]) == 0
     out = capsys.readouterr().out
-    assert "12 runs over reward.gamma x reward.expected_rate:" in out
+    assert "15 runs over reward.gamma x reward.expected_rate:" in out
     runs = json.loads((tmp_path / "sw" / "runs.json").read_text())
     points = {(r["point"]["reward.gamma"], r["point"]["reward.expected_rate"]) for r in runs}
-    assert {rate for _, rate in points} == {"posterior", "threshold", "r_base_mean"} and len(points) == 12
+    assert {rate for _, rate in points} == {"posterior", "threshold", "r_base_mean"} and len(points) == 15
     assert RewardConfig().gamma in {g for g, _ in points}  # the shipped γ is on the grid
     for r in runs:
         cfg = load_config(r["config"])
         assert (cfg.reward.gamma, cfg.reward.expected_rate) == (r["point"]["reward.gamma"],
                                                                 r["point"]["reward.expected_rate"])
         assert f"reward.gamma={cfg.reward.gamma}, reward.expected_rate={cfg.reward.expected_rate}" in out
+
+
+def test_shipped_dither_sweep_crosses_the_spec_step_with_the_shipped_dither(tmp_path, capsys):
+    """configs/sweep_dither.yaml: the SPEC's batch-wide step (penalty_dither 0) against the shipped per-group draw,
+    at the shipped γ and the first round's; every run's resolved config carries its point."""
+    from awarl.cli import main
+    from awarl.config import RewardConfig, load_config
+    from awarl.io import repo_root
+
+    shipped = repo_root() / "configs" / "sweep_dither.yaml"
+    assert main(["sweep", "--config", str(shipped), "--aggregate", f"sweep.out_dir={tmp_path / 'sw'}"]) == 0
+    assert "4 runs over reward.penalty_dither x reward.gamma:" in capsys.readouterr().out
+    runs = json.loads((tmp_path / "sw" / "runs.json").read_text())
+    points = {(r["point"]["reward.penalty_dither"], r["point"]["reward.gamma"]) for r in runs}
+    assert {d for d, _ in points} == {0.0, RewardConfig().penalty_dither} and RewardConfig().gamma in {g for _, g in points}
+    for r in runs:
+        cfg = load_config(r["config"])
+        assert (cfg.reward.penalty_dither, cfg.reward.gamma) == (r["point"]["reward.penalty_dither"],
+                                                                 r["point"]["reward.gamma"])

@@ -208,16 +208,21 @@ def test_p_from_estimate_file_sets_refusal_reward(trained):
     cfg = trained["cfg"]
     r = cfg.reward
     p_of = {example_key(ex.dataset, ex.id): p for ex, p in zip(trained["examples"], trained["ps"], strict=True)}
-    seen = 0
+    seen, updates = 0, 0
+    cap, floor = A.refusal_cap(r.r_correct, r.r_ref_margin), A.refusal_floor(r.r_wrong, r.r_ref_floor_margin)
     for call in trained["rec"]["reward_calls"]:
-        kw, rewards, penalty = call["kw"], call["rewards"], call["stats"]["penalty"]
+        kw, rewards, stats = call["kw"], call["rewards"], call["stats"]
+        updates += bool(stats["updated"])
         for o, q, p, rew in zip(kw["outcome"], kw["qid"], kw["p_i"], rewards, strict=True):
             assert p == pytest.approx(p_of[q])  # the estimate file's p_i reached the reward
             if o == "abstain":
-                expected = min(max(1 - max(p, r.p_min) ** r.gamma - penalty, r.r_clip[0]), r.r_clip[1])
+                # the query's group pays the step at Ē + u (reward.penalty_dither), u drawn from its id and the step
+                pen = A.group_penalty(stats["E_bar"], q, updates, r.penalty_steps, r.penalty_max, r.penalty_dither)
+                expected = min(max(1 - max(p, r.p_min) ** r.gamma - pen, r.r_clip[0]), r.r_clip[1])
+                expected = max(min(expected, cap if cap is not None else 1.0), floor if floor is not None else -1.0)
                 assert rew == pytest.approx(expected)
                 assert expected == pytest.approx(
-                    A.refusal_reward(A.base_refusal_reward(p, r.gamma, r.p_min), penalty, r.r_clip))
+                    A.refusal_reward(A.base_refusal_reward(p, r.gamma, r.p_min), pen, r.r_clip, cap, floor))
                 seen += 1
     assert seen >= 2
 

@@ -293,3 +293,34 @@ def test_refusal_floor_keeps_refusing_above_a_wrong_answer_under_full_over_refus
     assert AwaRLReward(cfg)(**over) == pytest.approx([R_HARD - 1, R_HARD - 1, R_EASY - 1, R_EASY - 1])
     floored = AwaRLReward(cfg.model_copy(update={"r_ref_floor_margin": 0.05}))(**over)
     assert floored == pytest.approx([0.05] * 4)
+
+
+def test_dithered_penalty_gives_each_group_its_own_step_and_resumes(tmp_path):
+    """reward.penalty_dither: every completion of a group gets the group's P(Ē + u), u drawn from its query id
+    and the step (a group straddling processes gets one penalty); `penalty` logs P(Ē), `penalty_applied` the
+    mean over completions; a restored state continues with the same draws."""
+    from awarl.rewards import abstention as A
+    from awarl.rewards.trl_reward import save_reward_state
+
+    cfg = spec_reward(beta=0.0, penalty_dither=0.3)  # Ē = E; a wide dither so both steps show in a small batch
+    qids = [f"q{k}" for k in range(12) for _ in range(2)]
+    outcomes = ["abstain", "abstain"] * 12  # ρ 1 against ρ̂ 22/24 (threshold): Ē = 1/12, P(Ē) = 0.2
+    kw = dict(prompts=["p"] * 24, completions=["c"] * 24, outcome=outcomes, qid=qids, p_i=[0.04] * 22 + [0.81] * 2)
+    reward = AwaRLReward(cfg)
+    logged: dict[str, float] = {}
+    out = reward(**kw, log_metric=lambda k, v: logged.__setitem__(k, v))
+    e_bar = reward.e_bar
+    steps = [A.group_penalty(e_bar, f"q{k}", 1, cfg.penalty_steps, cfg.penalty_max, 0.3) for k in range(12)]
+    assert reward.last_stats["penalty"] == 0.2 and e_bar == pytest.approx(1 / 12)
+    assert len(set(steps)) >= 3 and all(abs(s) in (0.0, 0.2, 0.5, 1.0) for s in steps)  # Ē + u in [-0.22, 0.38)
+    r_base = [A.base_refusal_reward(p, cfg.gamma, cfg.p_min) for p in kw["p_i"]]
+    assert out == pytest.approx([A.refusal_reward(rb, steps[j // 2]) for j, rb in enumerate(r_base)])
+    assert logged["awarl/penalty"] == A.stepwise_penalty(e_bar, cfg.penalty_steps, cfg.penalty_max)
+    assert logged["awarl/penalty_applied"] == pytest.approx(sum(steps) / 12)
+    # the batch split in two calls' worth of groups keeps each group's penalty: it depends on the group alone
+    assert reward._group_penalties(qids[:6], {"e_bar": e_bar, "updates": 1}) == [s for s in steps[:3] for _ in "ab"]
+
+    save_reward_state(reward, tmp_path)
+    fresh = AwaRLReward(cfg)
+    load_reward_state(fresh, tmp_path)
+    assert fresh(**kw) == reward(**kw) and fresh.e_bar == reward.e_bar

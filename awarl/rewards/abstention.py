@@ -7,6 +7,7 @@ each numbered SPEC step to the function below that computes it.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable, Sequence
 
@@ -271,6 +272,36 @@ def stepwise_penalty(e_bar: float, steps: Sequence[tuple[float, float]], penalty
     if e_bar < 0:
         return -float(pen)
     return 0.0  # exactly zero excess: no sign to follow, whatever the first step says
+
+
+def dither_offset(key: str, update: int, width: float) -> float:
+    """Step 7, `reward.penalty_dither`: the offset u in [−width, width) that one GRPO group adds to Ē before the
+    step function, a deterministic uniform draw from the group's query id `key` and the step `update`.
+
+    Deterministic so that every process (a group may straddle ranks), a resumed run and the simulator give the
+    same group the same offset; fresh every step so that no query is singled out for the whole run. width 0
+    gives 0: the SPEC's single batch-wide step.
+    """
+    if not width >= 0 or math.isinf(width):
+        raise ValueError(f"penalty_dither must be a finite width >= 0, got {width!r}")
+    if width == 0:
+        return 0.0
+    digest = hashlib.blake2b(f"{int(update)}\x1f{key}".encode(), digest_size=8).digest()
+    unit = int.from_bytes(digest, "big") / 2.0**64  # uniform on [0, 1)
+    return float(width) * (2.0 * unit - 1.0)
+
+
+def group_penalty(e_bar: float, key: str, update: int, steps: Sequence[tuple[float, float]], penalty_max: float,
+                  width: float) -> float:
+    """Step 7 for one GRPO group: P(Ē + u), u = `dither_offset`: still one of the configured steps, with its sign.
+
+    Why (docs/method.md "Dithered steps"): under group-normalised advantages the size of r_ref hardly matters,
+    only whether an abstention beats a wrong answer, so one batch-wide step acts as an on/off switch and the
+    refusal rate cycles around the dead zone's edge. Spreading the groups' switching points over Ē ± width
+    makes the *share* of groups that get each step, and so the batch's expected correction, a continuous,
+    piecewise-linear function of Ē (dithered quantisation), while every reward paid stays a step of P.
+    """
+    return stepwise_penalty(float(e_bar) + dither_offset(key, update, width), steps, penalty_max)
 
 
 def clip(x: float, lo: float, hi: float) -> float:

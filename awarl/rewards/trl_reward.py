@@ -175,21 +175,24 @@ class AwaRLReward:
         rates = self._batch_rates(outcomes, ps, ns, unknown)
         smoothing = self._smoothing(rates, update and bool(rates["n"]))
         penalty = smoothing["penalty"] if smoothing else 0.0
-        abstain_r = self._abstain_rewards(qids, ps, penalty, groups)
+        penalties = self._group_penalties(qids, smoothing)
+        abstain_r = self._abstain_rewards(qids, ps, penalties, groups)
         r_cite, failures, cite_counts = self._citations(kwargs, outcomes, n)
         rewards = [A.total_reward(o, A.outcome_reward(o, r_ab, cfg.r_correct, cfg.r_wrong, cfg.r_invalid),
                                   rc, cfg.lambda_cite)
                    for o, r_ab, rc in zip(outcomes, abstain_r, r_cite, strict=True)]
         cite_vals = [rc for rc in r_cite if rc is not None]
         n_judged = sum(1 for o in outcomes if judged(o)) if self.judge else 0
-        r_ref_sum, cite_sum, cite_n, fail_sum, judged_sum, *cite_extra = all_reduce_sum(
-            [sum(abstain_r), sum(cite_vals), len(cite_vals), failures, n_judged, *cite_counts.values()])
+        r_ref_sum, pen_sum, cite_sum, cite_n, fail_sum, judged_sum, *cite_extra = all_reduce_sum(
+            [sum(abstain_r), sum(penalties), sum(cite_vals), len(cite_vals), failures, n_judged,
+             *cite_counts.values()])
         if update and rates["n"]:
             self._update_state(smoothing, groups, fail_sum, rates["unknown_p"])
         tot = rates["n"]
         # E, Ē and P exist for AWA-RL only; ρ̂ is logged for every strategy as the reference refusal rate.
         stats = {"rho": rates["rho"], "rho_hat": rates["rho_hat"],
-                 **({"E": rates["E"], "E_bar": smoothing["e_bar"], "penalty": penalty} if smoothing else {}),
+                 **({"E": rates["E"], "E_bar": smoothing["e_bar"], "penalty": penalty,
+                     "penalty_applied": pen_sum / tot if tot else 0.0} if smoothing else {}),
                  "r_ref_mean": r_ref_sum / tot if tot else 0.0,
                  **{k: rates[k] for k in ("share_correct", "share_wrong", "share_abstain", "share_invalid")},
                  "r_cite_mean": cite_sum / cite_n if cite_n else 0.0, "judged": judged_sum,
@@ -268,18 +271,29 @@ class AwaRLReward:
         e_ema, updates = (A.ema(self.e_ema, rates["E"], cfg.beta), self.updates + 1) if update else \
             (self.e_ema, self.updates)
         e_bar = A.smoothed_excess(e_ema, updates, cfg.beta, cfg.ema_start)
-        return {"e_ema": e_ema, "e_bar": e_bar,
+        return {"e_ema": e_ema, "e_bar": e_bar, "updates": updates,
                 "penalty": A.stepwise_penalty(e_bar, cfg.penalty_steps, cfg.penalty_max)}
 
-    def _abstain_rewards(self, qids: list[str], ps: list[float], penalty: float,
+    def _group_penalties(self, qids: list[str], smoothing: dict[str, float] | None) -> list[float]:
+        """Step 7 per completion: its group's P(Ē + u) (`abstention.group_penalty`; u = 0 without
+        `penalty_dither`), the offset drawn from the query id and the step, so a group straddling processes gets
+        one penalty. 0 for the baselines."""
+        if smoothing is None:
+            return [0.0] * len(qids)
+        cfg = self.cfg
+        by_query = {q: A.group_penalty(smoothing["e_bar"], q, int(smoothing["updates"]), cfg.penalty_steps,
+                                       cfg.penalty_max, cfg.penalty_dither) for q in dict.fromkeys(qids)}
+        return [by_query[q] for q in qids]
+
+    def _abstain_rewards(self, qids: list[str], ps: list[float], penalties: list[float],
                          groups: dict[str, tuple]) -> list[float]:
         """What an abstention earns per completion under the strategy (step 8 for `awarl`)."""
         cfg = self.cfg
         r_max = A.refusal_cap(cfg.r_correct, cfg.r_ref_margin)
         r_min = A.refusal_floor(cfg.r_wrong, cfg.r_ref_floor_margin)
         out = []
-        for q, p in zip(qids, ps, strict=True):
-            r_ref = A.refusal_reward(A.base_refusal_reward(p, cfg.gamma, cfg.p_min), penalty, cfg.r_clip, r_max,
+        for q, p, pen in zip(qids, ps, penalties, strict=True):
+            r_ref = A.refusal_reward(A.base_refusal_reward(p, cfg.gamma, cfg.p_min), pen, cfg.r_clip, r_max,
                                      r_min)
             out.append(abstain_reward(cfg.strategy, cfg, r_ref, groups.get(q, (0.0,))[0] > 0))
         return out

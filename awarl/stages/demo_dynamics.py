@@ -24,9 +24,10 @@ from awarl.rewards import abstention as A
 from awarl.simulate import AB, INV, OUTCOMES, dead_zone, population_from_counts, seed_pair, simulate_run
 from awarl.stages.p_report import rho_hat
 
-SERIES = ("rho", "rho_hat", "E", "E_bar", "penalty", "r_ref_mean", "share_correct", "share_wrong",
+SERIES = ("rho", "rho_hat", "E", "E_bar", "penalty", "penalty_applied", "r_ref_mean", "share_correct", "share_wrong",
           "share_abstain", "share_invalid")
-SIM_SERIES = {"rho": "batch_rho", "rho_hat": "batch_rho_hat", "E_bar": "E_bar", "penalty": "penalty"}
+SIM_SERIES = {"rho": "batch_rho", "rho_hat": "batch_rho_hat", "E_bar": "E_bar", "penalty": "penalty",
+              "penalty_applied": "penalty_applied"}
 # The simulator's own speed (simulate.learning_rate) is set for its 1000-step runs; the demo's tiny model moves
 # at its own pace, so the prediction uses the rate of this grid whose refusal curve is closest to the trainer's.
 LR_GRID = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
@@ -124,7 +125,7 @@ def plot_dynamics(dyn: dict[str, list], sim: dict[str, Any], path: str | os.Path
 
     fig, axes = plt.subplots(2, 2, figsize=(12, 7.5), sharex=True)
     titles = {"rho": "ρ_t: observed refusal rate of the batch", "rho_hat": "ρ̂_t: expected refusal rate",
-              "E_bar": "Ē_t: smoothed excess", "penalty": "P(Ē_t): stepwise penalty"}
+              "E_bar": "Ē_t: smoothed excess", "penalty": "P(Ē_t): stepwise penalty, and its mean over groups"}
     for ax, (key, title) in zip(axes.flat, titles.items(), strict=True):
         if key in sim:
             xs = np.arange(1, len(sim[key]["mean"]) + 1)
@@ -134,6 +135,11 @@ def plot_dynamics(dyn: dict[str, list], sim: dict[str, Any], path: str | os.Path
             ax.plot(dyn["step"], dyn[key], "o-", color="tab:blue", ms=3, lw=1, label="trainer log")
         else:
             ax.text(0.5, 0.5, "not logged by this strategy", ha="center", transform=ax.transAxes)
+        if key == "penalty" and "penalty_applied" in dyn:
+            # reward.penalty_dither: each group's step is drawn at Ē + u, so the batch's mean penalty moves smoothly
+            ax.plot(dyn["step"], dyn["penalty_applied"], "s-", color="tab:green", ms=2, lw=0.8,
+                    label="mean over groups (P(Ē + u))")
+            ax.legend(fontsize=7)
         ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.ticklabel_format(axis="y", useOffset=False)
@@ -204,7 +210,10 @@ def dynamics_words(dyn: dict[str, list], sim: dict[str, Any], rc: RewardConfig, 
                      + ". " + ("A negative Ē means the policy refused less than ρ̂ asks: the penalty raised the "
                                "refusal reward" if dyn["E_bar"][-1] < 0 else "A positive Ē means the policy refused "
                                "more than ρ̂ asks: the penalty lowered the refusal reward")
-                     + f" (mean r_ref on offer {dyn['r_ref_mean'][0]:.3f} -> {dyn['r_ref_mean'][-1]:.3f}).")
+                     + f" (mean r_ref on offer {dyn['r_ref_mean'][0]:.3f} -> {dyn['r_ref_mean'][-1]:.3f})."
+                     + (f" Each GRPO group drew its step at Ē ± {rc.penalty_dither:g} (reward.penalty_dither): the mean "
+                        f"penalty over the batch's groups went {dyn['penalty_applied'][0]:+.3f} -> "
+                        f"{dyn['penalty_applied'][-1]:+.3f}." if rc.penalty_dither and "penalty_applied" in dyn else ""))
     inv0, inv1 = _span(dyn.get("share_invalid", [0.0]))
     parts.append(f"Invalid trajectories: {inv0:.2f} -> {inv1:.2f} of the batch.")
     if "rho" in sim:
