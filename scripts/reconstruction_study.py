@@ -62,7 +62,7 @@ from pathlib import Path
 
 import numpy as np
 
-from awarl.config import load_config
+from awarl.config import AwarlConfig, load_config
 from awarl.io import atomic_write_json, atomic_write_text, repo_root
 from awarl.simulate import run_all, run_frozen_twins, summary_rows
 
@@ -237,7 +237,7 @@ def judge_population(pop: dict, variant: str, gamma: float, frozen: dict | None 
                 "late_sd_vs_frozen_ok": shipped["late_sd"] <= frozen["frozen_late_sd"]} if frozen else {})}
 
 
-def _config(pop: dict, seeds: int, steps: int | None, extra: list[str]) -> object:
+def _config(pop: dict, seeds: int, steps: int | None, extra: list[str]) -> AwarlConfig:
     path = repo_root() / pop["config"]
     return load_config(path, pop["overrides"] + [f"simulate.seeds={seeds}"] +
                        ([f"simulate.steps={steps}"] if steps else []) + extra)

@@ -287,7 +287,7 @@ def dither_offset(key: str, update: int, width: float) -> float:
     if width == 0:
         return 0.0
     digest = hashlib.blake2b(f"{int(update)}\x1f{key}".encode(), digest_size=8).digest()
-    unit = int.from_bytes(digest, "big") / 2.0**64  # uniform on [0, 1)
+    unit = (int.from_bytes(digest, "big") >> 11) / 2.0**53  # the top 53 bits: exactly representable, in [0, 1)
     return float(width) * (2.0 * unit - 1.0)
 
 
