@@ -24,7 +24,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -306,6 +306,20 @@ def seed_pair(seed: int) -> tuple[np.random.Generator, int]:
     return np.random.default_rng(pop_seq), int(run_seq.generate_state(1)[0])
 
 
+def seeded_populations(sc: SimulateConfig, population: Population | None = None
+                       ) -> Iterator[tuple[int, Population, int]]:
+    """(seed, population, sampling seed) for each of `simulate.seeds` seeds (simulate.seed, seed + 1, ...): the
+    population drawn from the seed's own stream (`seed_pair`), or `population` when given."""
+    for seed in (sc.seed + k for k in range(sc.seeds)):
+        pop_rng, run_seed = seed_pair(seed)
+        yield seed, population if population is not None else make_population(sc, pop_rng), run_seed
+
+
+def late_window(values: Sequence[float], tail_fraction: float = 0.2) -> Sequence[float]:
+    """The last `tail_fraction` of a run's curve (at least one value): the "late phase" of every summary."""
+    return values[-max(1, int(len(values) * tail_fraction)):]
+
+
 def run_all(cfg: AwarlConfig, progress: bool = True, population: Population | None = None) -> list[RunResult]:
     """Every configured run for each of `simulate.seeds` seeds (simulate.seed, seed + 1, ...). Within a seed
     all runs share the population and the sampling seed (common random numbers)."""
@@ -314,11 +328,8 @@ def run_all(cfg: AwarlConfig, progress: bool = True, population: Population | No
     sc, rc = cfg.simulate, cfg.reward
     specs = run_specs(cfg)
     results = []
-    seeds = [sc.seed + k for k in range(sc.seeds)]
-    with tqdm(total=len(specs) * len(seeds), desc="simulate", disable=not progress) as bar:
-        for seed in seeds:
-            pop_rng, run_seed = seed_pair(seed)
-            pop = population if population is not None else make_population(sc, pop_rng)
+    with tqdm(total=len(specs) * sc.seeds, desc="simulate", disable=not progress) as bar:
+        for seed, pop, run_seed in seeded_populations(sc, population):
             for spec in specs:
                 r = simulate_run(pop, sc, rc, seed=run_seed, **spec)
                 r.seed = seed
@@ -336,13 +347,11 @@ def run_frozen_twins(cfg: AwarlConfig, gamma: float, tail_fraction: float = 0.2
     refusal rate under GRPO costs anyway (docs/method.md "Dithered steps")."""
     sc = cfg.simulate
     live, frozen = [], []
-    for seed in (sc.seed + k for k in range(sc.seeds)):
-        pop_rng, run_seed = seed_pair(seed)
-        pop = make_population(sc, pop_rng)
+    for seed, pop, run_seed in seeded_populations(sc):
         r = simulate_run(pop, sc, cfg.reward, "awarl", gamma=gamma, seed=run_seed, label=f"awarl γ={gamma:g}")
-        tail = r.history["E_bar"][-max(1, int(len(r.history["E_bar"]) * tail_fraction)):]
+        settled = float(np.mean(late_window(r.history["E_bar"], tail_fraction)))
         twin = simulate_run(pop, sc, cfg.reward, "awarl", gamma=gamma, seed=run_seed,
-                            label=f"awarl γ={gamma:g}, Ē frozen", frozen_e_bar=float(np.mean(tail)))
+                            label=f"awarl γ={gamma:g}, Ē frozen", frozen_e_bar=settled)
         r.seed = twin.seed = seed
         live.append(r)
         frozen.append(twin)
@@ -368,8 +377,9 @@ def summary_rows(results: Sequence[RunResult], tail_fraction: float = 0.2) -> li
         drift, sd = [], []
         for r in runs:
             ref = np.asarray(r.history["refusal_rate"])
-            w = max(1, int(len(ref) * tail_fraction))
-            last, before = ref[-w:], ref[-2 * w:-w] if len(ref) >= 2 * w else ref[:1]
+            last = np.asarray(late_window(ref, tail_fraction))
+            w = len(last)
+            before = ref[-2 * w:-w] if len(ref) >= 2 * w else ref[:1]
             drift.append(abs(float(last.mean()) - float(before.mean())))
             sd.append(float(last.std()))
         row["late_drift"], row["late_sd"] = float(np.mean(drift)), float(np.mean(sd))

@@ -149,13 +149,18 @@ def _overrides(options: dict) -> list[str]:
     return [f"{k}={value(v)}" for k, v in options.items() if not k.startswith("_")]
 
 
+def _config(pop: dict, seeds: int, steps: int | None, extra: list[str]) -> AwarlConfig:
+    """The population's simulator config at `seeds` seeds and `steps` steps, with `extra` overrides."""
+    path = repo_root() / pop["config"]
+    return load_config(path, pop["overrides"] + [f"simulate.seeds={seeds}"] +
+                       ([f"simulate.steps={steps}"] if steps else []) + extra)
+
+
 def run_population(pop: dict, seeds: int, steps: int | None, done: dict | None = None) -> dict:
     """Baselines and every variant × γ of one population (seed means, std, late drift and sd). With `done` (an
     earlier result of the same population, seeds and steps), only the (variant, γ) cells it lacks are run."""
-    path = repo_root() / pop["config"]
-    common = pop["overrides"] + [f"simulate.seeds={seeds}"] + ([f"simulate.steps={steps}"] if steps else [])
     if done is None:
-        base_cfg = load_config(path, common + _overrides(VARIANTS["paper spec"]) + [BASELINES])
+        base_cfg = _config(pop, seeds, steps, _overrides(VARIANTS["paper spec"]) + [BASELINES])
         done = {**pop, "seeds": seeds, "steps": steps, "variants": {},
                 "baselines": summary_rows(run_all(base_cfg, progress=False))}
     out = {**done, "variants": dict(done["variants"])}
@@ -166,7 +171,7 @@ def run_population(pop: dict, seeds: int, steps: int | None, done: dict | None =
             continue
         strat = "awarl_no_penalty" if name.endswith("no penalty") else "awarl"
         grid = "simulate.gammas=[" + ", ".join(f"{g:g}" for g in todo) + "]"
-        cfg = load_config(path, common + _overrides(opts) + [grid, f"simulate.strategies=[{strat}]"])
+        cfg = _config(pop, seeds, steps, _overrides(opts) + [grid, f"simulate.strategies=[{strat}]"])
         rows = out["variants"].get(name, []) + summary_rows(run_all(cfg, progress=False))
         out["variants"][name] = sorted(rows, key=lambda r: r["gamma"])
     return out
@@ -235,12 +240,6 @@ def judge_population(pop: dict, variant: str, gamma: float, frozen: dict | None 
             "late_sd_ok": shipped["late_sd"] <= max(base_sd),
             **({"frozen_late_sd": frozen["frozen_late_sd"], "frozen_refusal": frozen["frozen_refusal"],
                 "late_sd_vs_frozen_ok": shipped["late_sd"] <= frozen["frozen_late_sd"]} if frozen else {})}
-
-
-def _config(pop: dict, seeds: int, steps: int | None, extra: list[str]) -> AwarlConfig:
-    path = repo_root() / pop["config"]
-    return load_config(path, pop["overrides"] + [f"simulate.seeds={seeds}"] +
-                       ([f"simulate.steps={steps}"] if steps else []) + extra)
 
 
 def frozen_check(pops: list[dict], variant: str, gamma: float, seeds: int, steps: int | None,

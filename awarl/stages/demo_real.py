@@ -108,7 +108,7 @@ def run_demo_real(out_dir: str | Path, config: str | Path | None = None, overrid
     base = pretrained_folder(MODEL)                                               # 1
     timer.done("released checkpoint (conversion or cache)", t)
     t = time.time()
-    retriever = closed_corpus_index(cfg, "demo-real")                                                     # 2
+    retriever = closed_corpus_index(cfg, "demo-real")                             # 2
     timer.done("corpus + index", t)
     t = time.time()
     merge_adapter(base, adapter_dir, warm_dir)                                    # 3
