@@ -27,6 +27,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -70,6 +71,31 @@ class Population:
             return k.astype(float)
         answered = k - self.counts[:, AB]
         return np.where(answered > 0, answered, k).astype(float)
+
+
+@dataclass(frozen=True)
+class OracleReward:
+    """A stationary refusal reward that says, the same way every step, which queries to refuse: refusing pays
+    r_wrong + `pay` where the query's `key` is below `threshold` and r_wrong − `charge` elsewhere (charge 0: a
+    tie with a wrong answer). `key="success"` reads each query's true success now, which no training reward
+    can know; `key="estimate"` reads only what AWA-RL knows, the pre-RL p_i. Under group-normalised advantages
+    the sign of r_ref − r_wrong is what an all-wrong group ranks, so every group's sign is consistent with the
+    threshold: the best-informed refusal reward of its kind, the study's feasibility control for what a plateau
+    at a given RA-F1 costs in late-phase refusal sd (docs/method.md "What no reward can")."""
+
+    threshold: float
+    charge: float = 0.0
+    key: Literal["success", "estimate"] = "success"
+    pay: float = 0.05
+
+    @property
+    def label(self) -> str:
+        what = "s" if self.key == "success" else "p"
+        return f"oracle {what} < {self.threshold:g}, charge {self.charge:g}"
+
+    def abstain_rewards(self, values: np.ndarray, r_wrong: float) -> np.ndarray:
+        """What an abstention earns on queries whose key is `values`."""
+        return np.where(np.asarray(values) < self.threshold, r_wrong + self.pay, r_wrong - self.charge)
 
 
 @dataclass
@@ -192,10 +218,11 @@ def _grpo_step(reward: np.ndarray, abstain: np.ndarray, pi_b: np.ndarray, x_b: n
 def simulate_run(pop: Population, sc: SimulateConfig, rc: RewardConfig, strategy: str, *, gamma: float,
                  static_value: float | None = None, penalty: bool = True, seed: int = 0,
                  label: str | None = None, on_batch: Callable[[dict], None] | None = None,
-                 frozen_e_bar: float | None = None) -> RunResult:
+                 frozen_e_bar: float | None = None, oracle: OracleReward | None = None) -> RunResult:
     """One training run. `strategy` is a reward.strategy; `penalty=False` zeroes P(Ē) (AWA-RL ablation).
     `frozen_e_bar` holds Ē at that value every step (the EMA is not run): the same reward with its feedback
-    switched off, a stationary reward (the study's control for the late-phase refusal sd).
+    switched off, a stationary reward (the study's control for the late-phase refusal sd). `oracle` replaces
+    the strategy's abstention reward by an `OracleReward` (a baseline strategy only: it has no penalty).
     `on_batch(batch)` sees every generation batch as the reward saw it: query indices `idx`, the p used per
     query `p`, per-completion `outcomes` and `rewards`, the step's `penalty` P(Ē), `E_bar`, and each group's
     applied penalty `group_penalties` (tests)."""
@@ -203,6 +230,8 @@ def simulate_run(pop: Population, sc: SimulateConfig, rc: RewardConfig, strategy
     rc = rc.model_copy(update={"strategy": strategy, "gamma": gamma,
                                **({"static_value": static_value} if static_value is not None else {})})
     awarl = registered_strategy(strategy).uses_r_ref  # keeps Ē and applies P(Ē)
+    if oracle is not None and awarl:
+        raise ValueError(f"an oracle reward is stationary: run it with a baseline strategy, not {strategy!r}")
     model = _RewardModel(rc, pop.p_hat(rc.p_definition), pop.p_samples(rc.p_definition))
     r_max = A.refusal_cap(rc.r_correct, rc.r_ref_margin)
     r_min = A.refusal_floor(rc.r_wrong, rc.r_ref_floor_margin)
@@ -211,7 +240,7 @@ def simulate_run(pop: Population, sc: SimulateConfig, rc: RewardConfig, strategy
     n = len(pop.success)
     w, b = initial_policy(sc)
     e_ema, updates = 0.0, 0
-    res = RunResult(label=label or strategy, strategy=strategy, gamma=gamma if awarl else None,
+    res = RunResult(label=label or (oracle.label if oracle else strategy), strategy=strategy, gamma=gamma if awarl else None,
                     static_value=static_value, penalty=penalty if awarl else None, seed=seed)
     h = res.history
     keys = [*POPULATION_KEYS, "batch_rho", "batch_rho_hat", "r_ref_mean"] + (["E", "E_bar", "penalty", "penalty_applied"] if awarl else [])
@@ -255,8 +284,12 @@ def simulate_run(pop: Population, sc: SimulateConfig, rc: RewardConfig, strategy
             h["E_bar"].append(e_bar)
             h["penalty"].append(pen)
             h["penalty_applied"].append(float(np.mean(pens)))
-        r_ab = [abstain_reward(strategy, rc, A.refusal_reward(float(model.r_base[i]), pg, rc.r_clip, r_max, r_min),
-                               bool(cg > 0)) for i, cg, pg in zip(idx, correct_g, pens, strict=True)]
+        if oracle is not None:
+            r_ab = oracle.abstain_rewards(s[idx] if oracle.key == "success" else model.p_est[idx], rc.r_wrong).tolist()
+        else:
+            r_ab = [abstain_reward(strategy, rc, A.refusal_reward(float(model.r_base[i]), pg, rc.r_clip, r_max,
+                                                                  r_min), bool(cg > 0))
+                    for i, cg, pg in zip(idx, correct_g, pens, strict=True)]
         table = np.array([[fixed[Outcome.CORRECT], fixed[Outcome.WRONG],
                            A.outcome_reward(Outcome.ABSTAIN, ra, rc.r_correct, rc.r_wrong, rc.r_invalid),
                            fixed[Outcome.INVALID]] for ra in r_ab])
@@ -356,6 +389,19 @@ def run_frozen_twins(cfg: AwarlConfig, gamma: float, tail_fraction: float = 0.2
         live.append(r)
         frozen.append(twin)
     return live, frozen
+
+
+def run_oracles(cfg: AwarlConfig, oracles: Sequence[OracleReward]) -> list[RunResult]:
+    """Each `OracleReward` for each of `simulate.seeds` seeds, on the populations and samples `run_all` uses (so
+    its rows compare with the study's cells): the feasibility control of the late-phase refusal sd."""
+    sc, rc = cfg.simulate, cfg.reward
+    out = []
+    for seed, pop, run_seed in seeded_populations(sc):
+        for oracle in oracles:
+            r = simulate_run(pop, sc, rc, "none", gamma=rc.gamma, seed=run_seed, oracle=oracle)
+            r.seed = seed
+            out.append(r)
+    return out
 
 
 def summary_rows(results: Sequence[RunResult], tail_fraction: float = 0.2) -> list[dict]:

@@ -12,7 +12,14 @@ from awarl.cli import main
 from awarl.config import RewardConfig, SimulateConfig
 from awarl.metrics import ra_f1
 from awarl.rewards.trl_reward import AwaRLReward
-from awarl.simulate import dead_zone, make_population, population_from_counts, simulate_run
+from awarl.simulate import (
+    OracleReward,
+    current_success,
+    dead_zone,
+    make_population,
+    population_from_counts,
+    simulate_run,
+)
 
 
 @pytest.mark.slow
@@ -130,6 +137,43 @@ def test_baseline_runs_record_no_penalty_or_smoothed_excess():
         assert not {"E", "E_bar", "penalty"} & set(h) and len(h["r_ref_mean"]) == 5
     h = simulate_run(pop, sc, RewardConfig(), "awarl", gamma=0.5).history
     assert len(h["E_bar"]) == len(h["penalty"]) == 5
+
+
+def test_an_oracle_reward_pays_refusal_below_its_threshold_on_the_key_it_names():
+    """The feasibility control (docs/method.md "What no reward can"): every abstention of a batch earns
+    r_wrong + pay where its query's key (true success, or the pre-RL p_i) is below the threshold and
+    r_wrong − charge elsewhere, the same rule every step, and no penalty is kept."""
+    sc = SimulateConfig(n_queries=200, batch_queries=8, group_size=4, steps=30, init_abstain_rate=0.3,
+                        skill_gain=0.01)
+    pop = make_population(sc, np.random.default_rng(1))
+    rc = RewardConfig(r_wrong=0.0)
+    for oracle in (OracleReward(0.3, 0.5, "success"), OracleReward(0.2, 0.0, "estimate")):
+        batches: list[dict] = []
+        res = simulate_run(pop, sc, rc, "none", gamma=rc.gamma, seed=2, oracle=oracle, on_batch=batches.append)
+        assert res.label == oracle.label and "E_bar" not in res.history
+        seen = 0
+        for step, b in enumerate(batches):
+            # the oracle on success reads the success *now* (skill_gain moves it), the other the pre-RL p_i
+            key = current_success(pop, sc, step) if oracle.key == "success" else pop.p_hat()
+            assert step == 0 or oracle.key != "success" or not np.allclose(key, pop.success)
+            want = np.where(key[b["idx"]] < oracle.threshold, oracle.pay, -oracle.charge)
+            for k, (o, r) in enumerate(zip(b["outcomes"], b["rewards"], strict=True)):
+                if o == "abstain":
+                    assert r == pytest.approx(want[k // sc.group_size])
+                    seen += 1
+        assert seen > 20
+    with pytest.raises(ValueError, match="stationary"):
+        simulate_run(pop, sc, rc, "awarl", gamma=0.05, oracle=OracleReward(0.3))
+
+
+def test_an_oracle_threshold_sets_where_refusal_settles():
+    """Paying refusal on every query drives it up, charging it on every query drives it out; a threshold in
+    between settles in between (the family the feasibility control scans)."""
+    sc = SimulateConfig(steps=300)
+    pop = make_population(sc, np.random.default_rng(0))
+    final = {th: simulate_run(pop, sc, RewardConfig(), "none", gamma=0.05, seed=1,
+                              oracle=OracleReward(th, 0.5)).final()["refusal_rate"] for th in (0.0, 0.2, 1.01)}
+    assert final[0.0] < 0.02 < final[0.2] < final[1.01] and final[1.01] > 0.5
 
 
 def test_pre_rl_estimate_counts_abstentions_and_format_failures():
