@@ -40,13 +40,23 @@ Protocol (fixed in this file before any of its results were looked at; docs/reco
    study's simulator keeps the step size constant, `awarl train` decays it linearly to 0 (TRL's default), so the
    held-out halves' shipped reading and baselines are run again with `simulate.lr_schedule=linear` and their
    late-phase refusal std and RA-F1 reported.
+9. **The feasibility control** (added for issue 22's third round, a measurement, not a selection: no variant,
+   γ or default changes with it): can any refusal reward hold a plateau that beats every baseline's RA-F1 with a
+   late-phase refusal sd no larger than the largest baseline's? Every drawn population (not the named ones)
+   runs `ORACLES`, stationary rewards that pay refusing (r_wrong + 0.05) below a threshold and tie with or
+   charge (r_wrong − 0.5) above it, on each query's true success (what no training reward can know) or on its
+   pre-RL p_i (what AWA-RL knows), each threshold of `ORACLE_THRESHOLDS` (`simulate.OracleReward`).
+   The RA-F1 targets hold the shipped γ within 0.01 of the best γ's RA-F1; `feasibility` calls the late-sd
+   target *incompatible* with them in a population when none of these rewards that reaches that level has a
+   late sd within the largest baseline's, *met* when the shipped reward's late sd is within it, and *missed*
+   otherwise (it also names the steadiest one that merely reaches the best baseline's RA-F1).
 
     PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python scripts/reconstruction_study.py --out runs/study
 
 Writes OUT/pops/NAME.json per population as it finishes (a rerun skips those: the study resumes), then
 OUT/study.json and OUT/study.md (kept in the repo as docs/reconstruction_study.md), and prints the selection.
-About an hour of CPU with the defaults (29 populations x 14 variants x 9 γ + 4 baselines, 3 seeds; `--jobs 2`
-halves the wall time).
+About 90 minutes of CPU with the defaults (29 populations x 14 variants x 10 γ + 4 baselines, and 32 oracle
+rewards on the 24 drawn populations, 3 seeds; `--jobs 2` took 45 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -64,7 +74,7 @@ import numpy as np
 
 from awarl.config import AwarlConfig, load_config
 from awarl.io import atomic_write_json, atomic_write_text, repo_root
-from awarl.simulate import run_all, run_frozen_twins, summary_rows
+from awarl.simulate import OracleReward, run_all, run_frozen_twins, run_oracles, summary_rows
 
 POPULATION_SEED = 20261201
 FRESH_SEED = 20261202        # step 6: the fresh held-out populations (issue 22, second round)
@@ -77,7 +87,8 @@ NAMED = ("default", "paper_like", "format_failures", "skill_gain", "cautious_bas
 # Extended below 0.25 where the previous optimum sat at the grid's edge; the first run of this protocol (grid from
 # 0.05) put the tuning optimum at 0.05, the new edge, so 0.01 and 0.02 were added (rows of the other γ unchanged:
 # every run has its own common random numbers, whatever else the grid holds).
-GAMMAS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0)
+# The third round added 0.005, below the several held-out populations whose best γ was 0.01, the grid's edge.
+GAMMAS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0)
 COLLAPSE_REFUSAL = 0.02      # "refusal collapsed": below this ...
 BASELINE_REFUSES = 0.3       # ... while the best baseline refuses more than this
 CLOSE_TO_BEST = 0.01         # "the shipped γ is within 0.01 RA-F1 of the best γ"
@@ -111,6 +122,11 @@ VARIANTS: dict[str, dict] = {
     "posterior + guards, floor 0, dither 0.2": _variant("posterior", 0.1, 0.0, 0.2),
 }
 BASELINES = "simulate.strategies=[none, static, bapo]"
+# Step 9: the feasibility control's stationary rewards, on the true success and on the pre-RL estimate.
+ORACLE_THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7)
+ORACLE_CHARGES = (0.0, 0.5)
+ORACLES = tuple(OracleReward(th, ch, key) for key in ("success", "estimate") for ch in ORACLE_CHARGES
+                for th in ORACLE_THRESHOLDS)
 
 
 def draw_populations(count: int, seed: int = POPULATION_SEED, fresh: bool = False) -> list[dict]:
@@ -174,6 +190,11 @@ def run_population(pop: dict, seeds: int, steps: int | None, done: dict | None =
         cfg = _config(pop, seeds, steps, _overrides(opts) + [grid, f"simulate.strategies=[{strat}]"])
         rows = out["variants"].get(name, []) + summary_rows(run_all(cfg, progress=False))
         out["variants"][name] = sorted(rows, key=lambda r: r["gamma"])
+    if pop["half"] != "named" and "oracles" not in out:
+        cfg = _config(pop, seeds, steps, _overrides(VARIANTS["paper spec"]))
+        rows = summary_rows(run_oracles(cfg, ORACLES))
+        out["oracles"] = [{**row, "key": o.key, "threshold": o.threshold, "charge": o.charge}
+                          for o, row in zip(ORACLES, rows, strict=True)]
     return out
 
 
@@ -242,6 +263,37 @@ def judge_population(pop: dict, variant: str, gamma: float, frozen: dict | None 
                 "late_sd_vs_frozen_ok": shipped["late_sd"] <= frozen["frozen_late_sd"]} if frozen else {})}
 
 
+def least_sd_at(rows: list[dict], min_ra_f1: float) -> dict | None:
+    """The steadiest of `rows` (smallest late-phase refusal sd) among those reaching `min_ra_f1`, or None."""
+    reach = [r for r in rows if r["ra_f1"] >= min_ra_f1]
+    return min(reach, key=lambda r: r["late_sd"]) if reach else None
+
+
+def feasibility(pop: dict, variant: str, gamma: float) -> dict:
+    """Step 9 on one population. The RA-F1 targets hold the shipped γ to within CLOSE_TO_BEST of the best γ's
+    RA-F1; at that level (`level`), and at the best baseline's RA-F1, the steadiest oracle reward of each key,
+    against the largest baseline late sd. The verdict on the late-sd target: met by the shipped reward; missed
+    (some oracle reward at `level` is as steady as the most variable baseline); or incompatible with the RA-F1
+    targets (none is)."""
+    rival, shipped = best_baseline(pop), row_at(pop, variant, gamma)
+    best = max(pop["variants"][variant], key=lambda r: r["ra_f1"])
+    base_sd = max(b["late_sd"] for b in pop["baselines"])
+    level = best["ra_f1"] - CLOSE_TO_BEST
+    out: dict = {"population": pop["name"], "half": pop["half"], "rival": rival["label"],
+                 "rival_ra_f1": rival["ra_f1"], "baseline_late_sd_max": base_sd, "best_gamma": best["gamma"],
+                 "best_ra_f1": best["ra_f1"], "level": level, "shipped_ra_f1": shipped["ra_f1"],
+                 "shipped_late_sd": shipped["late_sd"], "shipped_refusal": shipped["refusal_rate"],
+                 "at_rival": least_sd_at(pop["oracles"], rival["ra_f1"])}
+    compatible = False
+    for key in ("success", "estimate"):
+        at_level = least_sd_at([r for r in pop["oracles"] if r["key"] == key], level)
+        out[f"{key}_at_level"] = at_level
+        compatible |= at_level is not None and at_level["late_sd"] <= base_sd
+    out["compatible"] = compatible
+    out["verdict"] = "met" if shipped["late_sd"] <= base_sd else "missed" if compatible else "incompatible"
+    return out
+
+
 def frozen_check(pops: list[dict], variant: str, gamma: float, seeds: int, steps: int | None,
                  lr_schedule: str = "constant") -> dict[str, dict]:
     """Step 7: per population, the chosen reward at the chosen γ and its frozen twin (Ē held at the mean the run
@@ -300,6 +352,33 @@ def targets_table(judged: list[dict]) -> list[str]:
                   f"the largest baseline's in {sum(j['late_sd_ok'] for j in judged)}"
                   + (f", no larger than its frozen twin's in {sum(j['late_sd_vs_frozen_ok'] for j in judged)}"
                      if twin else "") + "."]
+    return lines
+
+
+def _oracle_cell(row: dict | None) -> str:
+    if row is None:
+        return "none reaches it"
+    what = "s" if row["key"] == "success" else "p"
+    return (f"{row['late_sd']:.4f} ({what} < {row['threshold']:g}, charge {row['charge']:g}: RA-F1 "
+            f"{_f(row['ra_f1'])}, refusal {row['refusal_rate']:.2f})")
+
+
+def feasibility_table(rows: list[dict]) -> list[str]:
+    lines = ["| population | best baseline: RA-F1 | largest baseline late sd | shipped: RA-F1 (refusal), late sd | "
+             "steadiest oracle at ≥ the best baseline's RA-F1 | AWA-RL best γ: RA-F1 | steadiest oracle on s_i at ≥ "
+             f"best γ − {CLOSE_TO_BEST:g} | the same on p_i | late-sd target |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        verdict = {"met": "met", "missed": "**missed**", "incompatible": "incompatible"}[r["verdict"]]
+        lines.append(f"| {r['population']} | {r['rival']}: {_f(r['rival_ra_f1'])} | {r['baseline_late_sd_max']:.4f} | "
+                     f"{_f(r['shipped_ra_f1'])} ({r['shipped_refusal']:.2f}), {r['shipped_late_sd']:.4f} | "
+                     f"{_oracle_cell(r['at_rival'])} | γ={r['best_gamma']:g}: {_f(r['best_ra_f1'])} | "
+                     f"{_oracle_cell(r['success_at_level'])} | {_oracle_cell(r['estimate_at_level'])} | {verdict} |")
+    n = len(rows)
+    if n:
+        count = {v: sum(r["verdict"] == v for r in rows) for v in ("met", "missed", "incompatible")}
+        lines += ["", f"In {n} populations: the late-sd target met in {count['met']}; incompatible with the RA-F1 "
+                  f"targets for every oracle reward in {count['incompatible']}; missed, where an oracle reward within "
+                  f"{CLOSE_TO_BEST:g} of the best γ's RA-F1 is as steady as the baselines, in {count['missed']}."]
     return lines
 
 
@@ -385,6 +464,22 @@ def report(results: list[dict], chosen: dict, tuning_table: list[dict], seeds: i
             rows = [r for r in stability if r["half"] == half]
             if rows:
                 lines += [f"{title.split(':')[0].split(' (')[0]}:", ""] + stability_table(rows) + [""]
+    drawn = [p for p in results if "oracles" in p]
+    if drawn:
+        lines += ["## Can any reward meet the late-sd target? (protocol step 9)", "",
+                  "The feasibility control: stationary rewards that pay refusing (r_wrong + 0.05) where a query's key "
+                  "is below a threshold and tie with (charge 0) or fall below (charge 0.5) a wrong answer elsewhere, "
+                  "the key being the query's true success s_i (no training reward can know it) or its pre-RL p_i "
+                  f"(what AWA-RL knows); thresholds {', '.join(f'{x:g}' for x in ORACLE_THRESHOLDS)}. Each cell names "
+                  "the steadiest such reward (smallest late-phase refusal sd) among those reaching the RA-F1 in its "
+                  "header. The RA-F1 targets hold the shipped γ to within "
+                  f"{CLOSE_TO_BEST:g} of the best γ's RA-F1: *incompatible* says that no oracle reward reaching that "
+                  "level is as steady as the most variable baseline, *missed* that one is and the shipped reward is "
+                  "not, *met* that the shipped reward is.", ""]
+        for half, title in HALVES:
+            rows = [feasibility(p, v, g) for p in drawn if p["half"] == half]
+            if rows:
+                lines += [f"{title.split(':')[0].split(' (')[0]}:", ""] + feasibility_table(rows) + [""]
     lines += ["## Full tables", "", "RA-F1 (refusal) of every variant at every γ, mean over seeds.", ""]
     for p in results:
         lines += full_population_block(p)
@@ -464,11 +559,13 @@ def main(argv: list[str] | None = None) -> int:
     held_pops = [p for p in results if p["half"] in ("fresh held-out", "held-out")]
     held = [judge_population(p, v, g, frozen[p["name"]]) for p in held_pops]
     stability = stability_check(held_pops, v, g, args.seeds, args.steps)
+    feasible = [feasibility(p, v, g) for p in results if "oracles" in p]
     atomic_write_json(out / "study.json", {"seeds": args.seeds, "chosen": chosen, "selection": table,
                                            "held_out": held, "frozen": frozen, "stability_linear_lr": stability,
-                                           "results": results})
+                                           "feasibility": feasible, "results": results})
     atomic_write_text(out / "study.md", report(results, chosen, table, args.seeds, stability, frozen))
     print("\n".join(targets_table(held)))
+    print("\n".join(feasibility_table([f for f in feasible if f["half"] != "tuning"])))
     print(f"\nwrote {out}/study.json, {out}/study.md ({time.time() - t0:.0f} s)", file=sys.stderr)
     return 0
 

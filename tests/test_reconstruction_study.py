@@ -86,3 +86,30 @@ def test_fresh_populations_are_a_new_draw_all_held_out():
     assert {p["half"] for p in fresh} == {"fresh held-out"}
     first = {p["params"]["success_alpha"] for p in S.draw_populations(16)}
     assert not first & {p["params"]["success_alpha"] for p in fresh}  # not the first draw again
+
+
+def test_feasibility_calls_the_late_sd_target_incompatible_only_when_no_oracle_reaches_the_ra_f1_steadily():
+    """Protocol step 9: the shipped reward's late sd against the most variable baseline's (0.001), and whether
+    some oracle reward within CLOSE_TO_BEST of AWA-RL's best-γ RA-F1 (0.51 here: level 0.50) is that steady."""
+    S = _study()
+    shipped = ("posterior + guards, floor 0, dither 0.2", 0.02)
+
+    def oracle(key: str, ra: float, sd: float, th: float = 0.2) -> dict:
+        return {"key": key, "threshold": th, "charge": 0.5, "ra_f1": ra, "late_sd": sd, "refusal_rate": 0.5}
+
+    def judged(shipped_sd: float, oracles: list[dict]) -> dict:
+        pop = _pop("p", "held-out", {shipped: 0.01}, late_sd={shipped: shipped_sd})
+        return S.feasibility({**pop, "oracles": oracles}, *shipped)
+
+    # the steady oracle (0.0005) falls short of the level; those that reach it vary more than the baseline
+    hard = [oracle("success", 0.495, 0.0005), oracle("success", 0.52, 0.004), oracle("estimate", 0.505, 0.003)]
+    got = judged(0.01, hard)
+    assert got["verdict"] == "incompatible" and got["level"] == pytest.approx(0.50)
+    assert got["success_at_level"]["late_sd"] == 0.004 and got["estimate_at_level"]["ra_f1"] == 0.505
+    assert got["at_rival"]["late_sd"] == 0.003  # the steadiest that beats the baseline (0.5), either key
+    # an oracle on what AWA-RL knows (p_i) reaches the level within the baseline's sd: the shipped reward missed it
+    got = judged(0.01, [*hard, oracle("estimate", 0.502, 0.0009, th=0.1)])
+    assert got["verdict"] == "missed" and got["estimate_at_level"]["threshold"] == 0.1
+    # within the most variable baseline's sd the target is met, whatever the oracles do
+    assert judged(0.001, hard)["verdict"] == "met"
+    assert S.least_sd_at(hard, 0.6) is None
