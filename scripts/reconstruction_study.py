@@ -41,15 +41,15 @@ Protocol (fixed in this file before any of its results were looked at; docs/reco
    held-out halves' shipped reading and baselines are run again with `simulate.lr_schedule=linear` and their
    late-phase refusal std and RA-F1 reported.
 9. **The feasibility control** (added for issue 22's third round, a measurement, not a selection: no variant,
-   γ or default changes with it): can any refusal reward hold a plateau that beats every baseline's RA-F1 with a
-   late-phase refusal sd no larger than the largest baseline's? Every drawn population (not the named ones)
-   runs `ORACLES`, stationary rewards that pay refusing (r_wrong + 0.05) below a threshold and tie with or
-   charge (r_wrong − 0.5) above it, on each query's true success (what no training reward can know) or on its
-   pre-RL p_i (what AWA-RL knows), each threshold of `ORACLE_THRESHOLDS` (`simulate.OracleReward`).
-   The RA-F1 targets hold the shipped γ within 0.01 of the best γ's RA-F1; `feasibility` calls the late-sd
-   target *incompatible* with them in a population when none of these rewards that reaches that level has a
-   late sd within the largest baseline's, *met* when the shipped reward's late sd is within it, and *missed*
-   otherwise (it also names the steadiest one that merely reaches the best baseline's RA-F1).
+   γ or default changes with it): can any refusal reward hold a plateau within 0.01 of AWA-RL's best-γ RA-F1
+   (what the RA-F1 targets ask of the shipped γ) with a late-phase refusal sd no larger than the largest
+   baseline's? Every drawn population (not the named ones) runs `ORACLES`, stationary rewards that pay refusing
+   (r_wrong + 0.05) below a threshold and tie with or charge (r_wrong − 0.5) above it, on each query's true
+   success (what no training reward can know) or on its pre-RL p_i (what AWA-RL knows), each threshold of
+   `ORACLE_THRESHOLDS` (`simulate.OracleReward`). `feasibility` calls the late-sd target *incompatible* with the
+   RA-F1 targets in a population when none of these rewards that reaches that level has a late sd within the
+   largest baseline's, *met* when the shipped reward's late sd is within it, and *missed* otherwise (it also
+   names the steadiest one that merely reaches the best baseline's RA-F1).
 
     PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python scripts/reconstruction_study.py --out runs/study
 
