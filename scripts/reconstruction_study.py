@@ -415,8 +415,14 @@ HALVES = (("fresh held-out", "Fresh held-out populations: the evidence"),
           ("named", "The named populations (chose the first default)"))
 
 
+def _half_heading(title: str) -> str:
+    """A half's short name for the sub-headings of a section ("Fresh held-out populations", ...)."""
+    return title.split(":")[0].split(" (")[0]
+
+
 def report(results: list[dict], chosen: dict, tuning_table: list[dict], seeds: int,
-           stability: list[dict] | None = None, frozen: dict[str, dict] | None = None) -> str:
+           stability: list[dict] | None = None, frozen: dict[str, dict] | None = None,
+           feasible: list[dict] | None = None) -> str:
     by_half = {h: [p for p in results if p["half"] == h] for h, _ in HALVES}
     v, g = chosen["variant"], chosen["gamma"]
     every = selection_table(by_half["tuning"], list(VARIANTS))
@@ -463,9 +469,8 @@ def report(results: list[dict], chosen: dict, tuning_table: list[dict], seeds: i
         for half, title in HALVES[:2]:
             rows = [r for r in stability if r["half"] == half]
             if rows:
-                lines += [f"{title.split(':')[0].split(' (')[0]}:", ""] + stability_table(rows) + [""]
-    drawn = [p for p in results if "oracles" in p]
-    if drawn:
+                lines += [f"{_half_heading(title)}:", ""] + stability_table(rows) + [""]
+    if feasible:
         lines += ["## Can any reward meet the late-sd target? (protocol step 9)", "",
                   "The feasibility control: stationary rewards that pay refusing (r_wrong + 0.05) where a query's key "
                   "is below a threshold and tie with (charge 0) or fall below (charge 0.5) a wrong answer elsewhere, "
@@ -477,9 +482,9 @@ def report(results: list[dict], chosen: dict, tuning_table: list[dict], seeds: i
                   "level is as steady as the most variable baseline, *missed* that one is and the shipped reward is "
                   "not, *met* that the shipped reward is.", ""]
         for half, title in HALVES:
-            rows = [feasibility(p, v, g) for p in drawn if p["half"] == half]
+            rows = [r for r in feasible if r["half"] == half]
             if rows:
-                lines += [f"{title.split(':')[0].split(' (')[0]}:", ""] + feasibility_table(rows) + [""]
+                lines += [f"{_half_heading(title)}:", ""] + feasibility_table(rows) + [""]
     lines += ["## Full tables", "", "RA-F1 (refusal) of every variant at every γ, mean over seeds.", ""]
     for p in results:
         lines += full_population_block(p)
@@ -563,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_json(out / "study.json", {"seeds": args.seeds, "chosen": chosen, "selection": table,
                                            "held_out": held, "frozen": frozen, "stability_linear_lr": stability,
                                            "feasibility": feasible, "results": results})
-    atomic_write_text(out / "study.md", report(results, chosen, table, args.seeds, stability, frozen))
+    atomic_write_text(out / "study.md", report(results, chosen, table, args.seeds, stability, frozen, feasible))
     print("\n".join(targets_table(held)))
     print("\n".join(feasibility_table([f for f in feasible if f["half"] != "tuning"])))
     print(f"\nwrote {out}/study.json, {out}/study.md ({time.time() - t0:.0f} s)", file=sys.stderr)
