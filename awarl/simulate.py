@@ -404,10 +404,21 @@ def run_oracles(cfg: AwarlConfig, oracles: Sequence[OracleReward]) -> list[RunRe
     return out
 
 
+def late_behaviour(refusal: Sequence[float], tail_fraction: float = 0.2) -> tuple[float, float]:
+    """(late drift, late sd) of one run's refusal curve: how far its mean over the last `tail_fraction` moved from
+    the window before it, and its standard deviation within that last window."""
+    ref = np.asarray(refusal, dtype=float)
+    last = np.asarray(late_window(ref, tail_fraction))
+    w = len(last)
+    before = ref[-2 * w:-w] if len(ref) >= 2 * w else ref[:1]
+    return abs(float(last.mean()) - float(before.mean())), float(last.std())
+
+
 def summary_rows(results: Sequence[RunResult], tail_fraction: float = 0.2) -> list[dict]:
     """One row per run label: final population values, mean and std over seeds, and the refusal rate's late
     behaviour (means over seeds): `late_drift`, how far its mean over the last `tail_fraction` of the run
-    moved from the window before it, and `late_sd`, its standard deviation within the last window."""
+    moved from the window before it, and `late_sd`, its standard deviation within the last window
+    (`late_behaviour`); `late_sd_seeds` keeps each seed's late sd, for paired comparisons."""
     by_label: dict[str, list[RunResult]] = {}
     for r in results:
         by_label.setdefault(r.label, []).append(r)
@@ -420,15 +431,9 @@ def summary_rows(results: Sequence[RunResult], tail_fraction: float = 0.2) -> li
             vals = np.array([r.final()[key] for r in runs])
             row[key], row[f"{key}_sd"] = float(vals.mean()), float(vals.std())
         row["gap_to_rho_hat"] = row["refusal_rate"] - row["rho_hat"]
-        drift, sd = [], []
-        for r in runs:
-            ref = np.asarray(r.history["refusal_rate"])
-            last = np.asarray(late_window(ref, tail_fraction))
-            w = len(last)
-            before = ref[-2 * w:-w] if len(ref) >= 2 * w else ref[:1]
-            drift.append(abs(float(last.mean()) - float(before.mean())))
-            sd.append(float(last.std()))
+        drift, sd = zip(*(late_behaviour(r.history["refusal_rate"], tail_fraction) for r in runs), strict=True)
         row["late_drift"], row["late_sd"] = float(np.mean(drift)), float(np.mean(sd))
+        row["late_sd_seeds"] = [float(x) for x in sd]  # in seed order: paired across the labels of one run_all
         rows.append(row)
     return rows
 

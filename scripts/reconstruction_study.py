@@ -50,6 +50,16 @@ Protocol (fixed in this file before any of its results were looked at; docs/reco
    RA-F1 targets in a population when none of these rewards that reaches that level has a late sd within the
    largest baseline's, *met* when the shipped reward's late sd is within it, and *missed* otherwise (it also
    names the steadiest one that merely reaches the best baseline's RA-F1).
+10. **Precision of the late-sd verdicts** (added for issue 22's fourth round, before it ran; a measurement, not a
+   selection: no variant, γ or default changes with it). Steps 5 and 9 judge the late-sd target on 3 seeds, and
+   the third round's misses were 0.0004-0.0027 above the largest baseline's sd, about the size of that sd itself.
+   Every held-out population (both held-out halves) runs the shipped reading at the shipped γ and the four
+   baselines again on `PRECISION_SEEDS` (20) seeds, the study's 3 among them (same populations and samples).
+   Per population: the largest baseline is the one with the largest 20-seed mean late sd; the shipped reward's
+   excess over it is the mean of the per-seed differences (paired: every run of one seed shares its population
+   and samples), with that mean's standard error. Verdict: *no larger* (excess <= 0), *within noise* (0 < excess
+   <= 2 standard errors: more seeds could not tell the two apart at this count), *larger* (excess > 2 standard
+   errors). The 3-seed verdict of step 9 is listed beside it; the target's count (step 5) is not revised by it.
 
     PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python scripts/reconstruction_study.py --out runs/study
 
@@ -127,6 +137,8 @@ ORACLE_THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7)
 ORACLE_CHARGES = (0.0, 0.5)
 ORACLES = tuple(OracleReward(th, ch, key) for key in ("success", "estimate") for ch in ORACLE_CHARGES
                 for th in ORACLE_THRESHOLDS)
+PRECISION_SEEDS = 20          # step 10: seeds behind each late-sd comparison of the precision check
+PRECISION_SE = 2.0            # step 10: an excess beyond this many standard errors is "larger", below it "within noise"
 
 
 def draw_populations(count: int, seed: int = POPULATION_SEED, fresh: bool = False) -> list[dict]:
@@ -308,6 +320,39 @@ def frozen_check(pops: list[dict], variant: str, gamma: float, seeds: int, steps
     return out
 
 
+def precision_population(pop: dict, variant: str, gamma: float, seeds: int = PRECISION_SEEDS,
+                         steps: int | None = None) -> dict:
+    """Step 10 on one population: the shipped reading at `gamma` and the baselines on `seeds` seeds, each run's
+    late-phase refusal sd per seed (`late_sd_seeds`, in seed order) and its RA-F1."""
+    cfg = _config(pop, seeds, steps, _overrides(VARIANTS[variant]) +
+                  [f"simulate.gammas=[{gamma:g}]", "simulate.strategies=[awarl, none, static, bapo]"])
+    rows = summary_rows(run_all(cfg, progress=False))
+    keep = ("label", "strategy", "ra_f1", "ra_f1_sd", "refusal_rate", "late_sd", "late_sd_seeds")
+    shipped = next(r for r in rows if r["strategy"] == "awarl")
+    return {"population": pop["name"], "half": pop["half"], "overrides": pop["overrides"], "variant": variant,
+            "gamma": gamma, "seeds": seeds, "steps": steps, "shipped": {k: shipped[k] for k in keep},
+            "baselines": [{k: r[k] for k in keep} for r in rows if r["strategy"] != "awarl"]}
+
+
+def precision_verdict(cell: dict, se_limit: float = PRECISION_SE) -> dict:
+    """Step 10's verdict on one `precision_population` cell: the shipped reward's late sd against the largest
+    baseline's (by mean over seeds), the excess as the mean of the paired per-seed differences and its standard
+    error; *no larger* (excess <= 0), *within noise* (<= `se_limit` standard errors) or *larger*."""
+    shipped = cell["shipped"]
+    rival = max(cell["baselines"], key=lambda r: r["late_sd"])
+    diff = np.asarray(shipped["late_sd_seeds"]) - np.asarray(rival["late_sd_seeds"])
+    if len(diff) < 2:
+        raise ValueError(f"{cell['population']}: a standard error needs at least 2 seeds, got {len(diff)}")
+    excess, se = float(diff.mean()), float(diff.std(ddof=1) / math.sqrt(len(diff)))
+    verdict = "no larger" if excess <= 0 else "within noise" if excess <= se_limit * se else "larger"
+    return {"population": cell["population"], "half": cell["half"], "seeds": len(diff),
+            "shipped_late_sd": shipped["late_sd"], "shipped_ra_f1": shipped["ra_f1"],
+            "shipped_refusal": shipped["refusal_rate"], "rival": rival["label"], "rival_late_sd": rival["late_sd"],
+            "excess": excess, "excess_se": se, "verdict": verdict,
+            "best_baseline": max(cell["baselines"], key=lambda r: r["ra_f1"])["label"],
+            "best_baseline_ra_f1": max(r["ra_f1"] for r in cell["baselines"])}
+
+
 # ------------------------------------------------------------------------------------------- report
 def _f(x: float) -> str:
     return f"{x:.3f}"
@@ -382,6 +427,24 @@ def feasibility_table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def precision_table(rows: list[dict], step9: dict[str, str] | None = None) -> list[str]:
+    """Step 10's rows; `step9`: the 3-seed feasibility verdict of each population, listed beside."""
+    lines = ["| population | shipped: RA-F1 (refusal) | shipped late sd | largest baseline: late sd | excess ± se | "
+             "verdict | 3-seed verdict (step 9) |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        verdict = f"**{r['verdict']}**" if r["verdict"] == "larger" else r["verdict"]
+        lines.append(f"| {r['population']} | {_f(r['shipped_ra_f1'])} ({r['shipped_refusal']:.2f}) | "
+                     f"{r['shipped_late_sd']:.4f} | {r['rival']}: {r['rival_late_sd']:.4f} | "
+                     f"{r['excess']:+.4f} ± {r['excess_se']:.4f} | {verdict} | {(step9 or {}).get(r['population'], '')} |")
+    n = len(rows)
+    if n:
+        count = {v: sum(r["verdict"] == v for r in rows) for v in ("no larger", "within noise", "larger")}
+        lines += ["", f"In {n} populations ({rows[0]['seeds']} seeds): the shipped reward's late refusal sd no larger "
+                  f"than the largest baseline's in {count['no larger']}, larger but within {PRECISION_SE:g} standard "
+                  f"errors in {count['within noise']}, larger beyond them in {count['larger']}."]
+    return lines
+
+
 def variants_summary(pops: list[dict], gamma_of: dict[str, float]) -> list[str]:
     """Per variant: mean lead over the best baseline at its best-on-tuning γ and at its best γ per population."""
     lines = ["| variant | γ chosen on tuning | mean lead at that γ | mean lead at each population's best γ | "
@@ -422,7 +485,7 @@ def _half_heading(title: str) -> str:
 
 def report(results: list[dict], chosen: dict, tuning_table: list[dict], seeds: int,
            stability: list[dict] | None = None, frozen: dict[str, dict] | None = None,
-           feasible: list[dict] | None = None) -> str:
+           feasible: list[dict] | None = None, precise: list[dict] | None = None) -> str:
     by_half = {h: [p for p in results if p["half"] == h] for h, _ in HALVES}
     v, g = chosen["variant"], chosen["gamma"]
     every = selection_table(by_half["tuning"], list(VARIANTS))
@@ -485,6 +548,18 @@ def report(results: list[dict], chosen: dict, tuning_table: list[dict], seeds: i
             rows = [r for r in feasible if r["half"] == half]
             if rows:
                 lines += [f"{_half_heading(title)}:", ""] + feasibility_table(rows) + [""]
+    if precise:
+        step9 = {r["population"]: r["verdict"] for r in feasible or []}
+        lines += ["## How sure is each late-sd verdict? (protocol step 10)", "",
+                  f"The shipped reading at the shipped γ and the four baselines again on {precise[0]['seeds']} seeds "
+                  "(the study's among them). *excess*: the mean over seeds of the shipped reward's late refusal sd "
+                  "minus the largest baseline's (the baseline with the largest mean), each seed's runs sharing their "
+                  f"population and samples, ± its standard error. *within noise*: larger by at most {PRECISION_SE:g} "
+                  "standard errors; *larger*: beyond them. RA-F1 and refusal are the means over these seeds.", ""]
+        for half, title in HALVES[:2]:
+            rows = [r for r in precise if r["half"] == half]
+            if rows:
+                lines += [f"{_half_heading(title)}:", ""] + precision_table(rows, step9) + [""]
     lines += ["## Full tables", "", "RA-F1 (refusal) of every variant at every γ, mean over seeds.", ""]
     for p in results:
         lines += full_population_block(p)
@@ -535,6 +610,20 @@ def _run_one(args: tuple[dict, int, int | None, str]) -> str:
     return pop["name"]
 
 
+def _precision_one(args: tuple[dict, str, float, int, int | None, str]) -> dict:
+    """Step 10 on one population, read back from OUT/precision/NAME.json when that file holds the same cell."""
+    pop, variant, gamma, seeds, steps, out = args
+    path = Path(out) / "precision" / f"{pop['name']}.json"
+    want = {"variant": variant, "gamma": gamma, "seeds": seeds, "steps": steps, "overrides": pop["overrides"]}
+    if path.exists():
+        done = json.loads(path.read_text())
+        if all(done.get(k) == v for k, v in want.items()):
+            return done
+    cell = precision_population(pop, variant, gamma, seeds, steps)
+    atomic_write_json(path, cell)
+    return cell
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="runs/study", help="output folder (default: runs/study)")
@@ -544,6 +633,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fresh", type=int, default=8, help="fresh held-out populations (default 8; step 6)")
     ap.add_argument("--no-named", action="store_true", help="skip the five named populations")
     ap.add_argument("--jobs", type=int, default=1, help="populations simulated in parallel processes")
+    ap.add_argument("--precision-seeds", type=int, default=PRECISION_SEEDS,
+                    help=f"seeds of step 10's late-sd comparison (default {PRECISION_SEEDS})")
     args = ap.parse_args(argv)
     out = Path(args.out)
     (out / "pops").mkdir(parents=True, exist_ok=True)
@@ -565,12 +656,19 @@ def main(argv: list[str] | None = None) -> int:
     held = [judge_population(p, v, g, frozen[p["name"]]) for p in held_pops]
     stability = stability_check(held_pops, v, g, args.seeds, args.steps)
     feasible = [feasibility(p, v, g) for p in results if "oracles" in p]
+    (out / "precision").mkdir(exist_ok=True)
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        cells = list(pool.map(_precision_one, [(p, v, g, args.precision_seeds, args.steps, str(out))
+                                               for p in held_pops]))
+    precise = [precision_verdict(c) for c in cells]
     atomic_write_json(out / "study.json", {"seeds": args.seeds, "chosen": chosen, "selection": table,
                                            "held_out": held, "frozen": frozen, "stability_linear_lr": stability,
-                                           "feasibility": feasible, "results": results})
-    atomic_write_text(out / "study.md", report(results, chosen, table, args.seeds, stability, frozen, feasible))
+                                           "feasibility": feasible, "precision": precise, "results": results})
+    atomic_write_text(out / "study.md", report(results, chosen, table, args.seeds, stability, frozen, feasible,
+                                               precise))
     print("\n".join(targets_table(held)))
     print("\n".join(feasibility_table([f for f in feasible if f["half"] != "tuning"])))
+    print("\n".join(precision_table(precise)))
     print(f"\nwrote {out}/study.json, {out}/study.md ({time.time() - t0:.0f} s)", file=sys.stderr)
     return 0
 

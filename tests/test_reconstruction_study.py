@@ -113,3 +113,28 @@ def test_feasibility_calls_the_late_sd_target_incompatible_only_when_no_oracle_r
     # within the most variable baseline's sd the target is met, whatever the oracles do
     assert judged(0.001, hard)["verdict"] == "met"
     assert S.least_sd_at(hard, 0.6) is None
+
+
+def test_precision_verdict_pairs_seeds_and_separates_a_real_excess_from_noise():
+    """Protocol step 10: the shipped reward's per-seed late sd against the baseline with the largest mean, the
+    excess as the mean paired difference, judged against PRECISION_SE standard errors of that mean."""
+    S = _study()
+
+    def cell(shipped: list[float], steady: list[float], variable: list[float]) -> dict:
+        def row(label: str, sds: list[float], ra: float) -> dict:
+            return {"label": label, "strategy": label, "ra_f1": ra, "ra_f1_sd": 0.0, "refusal_rate": 0.3,
+                    "late_sd": sum(sds) / len(sds), "late_sd_seeds": sds}
+        return {"population": "p", "half": "held-out", "shipped": row("awarl", shipped, 0.6),
+                "baselines": [row("static 0.05", steady, 0.2), row("bapo", variable, 0.55)]}
+
+    # bapo is the largest baseline (mean 0.004); every seed 0.001 above it is an excess no noise explains
+    got = S.precision_verdict(cell([0.005, 0.003, 0.006, 0.002], [0.0, 0.0, 0.0, 0.0], [0.004, 0.002, 0.005, 0.001]))
+    assert got["rival"] == "bapo" and got["excess"] == pytest.approx(0.001) and got["verdict"] == "larger"
+    assert got["best_baseline"] == "bapo" and got["best_baseline_ra_f1"] == 0.55
+    # the same means, but unpaired seeds: one seed far above, the others below -> within noise
+    got = S.precision_verdict(cell([0.011, 0.001, 0.001, 0.003], [0.0] * 4, [0.004, 0.002, 0.005, 0.001]))
+    assert got["excess"] == pytest.approx(0.001) and got["verdict"] == "within noise"
+    assert got["excess_se"] == pytest.approx(0.0023452, rel=1e-4)
+    assert S.precision_verdict(cell([0.001] * 4, [0.0] * 4, [0.004, 0.002, 0.005, 0.001]))["verdict"] == "no larger"
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        S.precision_verdict(cell([0.001], [0.0], [0.002]))

@@ -269,3 +269,19 @@ def test_dithered_steps_hold_refusal_as_a_stationary_reward_would_where_one_step
     cell = summary_rows(run_all(load_config(path, ["simulate.strategies=[awarl]", "simulate.gammas=[0.05]",
                                                    "reward.penalty_dither=0.1"]), progress=False))[0]
     assert cell["late_sd"] == dith["late_sd"] and cell["ra_f1"] == dith["ra_f1"]
+
+
+def test_late_behaviour_and_the_per_seed_late_sd_of_a_summary_row():
+    """The last fifth of a refusal curve: its sd, and its mean's move from the fifth before; summary_rows keeps
+    each seed's late sd in seed order, its mean being the row's late_sd."""
+    from awarl.simulate import RunResult, late_behaviour, summary_rows
+
+    curve = [0.5] * 80 + [0.2, 0.4] * 10  # last fifth alternates 0.2/0.4, the fifth before sits at 0.5
+    drift, sd = late_behaviour(curve)
+    assert sd == pytest.approx(0.1) and drift == pytest.approx(0.2)
+    assert late_behaviour([0.3] * 100) == pytest.approx((0.0, 0.0), abs=1e-12)
+    flat = {k: [0.3] * 100 for k in ("refusal_rate", "rho_hat", "precision", "accuracy", "ra_f1")}
+    runs = [RunResult("x", "none", seed=0, history={**flat, "refusal_rate": curve}),
+            RunResult("x", "none", seed=1, history=flat)]
+    row = summary_rows(runs)[0]
+    assert row["late_sd_seeds"] == pytest.approx([0.1, 0.0]) and row["late_sd"] == pytest.approx(0.05)
