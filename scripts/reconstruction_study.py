@@ -60,6 +60,10 @@ Protocol (fixed in this file before any of its results were looked at; docs/reco
    and samples), with that mean's standard error. Verdict: *no larger* (excess <= 0), *within noise* (0 < excess
    <= 2 standard errors: more seeds could not tell the two apart at this count), *larger* (excess > 2 standard
    errors). The 3-seed verdict of step 9 is listed beside it; the target's count (step 5) is not revised by it.
+   Second part, added after the first part's verdicts were seen (a measurement too): in every population where
+   the excess is *larger*, the 32 oracle rewards of step 9 on the same 20 seeds (`precision_oracles`), judged as
+   step 9 judges them at step 9's level (the study's best-γ RA-F1 − 0.01) against the 20-seed largest baseline:
+   *the RA-F1 targets' price* when none reaching the level is as steady, *missed* when one is.
 
     PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python scripts/reconstruction_study.py --out runs/study
 
@@ -334,6 +338,23 @@ def precision_population(pop: dict, variant: str, gamma: float, seeds: int = PRE
             "baselines": [{k: r[k] for k in keep} for r in rows if r["strategy"] != "awarl"]}
 
 
+def precision_oracles(pop: dict, seeds: int = PRECISION_SEEDS, steps: int | None = None) -> list[dict]:
+    """Step 10's second part on one population: step 9's oracle rewards on `seeds` seeds (the rows step 9 keeps,
+    with each seed's late sd)."""
+    cfg = _config(pop, seeds, steps, _overrides(VARIANTS["paper spec"]))
+    rows = summary_rows(run_oracles(cfg, ORACLES))
+    return [{**row, "key": o.key, "threshold": o.threshold, "charge": o.charge} for o, row in zip(ORACLES, rows, strict=True)]
+
+
+def oracle_verdict(verdict: dict, oracles: list[dict], level: float) -> dict:
+    """Step 10's second part: the steadiest of `oracles` (any key) reaching `level` against the largest baseline's
+    late sd of `verdict` (a `precision_verdict`): the RA-F1 targets' price when it is steadier than no baseline
+    (or none reaches `level`), missed otherwise."""
+    steadiest = least_sd_at(oracles, level)
+    price = steadiest is None or steadiest["late_sd"] > verdict["rival_late_sd"]
+    return {**verdict, "level": level, "oracle_at_level": steadiest, "oracle_verdict": "price" if price else "missed"}
+
+
 def precision_verdict(cell: dict, se_limit: float = PRECISION_SE) -> dict:
     """Step 10's verdict on one `precision_population` cell: the shipped reward's late sd against the largest
     baseline's (by mean over seeds), the excess as the mean of the paired per-seed differences and its standard
@@ -430,18 +451,25 @@ def feasibility_table(rows: list[dict]) -> list[str]:
 def precision_table(rows: list[dict], step9: dict[str, str] | None = None) -> list[str]:
     """Step 10's rows; `step9`: the 3-seed feasibility verdict of each population, listed beside."""
     lines = ["| population | shipped: RA-F1 (refusal) | shipped late sd | largest baseline: late sd | excess ± se | "
-             "verdict | 3-seed verdict (step 9) |", "|---|---|---|---|---|---|---|"]
+             "verdict | 3-seed verdict (step 9) | where larger: steadiest oracle at step 9's level, same seeds |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         verdict = f"**{r['verdict']}**" if r["verdict"] == "larger" else r["verdict"]
         lines.append(f"| {r['population']} | {_f(r['shipped_ra_f1'])} ({r['shipped_refusal']:.2f}) | "
                      f"{r['shipped_late_sd']:.4f} | {r['rival']}: {r['rival_late_sd']:.4f} | "
-                     f"{r['excess']:+.4f} ± {r['excess_se']:.4f} | {verdict} | {(step9 or {}).get(r['population'], '')} |")
+                     f"{r['excess']:+.4f} ± {r['excess_se']:.4f} | {verdict} | {(step9 or {}).get(r['population'], '')} | "
+                     + (f"{_oracle_cell(r['oracle_at_level'])} at ≥ {_f(r['level'])}: "
+                        + ("**missed**" if r["oracle_verdict"] == "missed" else "the RA-F1 targets' price")
+                        if "oracle_verdict" in r else "") + " |")
     n = len(rows)
     if n:
         count = {v: sum(r["verdict"] == v for r in rows) for v in ("no larger", "within noise", "larger")}
         lines += ["", f"In {n} populations ({rows[0]['seeds']} seeds): the shipped reward's late refusal sd no larger "
                   f"than the largest baseline's in {count['no larger']}, larger but within {PRECISION_SE:g} standard "
-                  f"errors in {count['within noise']}, larger beyond them in {count['larger']}."]
+                  f"errors in {count['within noise']}, larger beyond them in {count['larger']}"
+                  + (f" (of which the RA-F1 targets' price, no oracle reward at step 9's level as steady as the "
+                     f"largest baseline, in {sum(r.get('oracle_verdict') == 'price' for r in rows)})"
+                     if count["larger"] else "") + "."]
     return lines
 
 
@@ -624,6 +652,19 @@ def _precision_one(args: tuple[dict, str, float, int, int | None, str]) -> dict:
     return cell
 
 
+def _precision_oracles(pop: dict, seeds: int, steps: int | None, out: str) -> list[dict]:
+    """`precision_oracles`, read back from OUT/precision/NAME.oracles.json when that file holds the same cell."""
+    path = Path(out) / "precision" / f"{pop['name']}.oracles.json"
+    want = {"seeds": seeds, "steps": steps, "overrides": pop["overrides"]}
+    if path.exists():
+        done = json.loads(path.read_text())
+        if all(done.get(k) == v for k, v in want.items()):
+            return done["oracles"]
+    rows = precision_oracles(pop, seeds, steps)
+    atomic_write_json(path, {**want, "oracles": rows})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="runs/study", help="output folder (default: runs/study)")
@@ -661,6 +702,12 @@ def main(argv: list[str] | None = None) -> int:
         cells = list(pool.map(_precision_one, [(p, v, g, args.precision_seeds, args.steps, str(out))
                                                for p in held_pops]))
     precise = [precision_verdict(c) for c in cells]
+    level = {f["population"]: f["level"] for f in feasible}
+    for k, r in enumerate(precise):
+        if r["verdict"] == "larger":
+            pop = next(p for p in held_pops if p["name"] == r["population"])
+            precise[k] = oracle_verdict(r, _precision_oracles(pop, args.precision_seeds, args.steps, str(out)),
+                                        level[r["population"]])
     atomic_write_json(out / "study.json", {"seeds": args.seeds, "chosen": chosen, "selection": table,
                                            "held_out": held, "frozen": frozen, "stability_linear_lr": stability,
                                            "feasibility": feasible, "precision": precise, "results": results})

@@ -138,3 +138,21 @@ def test_precision_verdict_pairs_seeds_and_separates_a_real_excess_from_noise():
     assert S.precision_verdict(cell([0.001] * 4, [0.0] * 4, [0.004, 0.002, 0.005, 0.001]))["verdict"] == "no larger"
     with pytest.raises(ValueError, match="at least 2 seeds"):
         S.precision_verdict(cell([0.001], [0.0], [0.002]))
+
+
+def test_oracle_verdict_calls_a_larger_late_sd_the_ra_f1_targets_price_only_when_no_oracle_at_the_level_is_steady():
+    """Step 10's second part: the steadiest oracle (any key) reaching step 9's level against the 20-seed largest
+    baseline late sd."""
+    S = _study()
+    verdict = {"population": "p", "verdict": "larger", "rival_late_sd": 0.002}
+
+    def oracle(ra: float, sd: float, key: str = "estimate") -> dict:
+        return {"key": key, "threshold": 0.3, "charge": 0.5, "ra_f1": ra, "late_sd": sd, "refusal_rate": 0.4}
+
+    steady_but_short = oracle(0.49, 0.0001)
+    got = S.oracle_verdict(verdict, [steady_but_short, oracle(0.51, 0.004, "success")], level=0.5)
+    assert got["oracle_verdict"] == "price" and got["oracle_at_level"]["late_sd"] == 0.004 and got["level"] == 0.5
+    assert S.oracle_verdict(verdict, [steady_but_short], level=0.5)["oracle_at_level"] is None
+    assert S.oracle_verdict(verdict, [steady_but_short], level=0.5)["oracle_verdict"] == "price"
+    got = S.oracle_verdict(verdict, [steady_but_short, oracle(0.505, 0.0015)], level=0.5)
+    assert got["oracle_verdict"] == "missed" and got["verdict"] == "larger"  # the first part's verdict is kept
