@@ -156,3 +156,22 @@ def test_oracle_verdict_calls_a_larger_late_sd_the_ra_f1_targets_price_only_when
     assert S.oracle_verdict(verdict, [steady_but_short], level=0.5)["oracle_verdict"] == "price"
     got = S.oracle_verdict(verdict, [steady_but_short, oracle(0.505, 0.0015)], level=0.5)
     assert got["oracle_verdict"] == "missed" and got["verdict"] == "larger"  # the first part's verdict is kept
+
+
+def test_precision_table_counts_each_verdict_and_names_the_oracle_only_where_the_excess_is_larger():
+    S = _study()
+    base = {"half": "held-out", "seeds": 20, "shipped_ra_f1": 0.6, "shipped_refusal": 0.3, "rival": "bapo (0.5)",
+            "excess_se": 0.0005}
+    rows = [{**base, "population": "a", "shipped_late_sd": 0.001, "rival_late_sd": 0.002, "excess": -0.001,
+             "verdict": "no larger"},
+            {**base, "population": "b", "shipped_late_sd": 0.009, "rival_late_sd": 0.002, "excess": 0.007,
+             "verdict": "larger", "level": 0.59, "oracle_verdict": "price",
+             "oracle_at_level": {"key": "success", "threshold": 0.2, "charge": 0.5, "ra_f1": 0.595,
+                                 "late_sd": 0.004, "refusal_rate": 0.7}}]
+    lines = S.precision_table(rows, {"a": "missed", "b": "incompatible"})
+    assert lines[2].startswith("| a |") and lines[2].endswith("| no larger | missed |  |")
+    assert "s < 0.2, charge 0.5" in lines[3] and "the RA-F1 targets' price" in lines[3]
+    assert lines[-1] == ("In 2 populations (20 seeds): the shipped reward's late refusal sd no larger than the largest "
+                         "baseline's in 1, larger but within 2 standard errors in 0, larger beyond them in 1 (of which "
+                         "the RA-F1 targets' price, no oracle reward at step 9's level as steady as the largest "
+                         "baseline, in 1).")
