@@ -54,11 +54,12 @@ Protocol (fixed in this file before any of its results were looked at; docs/reco
    selection: no variant, γ or default changes with it). Steps 5 and 9 judge the late-sd target on 3 seeds, and
    the third round's misses were 0.0004-0.0027 above the largest baseline's sd, about the size of that sd itself.
    Every held-out population (both held-out halves) runs the shipped reading at the shipped γ and the four
-   baselines again on `PRECISION_SEEDS` (20) seeds, the study's 3 among them (same populations and samples).
+   baselines again on `PRECISION_SEEDS` (20) seeds, the study's 3 among them (same populations and samples);
+   the tuning half too, reported apart as it is not evidence (added after the held-out halves were seen).
    Per population: the largest baseline is the one with the largest 20-seed mean late sd; the shipped reward's
    excess over it is the mean of the per-seed differences (paired: every run of one seed shares its population
    and samples), with that mean's standard error. Verdict: *no larger* (excess <= 0), *within noise* (0 < excess
-   <= 2 standard errors: more seeds could not tell the two apart at this count), *larger* (excess > 2 standard
+   <= 2 standard errors: these seeds cannot tell the two apart), *larger* (excess > 2 standard
    errors). The 3-seed verdict of step 9 is listed beside it; the target's count (step 5) is not revised by it.
    Second part, added after the first part's verdicts were seen (a measurement too): in every population where
    the excess is *larger*, the 32 oracle rewards of step 9 on the same 20 seeds (`precision_oracles`), judged as
@@ -67,10 +68,13 @@ Protocol (fixed in this file before any of its results were looked at; docs/reco
 
     PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python scripts/reconstruction_study.py --out runs/study
 
-Writes OUT/pops/NAME.json per population as it finishes (a rerun skips those: the study resumes), then
-OUT/study.json and OUT/study.md (kept in the repo as docs/reconstruction_study.md), and prints the selection.
+Writes OUT/pops/NAME.json per population as it finishes (a rerun skips those: the study resumes) and step 10's
+OUT/precision/NAME.json (likewise kept), then OUT/study.json and OUT/study.md (kept in the repo as
+docs/reconstruction_study.md), and prints the selection.
 About 90 minutes of CPU with the defaults (29 populations x 14 variants x 10 γ + 4 baselines, and 32 oracle
-rewards on the 24 drawn populations, 3 seeds; `--jobs 2` took 45 minutes on 2 cores).
+rewards on the 24 drawn populations, 3 seeds; `--jobs 2` took 45 minutes on 2 cores), and step 10 about 25 more
+(the shipped reward and 4 baselines on 20 seeds in 24 populations, 12 minutes; 32 oracle rewards on 20 seeds
+where the excess is larger, 2 minutes a population).
 """
 
 from __future__ import annotations
@@ -583,8 +587,11 @@ def report(results: list[dict], chosen: dict, tuning_table: list[dict], seeds: i
                   "(the study's among them). *excess*: the mean over seeds of the shipped reward's late refusal sd "
                   "minus the largest baseline's (the baseline with the largest mean), each seed's runs sharing their "
                   f"population and samples, ± its standard error. *within noise*: larger by at most {PRECISION_SE:g} "
-                  "standard errors; *larger*: beyond them. RA-F1 and refusal are the means over these seeds.", ""]
-        for half, title in HALVES[:2]:
+                  "standard errors; *larger*: beyond them. RA-F1 and refusal are the means over these seeds. Where "
+                  "the excess is larger, the last column runs step 9's oracle rewards on the same seeds and names the "
+                  "steadiest reaching step 9's level: *missed* if it is steadier than the largest baseline, else "
+                  "the RA-F1 targets' price.", ""]
+        for half, title in HALVES[:3]:
             rows = [r for r in precise if r["half"] == half]
             if rows:
                 lines += [f"{_half_heading(title)}:", ""] + precision_table(rows, step9) + [""]
@@ -700,12 +707,12 @@ def main(argv: list[str] | None = None) -> int:
     (out / "precision").mkdir(exist_ok=True)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         cells = list(pool.map(_precision_one, [(p, v, g, args.precision_seeds, args.steps, str(out))
-                                               for p in held_pops]))
+                                               for p in held_pops + tuning]))
     precise = [precision_verdict(c) for c in cells]
     level = {f["population"]: f["level"] for f in feasible}
     for k, r in enumerate(precise):
         if r["verdict"] == "larger":
-            pop = next(p for p in held_pops if p["name"] == r["population"])
+            pop = next(p for p in held_pops + tuning if p["name"] == r["population"])
             precise[k] = oracle_verdict(r, _precision_oracles(pop, args.precision_seeds, args.steps, str(out)),
                                         level[r["population"]])
     atomic_write_json(out / "study.json", {"seeds": args.seeds, "chosen": chosen, "selection": table,
@@ -715,7 +722,7 @@ def main(argv: list[str] | None = None) -> int:
                                                precise))
     print("\n".join(targets_table(held)))
     print("\n".join(feasibility_table([f for f in feasible if f["half"] != "tuning"])))
-    print("\n".join(precision_table(precise)))
+    print("\n".join(precision_table([r for r in precise if r["half"] != "tuning"])))
     print(f"\nwrote {out}/study.json, {out}/study.md ({time.time() - t0:.0f} s)", file=sys.stderr)
     return 0
 
