@@ -85,6 +85,7 @@ import math
 import shlex
 import sys
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -515,6 +516,17 @@ def _half_heading(title: str) -> str:
     return title.split(":")[0].split(" (")[0]
 
 
+def _per_half(rows: list[dict], table: Callable[[list[dict]], list[str]],
+              halves: Sequence[tuple[str, str]]) -> list[str]:
+    """`table` of `rows` for each of `halves` that has rows, under the half's sub-heading."""
+    lines: list[str] = []
+    for half, title in halves:
+        mine = [r for r in rows if r["half"] == half]
+        if mine:
+            lines += [f"{_half_heading(title)}:", ""] + table(mine) + [""]
+    return lines
+
+
 def report(results: list[dict], chosen: dict, tuning_table: list[dict], seeds: int,
            stability: list[dict] | None = None, frozen: dict[str, dict] | None = None,
            feasible: list[dict] | None = None, precise: list[dict] | None = None) -> str:
@@ -561,10 +573,7 @@ def report(results: list[dict], chosen: dict, tuning_table: list[dict], seeds: i
                   "Step 8 of the protocol: the study's simulator keeps the step size constant; `awarl train` decays "
                   "it linearly to 0 (TRL's default). The shipped reading at the shipped γ (and its frozen twin) and "
                   "the baselines again, `simulate.lr_schedule=linear`, final values, mean over seeds:", ""]
-        for half, title in HALVES[:2]:
-            rows = [r for r in stability if r["half"] == half]
-            if rows:
-                lines += [f"{_half_heading(title)}:", ""] + stability_table(rows) + [""]
+        lines += _per_half(stability, stability_table, HALVES[:2])
     if feasible:
         lines += ["## Can any reward meet the late-sd target? (protocol step 9)", "",
                   "The feasibility control: stationary rewards that pay refusing (r_wrong + 0.05) where a query's key "
@@ -576,10 +585,7 @@ def report(results: list[dict], chosen: dict, tuning_table: list[dict], seeds: i
                   f"{CLOSE_TO_BEST:g} of the best γ's RA-F1: *incompatible* says that no oracle reward reaching that "
                   "level is as steady as the most variable baseline, *missed* that one is and the shipped reward is "
                   "not, *met* that the shipped reward is.", ""]
-        for half, title in HALVES:
-            rows = [r for r in feasible if r["half"] == half]
-            if rows:
-                lines += [f"{_half_heading(title)}:", ""] + feasibility_table(rows) + [""]
+        lines += _per_half(feasible, feasibility_table, HALVES)
     if precise:
         step9 = {r["population"]: r["verdict"] for r in feasible or []}
         lines += ["## How sure is each late-sd verdict? (protocol step 10)", "",
@@ -591,10 +597,7 @@ def report(results: list[dict], chosen: dict, tuning_table: list[dict], seeds: i
                   "the excess is larger, the last column runs step 9's oracle rewards on the same seeds and names the "
                   "steadiest reaching step 9's level: *missed* if it is steadier than the largest baseline, else "
                   "the RA-F1 targets' price.", ""]
-        for half, title in HALVES[:3]:
-            rows = [r for r in precise if r["half"] == half]
-            if rows:
-                lines += [f"{_half_heading(title)}:", ""] + precision_table(rows, step9) + [""]
+        lines += _per_half(precise, lambda rows: precision_table(rows, step9), HALVES[:3])
     lines += ["## Full tables", "", "RA-F1 (refusal) of every variant at every γ, mean over seeds.", ""]
     for p in results:
         lines += full_population_block(p)
