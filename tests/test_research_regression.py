@@ -15,6 +15,7 @@ from awarl.io import file_sha256, repo_root
 SHIPPED_TASKS = "data/research/regression.jsonl"
 SHIPPED_SCRIPT = "data/research/regression_script.jsonl"
 TINY_TASKS = "data/research/regression_tiny.jsonl"
+TINY_EXECUTOR = "data/research/tiny-executor"
 
 
 def scripted_args(tiny_dir, index):
@@ -62,6 +63,9 @@ def test_the_shipped_suites_record_their_judge_planner_and_policy():
     assert scripted == {"kind": "scripted", "script_sha256": file_sha256(repo_root() / SHIPPED_SCRIPT)}
     real = json.loads((repo_root() / TINY_TASKS).read_text().splitlines()[0])["recorded_with"]["policy"]
     assert real["kind"] == "model" and len(real["weights_sha256"]) == 64
+    from awarl.research.regression import weights_identity
+
+    assert real == weights_identity(repo_root() / TINY_EXECUTOR)  # the shipped executor is the recorded policy
 
 
 def test_a_regression_run_with_another_judge_is_refused(tmp_path, tiny_dir, shipped_bm25_dir, capsys):
@@ -75,17 +79,20 @@ def test_a_regression_run_with_another_judge_is_refused(tmp_path, tiny_dir, ship
 
 
 @pytest.mark.slow
-def test_the_real_executor_suite_holds_and_catches_drift_of_the_executor(tmp_path, protocol_dir, tiny_dir,
-                                                                          shipped_bm25_dir, capsys):
+def test_the_real_executor_suite_holds_and_catches_drift_of_the_executor(tmp_path, tiny_dir, shipped_bm25_dir,
+                                                                          capsys):
+    """On the executor the suite was recorded with (data/research/tiny-executor, shipped: a warm-up rebuilt on
+    another CPU differs in the last bits of its weights, so it is another policy)."""
     from awarl.cli import main
 
+    executor = repo_root() / TINY_EXECUTOR
     base = ["research", "--regression", str(repo_root() / TINY_TASKS), "--out", str(tmp_path / "r")]
-    assert main([*base, *tiny_args(protocol_dir, shipped_bm25_dir)]) == 0, capsys.readouterr().out
+    assert main([*base, *tiny_args(executor, shipped_bm25_dir)]) == 0, capsys.readouterr().out
     assert "5/5 tasks as recorded, 0 regression(s)" in capsys.readouterr().out
     report = json.loads((tmp_path / "r" / "regression.json").read_text())["reports"]["hotpotqa-polanski-film"]
     assert report["approved"] and report["answer"] == "The Ninth Gate"  # the real executor searched and answered
     # another prompt template: the same policy behaves differently, and the check says where
-    assert main([*base, *tiny_args(protocol_dir, shipped_bm25_dir), "agent.template=search-r1"]) == 1
+    assert main([*base, *tiny_args(executor, shipped_bm25_dir), "agent.template=search-r1"]) == 1
     said = capsys.readouterr().out
     assert "the executor's behaviour drifted" in said
     assert "note: setting template: recorded 'awarl', now 'search-r1'" in said  # what may explain it
