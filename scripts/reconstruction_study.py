@@ -62,7 +62,7 @@ Protocol (fixed in this file before any of its results were looked at; docs/reco
    <= 2 standard errors: these seeds cannot tell the two apart), *larger* (excess > 2 standard
    errors). The 3-seed verdict of step 9 is listed beside it; the target's count (step 5) is not revised by it.
    Second part, added after the first part's verdicts were seen (a measurement too): in every population where
-   the excess is *larger*, the 32 oracle rewards of step 9 on the same 20 seeds (`precision_oracles`), judged as
+   the excess is *larger*, the 32 oracle rewards of step 9 on the same 20 seeds (`oracle_rows`), judged as
    step 9 judges them at step 9's level (the study's best-γ RA-F1 − 0.01) against the 20-seed largest baseline:
    *the RA-F1 targets' price* when none reaching the level is as steady, *missed* when one is.
 
@@ -212,11 +212,16 @@ def run_population(pop: dict, seeds: int, steps: int | None, done: dict | None =
         rows = out["variants"].get(name, []) + summary_rows(run_all(cfg, progress=False))
         out["variants"][name] = sorted(rows, key=lambda r: r["gamma"])
     if pop["half"] != "named" and "oracles" not in out:
-        cfg = _config(pop, seeds, steps, _overrides(VARIANTS["paper spec"]))
-        rows = summary_rows(run_oracles(cfg, ORACLES))
-        out["oracles"] = [{**row, "key": o.key, "threshold": o.threshold, "charge": o.charge}
-                          for o, row in zip(ORACLES, rows, strict=True)]
+        out["oracles"] = oracle_rows(pop, seeds, steps)
     return out
+
+
+def oracle_rows(pop: dict, seeds: int, steps: int | None) -> list[dict]:
+    """Step 9's oracle rewards (`ORACLES`) on one population: a summary row each (with each seed's late sd), with
+    the reward's key, threshold and charge."""
+    cfg = _config(pop, seeds, steps, _overrides(VARIANTS["paper spec"]))
+    rows = summary_rows(run_oracles(cfg, ORACLES))
+    return [{**row, "key": o.key, "threshold": o.threshold, "charge": o.charge} for o, row in zip(ORACLES, rows, strict=True)]
 
 
 # ------------------------------------------------------------------------------------------- analysis
@@ -343,14 +348,6 @@ def precision_population(pop: dict, variant: str, gamma: float, seeds: int = PRE
             "baselines": [{k: r[k] for k in keep} for r in rows if r["strategy"] != "awarl"]}
 
 
-def precision_oracles(pop: dict, seeds: int = PRECISION_SEEDS, steps: int | None = None) -> list[dict]:
-    """Step 10's second part on one population: step 9's oracle rewards on `seeds` seeds (the rows step 9 keeps,
-    with each seed's late sd)."""
-    cfg = _config(pop, seeds, steps, _overrides(VARIANTS["paper spec"]))
-    rows = summary_rows(run_oracles(cfg, ORACLES))
-    return [{**row, "key": o.key, "threshold": o.threshold, "charge": o.charge} for o, row in zip(ORACLES, rows, strict=True)]
-
-
 def oracle_verdict(verdict: dict, oracles: list[dict], level: float) -> dict:
     """Step 10's second part: the steadiest of `oracles` (any key) reaching `level` against the largest baseline's
     late sd of `verdict` (a `precision_verdict`): the RA-F1 targets' price when it is steadier than no baseline
@@ -371,12 +368,12 @@ def precision_verdict(cell: dict, se_limit: float = PRECISION_SE) -> dict:
         raise ValueError(f"{cell['population']}: a standard error needs at least 2 seeds, got {len(diff)}")
     excess, se = float(diff.mean()), float(diff.std(ddof=1) / math.sqrt(len(diff)))
     verdict = "no larger" if excess <= 0 else "within noise" if excess <= se_limit * se else "larger"
+    best = max(cell["baselines"], key=lambda r: r["ra_f1"])
     return {"population": cell["population"], "half": cell["half"], "seeds": len(diff),
             "shipped_late_sd": shipped["late_sd"], "shipped_ra_f1": shipped["ra_f1"],
             "shipped_refusal": shipped["refusal_rate"], "rival": rival["label"], "rival_late_sd": rival["late_sd"],
             "excess": excess, "excess_se": se, "verdict": verdict,
-            "best_baseline": max(cell["baselines"], key=lambda r: r["ra_f1"])["label"],
-            "best_baseline_ra_f1": max(r["ra_f1"] for r in cell["baselines"])}
+            "best_baseline": best["label"], "best_baseline_ra_f1": best["ra_f1"]}
 
 
 # ------------------------------------------------------------------------------------------- report
@@ -648,31 +645,32 @@ def _run_one(args: tuple[dict, int, int | None, str]) -> str:
     return pop["name"]
 
 
-def _precision_one(args: tuple[dict, str, float, int, int | None, str]) -> dict:
-    """Step 10 on one population, read back from OUT/precision/NAME.json when that file holds the same cell."""
-    pop, variant, gamma, seeds, steps, out = args
-    path = Path(out) / "precision" / f"{pop['name']}.json"
-    want = {"variant": variant, "gamma": gamma, "seeds": seeds, "steps": steps, "overrides": pop["overrides"]}
+def _kept(path: Path, want: dict, compute: Callable[[], dict]) -> dict:
+    """The JSON of `path` when it holds every key of `want` with that value (a finished cell of the same
+    settings: the study resumes), else `compute()`, written there atomically."""
     if path.exists():
         done = json.loads(path.read_text())
         if all(done.get(k) == v for k, v in want.items()):
             return done
-    cell = precision_population(pop, variant, gamma, seeds, steps)
+    cell = compute()
     atomic_write_json(path, cell)
     return cell
 
 
+def _precision_one(args: tuple[dict, str, float, int, int | None, str]) -> dict:
+    """Step 10 on one population, kept in OUT/precision/NAME.json."""
+    pop, variant, gamma, seeds, steps, out = args
+    want = {"variant": variant, "gamma": gamma, "seeds": seeds, "steps": steps, "overrides": pop["overrides"]}
+    return _kept(Path(out) / "precision" / f"{pop['name']}.json", want,
+                 lambda: precision_population(pop, variant, gamma, seeds, steps))
+
+
 def _precision_oracles(pop: dict, seeds: int, steps: int | None, out: str) -> list[dict]:
-    """`precision_oracles`, read back from OUT/precision/NAME.oracles.json when that file holds the same cell."""
-    path = Path(out) / "precision" / f"{pop['name']}.oracles.json"
+    """Step 10's second part on one population (`oracle_rows` on the precision seeds), kept in
+    OUT/precision/NAME.oracles.json."""
     want = {"seeds": seeds, "steps": steps, "overrides": pop["overrides"]}
-    if path.exists():
-        done = json.loads(path.read_text())
-        if all(done.get(k) == v for k, v in want.items()):
-            return done["oracles"]
-    rows = precision_oracles(pop, seeds, steps)
-    atomic_write_json(path, {**want, "oracles": rows})
-    return rows
+    return _kept(Path(out) / "precision" / f"{pop['name']}.oracles.json", want,
+                 lambda: {**want, "oracles": oracle_rows(pop, seeds, steps)})["oracles"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -708,16 +706,17 @@ def main(argv: list[str] | None = None) -> int:
     stability = stability_check(held_pops, v, g, args.seeds, args.steps)
     feasible = [feasibility(p, v, g) for p in results if "oracles" in p]
     (out / "precision").mkdir(exist_ok=True)
+    checked = held_pops + tuning
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         cells = list(pool.map(_precision_one, [(p, v, g, args.precision_seeds, args.steps, str(out))
-                                               for p in held_pops + tuning]))
-    precise = [precision_verdict(c) for c in cells]
+                                               for p in checked]))
     level = {f["population"]: f["level"] for f in feasible}
-    for k, r in enumerate(precise):
+    precise = []
+    for pop, cell in zip(checked, cells, strict=True):
+        r = precision_verdict(cell)
         if r["verdict"] == "larger":
-            pop = next(p for p in held_pops + tuning if p["name"] == r["population"])
-            precise[k] = oracle_verdict(r, _precision_oracles(pop, args.precision_seeds, args.steps, str(out)),
-                                        level[r["population"]])
+            r = oracle_verdict(r, _precision_oracles(pop, args.precision_seeds, args.steps, str(out)), level[pop["name"]])
+        precise.append(r)
     atomic_write_json(out / "study.json", {"seeds": args.seeds, "chosen": chosen, "selection": table,
                                            "held_out": held, "frozen": frozen, "stability_linear_lr": stability,
                                            "feasibility": feasible, "precision": precise, "results": results})
