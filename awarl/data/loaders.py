@@ -124,6 +124,12 @@ def _first_record(path: Path, container: str) -> Any:
         return json.JSONDecoder().raw_decode(body)[0]
     except (ValueError, RecursionError):
         pass  # the first record is longer than the head (or the file is broken): parse it all
+    data = _json_array(path)
+    return data[0] if data else None
+
+
+def _json_array(path: Path) -> list:
+    """A whole JSON-array file; DataError naming the file when it is not valid JSON or not an array."""
     try:
         with open(path, encoding="utf-8-sig") as f:
             data = loads_json(f.read())
@@ -131,7 +137,7 @@ def _first_record(path: Path, container: str) -> Any:
         raise DataError(f"{path}: invalid JSON: {e}") from None
     if not isinstance(data, list):
         raise DataError(f"{path}: expected a JSON array of records, got {type(data).__name__}")
-    return data[0] if data else None
+    return data
 
 
 def sniff_record(rec: Any) -> str | None:
@@ -169,14 +175,7 @@ def _records(path: Path, on_error: str, errors: list[str]) -> Iterator[tuple[str
         for i, row in enumerate(_parquet_rows(path, batch_size=1024)):
             yield f"{path}: record {i}", row
     elif container == "json":
-        try:
-            with open(path, encoding="utf-8-sig") as f:
-                data = loads_json(f.read())
-        except ValueError as e:
-            raise DataError(f"{path}: invalid JSON: {e}") from None
-        if not isinstance(data, list):
-            raise DataError(f"{path}: expected a JSON array of records, got {type(data).__name__}")
-        for i, rec in enumerate(data):
+        for i, rec in enumerate(_json_array(path)):
             yield f"{path}: record {i}", rec
     else:
         for n, rec in iter_jsonl(path, on_error=on_error, errors=errors):
