@@ -368,7 +368,7 @@ def precision_verdict(cell: dict, se_limit: float = PRECISION_SE) -> dict:
         raise ValueError(f"{cell['population']}: a standard error needs at least 2 seeds, got {len(diff)}")
     excess, se = float(diff.mean()), float(diff.std(ddof=1) / math.sqrt(len(diff)))
     verdict = "no larger" if excess <= 0 else "within noise" if excess <= se_limit * se else "larger"
-    best = max(cell["baselines"], key=lambda r: r["ra_f1"])
+    best = best_baseline(cell)
     return {"population": cell["population"], "half": cell["half"], "seeds": len(diff),
             "shipped_late_sd": shipped["late_sd"], "shipped_ra_f1": shipped["ra_f1"],
             "shipped_refusal": shipped["refusal_rate"], "rival": rival["label"], "rival_late_sd": rival["late_sd"],
