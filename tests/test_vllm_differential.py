@@ -14,39 +14,30 @@ these comparisons fail: they compare ids, finish reasons, env masks, outcomes an
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from pathlib import Path
 
 import pytest
-
-from awarl.io import shipped_data_dir
+from vllm_recipe import (
+    HOTPOT,
+    ON_CPU,
+    RECIPE,
+    check_logprobs_against_policy,
+    hotpot,
+    recipe_config,
+    rollout_engine,
+)
 
 pytestmark = pytest.mark.vllm
 
-REPO = Path(__file__).resolve().parents[1]
-RECIPE = REPO / "configs" / "qwen2.5-3b_1gpu.yaml"   # the colocated single-GPU recipe's vLLM options
-HOTPOT = shipped_data_dir() / "hotpotqa" / "hotpot_dev_distractor_v1.sample200.json"
-# What CPU needs on top of the recipe (float32: no bf16 kernels here; eager: no 40 s torch.compile) and
-# what keeps the tiny runs short. The recipe's gpu_memory_utilization, tensor_parallel_size,
-# enable_prefix_caching and max_model_len stay as it sets them.
-CPU = ["generation.dtype=float32", "generation.enforce_eager=true", "generation.batch_size=8",
-       "agent.max_turns=3", "agent.max_new_tokens_per_turn=48", "agent.max_trajectory_tokens=768",
-       "retrieval.topk=2"]
+CPU = [*ON_CPU, "generation.batch_size=8", "agent.max_turns=3", "agent.max_new_tokens_per_turn=48",
+       "agent.max_trajectory_tokens=768", "retrieval.topk=2"]  # short runs
 LP_TOL = 2e-4   # float32 log-probs of two implementations of the same forward pass
-
-
-def hotpot(n: int, seed: int) -> list:
-    from awarl.data.loaders import load_examples
-
-    return load_examples(HOTPOT, format="hotpotqa", dataset="hotpotqa", limit=n, seed=seed).examples
 
 
 @pytest.fixture(scope="module")
 def cfg(shipped_bm25_dir):
-    from awarl.config import load_config
-
-    return load_config(str(RECIPE), [*CPU, f"retrieval.index_dir={shipped_bm25_dir}"])
+    return recipe_config(shipped_bm25_dir, CPU)
 
 
 @pytest.fixture(scope="module")
@@ -78,12 +69,6 @@ def retriever(shipped_bm25_dir):
     return load_index(shipped_bm25_dir)
 
 
-def rollout(cfg, backend, tok, retriever):
-    from awarl.agent.rollout import RolloutEngine
-
-    return RolloutEngine.from_config(cfg, tok, retriever, backend=backend)
-
-
 def test_the_recipes_vllm_options_reach_the_engine(vllm_be, cfg):
     vc = vllm_be.llm.llm_engine.vllm_config
     assert cfg.generation.gpu_memory_utilization == 0.35  # as configs/qwen2.5-3b_1gpu.yaml sets it
@@ -101,8 +86,8 @@ def test_greedy_multi_turn_trajectories_are_equal_token_for_token(cfg, vllm_be, 
 
     examples = hotpot(3, 0) + hotpot(5, 1)[:3]
     questions = [ex.question for ex in examples]
-    hf = rollout(cfg, hf_be, tok, retriever).run(questions, temperature=0.0, seed=0)
-    vl = rollout(cfg, vllm_be, tok, retriever).run(questions, temperature=0.0, seed=0)
+    hf = rollout_engine(cfg, hf_be, tok, retriever).run(questions, temperature=0.0, seed=0)
+    vl = rollout_engine(cfg, vllm_be, tok, retriever).run(questions, temperature=0.0, seed=0)
     phrases = abstention_phrases(load_template(cfg.agent.template), cfg.agent.abstention_phrases)
     for ex, h, v in zip(examples, hf, vl, strict=True):
         assert v.completion_ids == h.completion_ids, ex.question
@@ -139,23 +124,9 @@ def test_a_stop_string_completed_inside_a_turn_is_cut_alike(vllm_be, hf_be, tok)
 def test_sampled_logprobs_are_the_policys_for_the_same_tokens(cfg, vllm_be, tok, retriever, protocol_dir):
     """vLLM samples at T=0.7; for every model token it reports log softmax(logits / T) of the policy, as
     the transformers backend does (and TRL recomputes): checked against one transformers forward pass."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(protocol_dir, dtype=torch.float32).eval()
-    trajs = rollout(cfg, vllm_be, tok, retriever).run([ex.question for ex in hotpot(3, 0)], temperature=0.7,
-                                                      seed=5)
-    checked = 0
-    for t in trajs:
-        ids = torch.tensor([t.prompt_ids + t.completion_ids])
-        with torch.no_grad():
-            logits = model(ids).logits[0, len(t.prompt_ids) - 1:-1].float() / 0.7
-        ref = torch.log_softmax(logits, -1).gather(-1, ids[0, len(t.prompt_ids):, None]).squeeze(-1).tolist()
-        for lp, r, m in zip(t.logprobs, ref, t.env_mask, strict=True):
-            if m:
-                assert not math.isnan(lp) and abs(lp - r) < LP_TOL
-                checked += 1
-    assert checked > 50
+    questions = [ex.question for ex in hotpot(3, 0)]
+    trajs = rollout_engine(cfg, vllm_be, tok, retriever).run(questions, temperature=0.7, seed=5)
+    assert check_logprobs_against_policy(trajs, protocol_dir, 0.7, LP_TOL) > 50
 
 
 def test_per_prompt_seeds_give_a_grpo_group_distinct_reproducible_completions(vllm_be, tok):

@@ -14,36 +14,20 @@ Both markers: `make test-vllm` runs these in .venv-vllm, which also installs the
 
 from __future__ import annotations
 
-import math
-from pathlib import Path
-
 import pytest
 from test_vllm_servers import served
-
-from awarl.io import shipped_data_dir
+from vllm_recipe import ON_CPU, check_logprobs_against_policy, hotpot, recipe_config, rollout_engine
 
 pytestmark = [pytest.mark.vllm, pytest.mark.pretrained]
 
-REPO = Path(__file__).resolve().parents[1]
-RECIPE = REPO / "configs" / "qwen2.5-3b_1gpu.yaml"
-HOTPOT = shipped_data_dir() / "hotpotqa" / "hotpot_dev_distractor_v1.sample200.json"
-CPU = ["generation.dtype=float32", "generation.enforce_eager=true", "generation.batch_size=4",
-       "generation.max_model_len=4096", "agent.max_turns=2", "agent.max_new_tokens_per_turn=64",
-       "agent.max_trajectory_tokens=1024", "retrieval.topk=2"]
+CPU = [*ON_CPU, "generation.batch_size=4", "generation.max_model_len=4096", "agent.max_turns=2",
+       "agent.max_new_tokens_per_turn=64", "agent.max_trajectory_tokens=1024", "retrieval.topk=2"]  # short runs
 LP_TOL = 5e-4   # float32 log-probs of two implementations of a 30-layer forward pass
-
-
-def hotpot(n: int, seed: int) -> list:
-    from awarl.data.loaders import load_examples
-
-    return load_examples(HOTPOT, format="hotpotqa", dataset="hotpotqa", limit=n, seed=seed).examples
 
 
 @pytest.fixture(scope="module")
 def cfg(shipped_bm25_dir):
-    from awarl.config import load_config
-
-    return load_config(str(RECIPE), [*CPU, f"retrieval.index_dir={shipped_bm25_dir}"])
+    return recipe_config(shipped_bm25_dir, CPU)
 
 
 @pytest.fixture(scope="module")
@@ -74,16 +58,10 @@ def retriever(shipped_bm25_dir):
     return load_index(shipped_bm25_dir)
 
 
-def rollout(cfg, backend, tok, retriever):
-    from awarl.agent.rollout import RolloutEngine
-
-    return RolloutEngine.from_config(cfg, tok, retriever, backend=backend)
-
-
 def test_greedy_trajectories_of_the_released_model_are_equal_token_for_token(cfg, vllm_be, hf_be, tok, retriever):
     questions = [ex.question for ex in hotpot(4, 0)]
-    hf = rollout(cfg, hf_be, tok, retriever).run(questions, temperature=0.0, seed=0)
-    vl = rollout(cfg, vllm_be, tok, retriever).run(questions, temperature=0.0, seed=0)
+    hf = rollout_engine(cfg, hf_be, tok, retriever).run(questions, temperature=0.0, seed=0)
+    vl = rollout_engine(cfg, vllm_be, tok, retriever).run(questions, temperature=0.0, seed=0)
     for q, h, v in zip(questions, hf, vl, strict=True):
         assert v.completion_ids == h.completion_ids, q
         assert (v.env_mask, v.stop_reason, v.parsed.answer) == (h.env_mask, h.stop_reason, h.parsed.answer)
@@ -94,22 +72,9 @@ def test_greedy_trajectories_of_the_released_model_are_equal_token_for_token(cfg
 
 
 def test_sampled_logprobs_are_the_released_policys(cfg, vllm_be, tok, retriever, smollm2_warm):
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(smollm2_warm, dtype=torch.float32).eval()
-    trajs = rollout(cfg, vllm_be, tok, retriever).run([ex.question for ex in hotpot(2, 0)], temperature=0.7, seed=5)
-    checked = 0
-    for t in trajs:
-        ids = torch.tensor([t.prompt_ids + t.completion_ids])
-        with torch.no_grad():
-            logits = model(ids).logits[0, len(t.prompt_ids) - 1:-1].float() / 0.7
-        ref = torch.log_softmax(logits, -1).gather(-1, ids[0, len(t.prompt_ids):, None]).squeeze(-1).tolist()
-        for lp, r, m in zip(t.logprobs, ref, t.env_mask, strict=True):
-            if m:
-                assert not math.isnan(lp) and abs(lp - r) < LP_TOL
-                checked += 1
-    assert checked > 20
+    questions = [ex.question for ex in hotpot(2, 0)]
+    trajs = rollout_engine(cfg, vllm_be, tok, retriever).run(questions, temperature=0.7, seed=5)
+    assert check_logprobs_against_policy(trajs, smollm2_warm, 0.7, LP_TOL) > 20
 
 
 def test_per_prompt_seeds_give_distinct_reproducible_completions(vllm_be, tok):

@@ -22,30 +22,16 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import fake_vllm_app, serve_app
+from vllm_recipe import ON_CPU, hotpot, recipe_config, rollout_engine
 
-from awarl.io import shipped_data_dir
-
-REPO_RECIPE = "configs/qwen2.5-3b_1gpu.yaml"
-HOTPOT = shipped_data_dir() / "hotpotqa" / "hotpot_dev_distractor_v1.sample200.json"
-CPU = ["generation.dtype=float32", "generation.enforce_eager=true", "agent.max_turns=3",
-       "agent.max_new_tokens_per_turn=48", "agent.max_trajectory_tokens=768", "retrieval.topk=2"]
+CPU = [*ON_CPU, "agent.max_turns=3", "agent.max_new_tokens_per_turn=48", "agent.max_trajectory_tokens=768",
+       "retrieval.topk=2"]  # short runs
 LP_TOL = 2e-4   # float32 log-probs of two implementations of the same forward pass
-
-
-def questions(n: int, seed: int) -> list:
-    from awarl.data.loaders import load_examples
-
-    return load_examples(HOTPOT, format="hotpotqa", dataset="hotpotqa", limit=n, seed=seed).examples
 
 
 @pytest.fixture(scope="module")
 def cfg(shipped_bm25_dir):
-    from pathlib import Path
-
-    from awarl.config import load_config
-
-    recipe = Path(__file__).resolve().parents[1] / REPO_RECIPE
-    return load_config(str(recipe), [*CPU, f"retrieval.index_dir={shipped_bm25_dir}"])
+    return recipe_config(shipped_bm25_dir, CPU)
 
 
 @pytest.fixture(scope="module")
@@ -83,12 +69,6 @@ def retriever(shipped_bm25_dir):
     return load_index(shipped_bm25_dir)
 
 
-def engine(cfg, backend, tok, retriever):
-    from awarl.agent.rollout import RolloutEngine
-
-    return RolloutEngine.from_config(cfg, tok, retriever, backend=backend)
-
-
 class StepCounter:
     """Counts the engine's steps (the per-turn path's `LLM.generate` and the session both call them)."""
 
@@ -114,12 +94,13 @@ def test_greedy_session_equals_the_per_turn_path_and_the_transformers_backend(cf
     from awarl.agent.templates import abstention_phrases, load_template
     from awarl.critic.correctness import trajectory_outcome
 
-    examples = questions(3, 0) + questions(5, 1)[:3]
+    examples = hotpot(3, 0) + hotpot(5, 1)[:3]
     qs = [ex.question for ex in examples]
-    hf = engine(cfg, hf_be, tok, retriever).run(qs, temperature=0.0, seed=0)
+    hf = rollout_engine(cfg, hf_be, tok, retriever).run(qs, temperature=0.0, seed=0)
     counter = StepCounter(vllm_be.llm)
     try:
-        turns_eng, session_eng = engine(cfg, per_turn, tok, retriever), engine(cfg, vllm_be, tok, retriever)
+        turns_eng = rollout_engine(cfg, per_turn, tok, retriever)
+        session_eng = rollout_engine(cfg, vllm_be, tok, retriever)
         turns = turns_eng.run(qs, temperature=0.0, seed=0)
         turn_steps, counter.n = counter.n, 0
         got = session_eng.run(qs, temperature=0.0, seed=0)
@@ -151,8 +132,8 @@ def test_greedy_session_equals_the_per_turn_path_and_the_transformers_backend(cf
 
 @pytest.mark.vllm
 def test_sampled_session_trajectories_depend_on_seed_and_position_only(cfg, vllm_be, tok, retriever):
-    qs = [ex.question for ex in questions(9, 2)]
-    eng = engine(cfg, vllm_be, tok, retriever)
+    qs = [ex.question for ex in hotpot(9, 2)]
+    eng = rollout_engine(cfg, vllm_be, tok, retriever)
     base = eng.run(qs[:6], temperature=1.0, seed=11)
     assert eng.last_stats["engine"] == "continuous" and any(t.passages for t in base)
     assert ids(eng.run(qs[:6], temperature=1.0, seed=11)) == ids(base)
@@ -229,11 +210,11 @@ class SlowRetriever:
 @pytest.mark.vllm
 def test_the_engine_keeps_stepping_while_a_search_is_out_and_leaves_no_request_behind(cfg, vllm_be, tok,
                                                                                       retriever):
-    qs = [ex.question for ex in questions(8, 0)]
+    qs = [ex.question for ex in hotpot(8, 0)]
     counter = StepCounter(vllm_be.llm)
     try:
         slow = SlowRetriever(retriever, counter)
-        trajs = engine(cfg, vllm_be, tok, slow).run(qs, temperature=1.0, seed=5)
+        trajs = rollout_engine(cfg, vllm_be, tok, slow).run(qs, temperature=1.0, seed=5)
     finally:
         counter.restore()
     assert slow.calls and any(n >= 3 for n in slow.calls)   # others generated while a search was out
@@ -245,7 +226,7 @@ def test_the_engine_keeps_stepping_while_a_search_is_out_and_leaves_no_request_b
             raise OSError("index gone")
 
     with pytest.raises(OSError, match="index gone"):
-        engine(cfg, vllm_be, tok, FailingRetriever()).run(qs, temperature=1.0, seed=5)
+        rollout_engine(cfg, vllm_be, tok, FailingRetriever()).run(qs, temperature=1.0, seed=5)
     # the interrupted rollout's requests were aborted: the engine is free for the next call
     assert not vllm_be.llm.llm_engine.has_unfinished_requests()
     assert vllm_be.generate([[5, 6, 7]], max_new_tokens=4, temperature=0.0)[0].token_ids

@@ -20,14 +20,10 @@ import json
 from pathlib import Path
 
 import pytest
-
-from awarl.io import shipped_data_dir
+from vllm_recipe import HOTPOT, ON_CPU, RECIPE
 
 pytestmark = pytest.mark.vllm
 
-REPO = Path(__file__).resolve().parents[1]
-RECIPE = REPO / "configs" / "qwen2.5-3b_1gpu.yaml"
-HOTPOT = shipped_data_dir() / "hotpotqa" / "hotpot_dev_distractor_v1.sample200.json"
 STEPS = 2
 LP_TOL = 2e-4
 
@@ -39,8 +35,7 @@ def recipe_on_cpu(tmp_path: Path, model: Path, bm25: Path, estimates: Path):
     return load_config(str(RECIPE), [
         f"run.out_dir={tmp_path / 'run'}", f"train.model={model}", f"data.train={data}",
         f"retrieval.index_dir={bm25}", "retrieval.topk=2", f"train.p_estimates={estimates}",
-        # CPU: float32 (no bf16 kernels), eager (no 40 s torch.compile at engine start-up); tiny budgets.
-        "generation.dtype=float32", "generation.enforce_eager=true", "generation.temperature=1.0",
+        *ON_CPU, "generation.temperature=1.0",  # and tiny budgets:
         "agent.max_turns=2", "agent.max_new_tokens_per_turn=40", "agent.max_trajectory_tokens=512",
         # Two questions x four completions per step; a step large enough to move the tiny model's weights.
         "train.num_generations=4", "train.per_device_train_batch_size=8", "train.gradient_accumulation_steps=1",
