@@ -221,7 +221,8 @@ def oracle_rows(pop: dict, seeds: int, steps: int | None) -> list[dict]:
     the reward's key, threshold and charge."""
     cfg = _config(pop, seeds, steps, _overrides(VARIANTS["paper spec"]))
     rows = summary_rows(run_oracles(cfg, ORACLES))
-    return [{**row, "key": o.key, "threshold": o.threshold, "charge": o.charge} for o, row in zip(ORACLES, rows, strict=True)]
+    return [{**row, "key": o.key, "threshold": o.threshold, "charge": o.charge}
+            for o, row in zip(ORACLES, rows, strict=True)]
 
 
 # ------------------------------------------------------------------------------------------- analysis
@@ -715,7 +716,8 @@ def main(argv: list[str] | None = None) -> int:
     for pop, cell in zip(checked, cells, strict=True):
         r = precision_verdict(cell)
         if r["verdict"] == "larger":
-            r = oracle_verdict(r, _precision_oracles(pop, args.precision_seeds, args.steps, str(out)), level[pop["name"]])
+            oracles = _precision_oracles(pop, args.precision_seeds, args.steps, str(out))
+            r = oracle_verdict(r, oracles, level[pop["name"]])
         precise.append(r)
     atomic_write_json(out / "study.json", {"seeds": args.seeds, "chosen": chosen, "selection": table,
                                            "held_out": held, "frozen": frozen, "stability_linear_lr": stability,

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 import pytest
-from vllm_recipe import HOTPOT, ON_CPU, RECIPE
+from vllm_recipe import HOTPOT, ON_CPU, hotpot, recipe_config
 
 pytestmark = pytest.mark.vllm
 
@@ -29,14 +29,13 @@ LP_TOL = 2e-4
 
 
 def recipe_on_cpu(tmp_path: Path, model: Path, bm25: Path, estimates: Path):
-    from awarl.config import load_config
-
     data = json.dumps([{"path": str(HOTPOT), "format": "hotpotqa", "dataset": "hotpotqa", "limit": 2}])
-    return load_config(str(RECIPE), [
+    return recipe_config(bm25, [
         f"run.out_dir={tmp_path / 'run'}", f"train.model={model}", f"data.train={data}",
-        f"retrieval.index_dir={bm25}", "retrieval.topk=2", f"train.p_estimates={estimates}",
-        *ON_CPU, "generation.temperature=1.0",  # and tiny budgets:
-        "agent.max_turns=2", "agent.max_new_tokens_per_turn=40", "agent.max_trajectory_tokens=512",
+        f"train.p_estimates={estimates}", *ON_CPU, "generation.temperature=1.0",
+        # Tiny budgets.
+        "retrieval.topk=2", "agent.max_turns=2", "agent.max_new_tokens_per_turn=40",
+        "agent.max_trajectory_tokens=512",
         # Two questions x four completions per step; a step large enough to move the tiny model's weights.
         "train.num_generations=4", "train.per_device_train_batch_size=8", "train.gradient_accumulation_steps=1",
         f"train.max_steps={STEPS}", "train.learning_rate=0.02", "train.report_to=[none]", "critic.judge=none",
@@ -96,11 +95,10 @@ def test_colocated_vllm_training_syncs_each_step_through_the_reload_api(tmp_path
     from awarl.agent.backends.vllm import VLLMBackend
     from awarl.agent.templates import load_template, render_prompt
     from awarl.data.estimates import estimate_row
-    from awarl.data.loaders import load_examples
     from awarl.stages.train import run_train
     from awarl.training import weight_sync
 
-    examples = load_examples(HOTPOT, format="hotpotqa", dataset="hotpotqa", limit=2, seed=0).examples
+    examples = hotpot(2, 0)
     estimates = tmp_path / "p.jsonl"
     estimates.write_text("".join(json.dumps(estimate_row(ex, ["correct", "wrong"])) + "\n" for ex in examples))
     cfg = recipe_on_cpu(tmp_path, protocol_dir, shipped_bm25_dir, estimates)
