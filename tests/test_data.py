@@ -141,11 +141,15 @@ def test_detect_format_on_every_shipped_file_and_container_independence(tmp_path
     assert len(res.examples) == 200 and res.skipped[0].startswith(f"{broken_first}:1:")
 
 
-def test_detect_format_unknown_and_explicit_override(tmp_path):
+def test_detect_format_unknown_and_explicit_override(tmp_path, capsys):
     p = tmp_path / "odd.jsonl"
     p.write_text(json.dumps({"query": "q", "label": "a"}) + "\n")
     with pytest.raises(DataError, match=r"odd\.jsonl.*cannot detect.*query"):
         detect_format(p)
+    # the command's error names the flag that overrides detection, and writes nothing
+    assert main(["data", "prepare", str(p), "--out", str(tmp_path / "out.jsonl")]) == 2
+    assert "name it with --format (awarl data)" in capsys.readouterr().err
+    assert not (tmp_path / "out.jsonl").exists()
     empty = tmp_path / "empty.json"
     empty.write_text("")
     with pytest.raises(DataError, match="empty"):

@@ -157,10 +157,19 @@ def test_cli_score_end_to_end(tmp_path, capsys):
     # an unknown override key is a config error naming the key
     assert main(["score", str(SAMPLE), "metrics.bogus=1", "--out", str(out)]) == 2
     assert "metrics.bogus" in capsys.readouterr().err
+    # nothing scorable: an error naming the file and the first bad line, and the earlier report is kept
+    before = (out / "results.json").read_text()
     empty = tmp_path / "empty.jsonl"
     empty.write_text("not json\n")
-    assert main(["score", str(empty)]) == 2
-    assert "no scorable line" in capsys.readouterr().err
+    assert main(["score", str(empty), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{empty}: no scorable line (1 line(s) skipped; first: {empty}:1: malformed JSON" in err
+    assert (out / "results.json").read_text() == before
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("")
+    assert main(["score", str(blank)]) == 2
+    assert "no scorable line (the file has no lines)" in capsys.readouterr().err
+    assert not (tmp_path / "results.json").exists()
 
 
 def _critic(cov, red, grounded, flags=()):

@@ -164,7 +164,8 @@ def detect_format(path: str | os.PathLike) -> str:
     if fmt is None:
         keys = sorted(rec) if isinstance(rec, dict) else type(rec).__name__
         raise DataError(f"{path}: cannot detect the dataset format from the first record (keys: {keys}); "
-                        f"pass format= one of {', '.join(FORMATS.names)}")
+                        f"name it with --format (awarl data), `format:` (a data.train / data.eval entry) "
+                        f"or format= (load_examples): one of {', '.join(FORMATS.names)}")
     return fmt
 
 

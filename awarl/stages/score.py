@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from awarl.io import iter_jsonl
+from awarl.io import DataError, iter_jsonl
 from awarl.metrics import (
     MEAN_METRICS,
     RATE_METRICS,
@@ -323,12 +323,17 @@ def macro_critic(per_dataset: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def score_file(path: str | os.PathLike, out_dir: str | os.PathLike | None, cfg: AwarlConfig) -> dict[str, Any]:
     """Score a predictions JSONL and write results.json / results.md / results.png into `out_dir`
-    (default: the predictions file's folder). Returns the results dict."""
+    (default: the predictions file's folder). Returns the results dict. A file with no scorable line is a
+    DataError, raised before anything is written: an empty report must not replace an earlier one."""
 
     path = Path(path)
     rows, lines, errors = read_predictions(path)
     results = score_predictions(rows, cfg.metrics, list(cfg.agent.abstention_phrases), seed=cfg.run.seed,
                                 source=str(path), line_numbers=lines, skipped=errors)
+    if results["n"] == 0:
+        skipped = results["skipped_lines"]
+        why = f"{len(skipped)} line(s) skipped; first: {skipped[0]}" if skipped else "the file has no lines"
+        raise DataError(f"{path}: no scorable line ({why})")
     results["source"] = str(path)
     write_report(results, Path(out_dir) if out_dir is not None else path.parent)
     return results
