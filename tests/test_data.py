@@ -305,6 +305,20 @@ def test_cli_data_errors(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "skipped 2 malformed" in out and len((tmp_path / "o.jsonl").read_text().splitlines()) == 3
     assert main(["data", "prepare", str(tmp_path / "nope.json"), "--out", str(tmp_path / "x.jsonl")]) == 2
+    # every record skipped, or no context to build a corpus from: an error, and the earlier output stays
+    worse = tmp_path / "worse.jsonl"
+    worse.write_text('{"question": "q", "golden_answers": ["a"]}\n{"question": "r", "golden_answers": ["b"]}\n')
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("earlier\n")
+    capsys.readouterr()
+    assert main(["data", "prepare", str(worse), "--out", str(kept), "--format", "flashrag", "--on-error", "skip"]) == 2
+    err = capsys.readouterr().err
+    assert f"{worse}: no examples; 2 malformed record(s) skipped, first: {worse}:1:" in err and "nothing written" in err
+    no_context = tmp_path / "no_context.jsonl"
+    no_context.write_text('{"id": "1", "question": "q", "golden_answers": ["a"]}\n')
+    assert main(["data", "corpus", str(no_context), "--out", str(kept)]) == 2
+    assert "no context paragraphs in 1 question(s)" in capsys.readouterr().err
+    assert kept.read_text() == "earlier\n"
 
 
 def test_jsonl_with_bom_and_non_utf8_line(tmp_path):

@@ -33,10 +33,20 @@ def _load(args: argparse.Namespace, path: str, require_answers: bool = True):
     return res  # malformed optional metadata: the loader logs one warning with the count
 
 
+def _nothing_to_write(what: str, skipped: list[str]) -> Exception:
+    """The error for an output that would be empty: raised before the file is touched, so an earlier one stays."""
+    from awarl.io import DataError
+
+    why = f"; {len(skipped)} malformed record(s) skipped, first: {skipped[0]}" if skipped else ""
+    return DataError(f"{what}{why}; nothing written")
+
+
 def _prepare(args: argparse.Namespace) -> int:
     from awarl.io import write_jsonl
 
     res = _load(args, args.input, require_answers=not args.allow_no_answers)
+    if not res.examples:
+        raise _nothing_to_write(f"{args.input}: no examples", res.skipped)
     n = write_jsonl(args.out, (ex.to_dict() for ex in res.examples))
     no_answer = sum(1 for ex in res.examples if not ex.answers)
     print(f"{args.input} ({res.format}): wrote {n} examples to {args.out}"
@@ -67,19 +77,25 @@ def _corpus(args: argparse.Namespace) -> int:
     from awarl.data.corpus import build_corpus, write_corpus
     from awarl.data.loaders import SHIPPED_DEV, load_shipped
 
+    skipped: list[str] = []
     if args.inputs:
         # a corpus needs only the paragraphs: test splits without answers give theirs too
-        examples = [ex for path in args.inputs for ex in _load(args, path, require_answers=False).examples]
+        loaded = [_load(args, path, require_answers=False) for path in args.inputs]
+        examples = [ex for res in loaded for ex in res.examples]
+        skipped = [msg for res in loaded for msg in res.skipped]
         what = ", ".join(args.inputs)
     else:
         examples = [ex for name in SHIPPED_DEV for ex in load_shipped(name, limit=args.limit, seed=args.seed)]
         what = "the shipped dev samples (" + ", ".join(SHIPPED_DEV) + ")"
     rows = build_corpus(examples)
+    if not rows:  # `awarl index build` refuses an empty corpus: say so here, where the cause is
+        raise _nothing_to_write(f"{what}: no context paragraphs in {len(examples)} question(s) (a closed corpus "
+                                "is built from the datasets' own contexts)", skipped)
     n = write_corpus(rows, args.out)
     n_par = sum(len(ex.context) for ex in examples)
     print(f"closed corpus of {what}: {n} unique passages from {n_par} context paragraphs "
           f"of {len(examples)} questions -> {args.out}")
-    return 0 if n else 1
+    return 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
