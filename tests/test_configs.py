@@ -65,6 +65,32 @@ def test_dry_run_reports_p_join_and_loads_no_weights(tmp_path, capsys, monkeypat
     assert "mean_p: 0.5" in out
 
 
+def test_an_override_right_after_resume_is_an_override_not_a_checkpoint(tmp_path, capsys, monkeypatch):
+    """`--resume` takes an optional CKPT, so argparse gave it the override that followed; --dry-run then
+    planned without it. A word with `=` that is no existing path goes back to the overrides."""
+    from awarl.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["train", "--config", str(CONFIGS / "base.yaml"), "--dry-run", "--resume", "reward.gamma=0.37",
+            f"run.out_dir={tmp_path / 'run'}"]
+    assert main(argv) == 0
+    assert "gamma: 0.37" in capsys.readouterr().out
+    argv[argv.index("reward.gamma=0.37")] = "reward.gama=0.37"  # so it is validated like any override
+    assert main(argv) == 2
+    assert "reward.gama: unknown key" in capsys.readouterr().err
+    # a checkpoint folder whose name has `=` in it (a sweep point's) is still a checkpoint
+    from argparse import Namespace
+
+    from awarl.commands.train import overrides_taken_by_resume
+
+    ckpt = tmp_path / "gamma=0.25" / "checkpoint-2"
+    ckpt.mkdir(parents=True)
+    kept = overrides_taken_by_resume(Namespace(resume=str(ckpt), overrides=["a.b=1"]))
+    assert (kept.resume, kept.overrides) == (str(ckpt), ["a.b=1"])
+    moved = overrides_taken_by_resume(Namespace(resume="reward.gamma=0.3", overrides=["a.b=1"]))
+    assert (moved.resume, moved.overrides) == ("latest", ["reward.gamma=0.3", "a.b=1"])
+
+
 def test_accelerate_and_deepspeed_files_agree_with_run_configs():
     acc = {p.stem: yaml.safe_load(p.read_text()) for p in (CONFIGS / "accelerate").glob("*.yaml")}
     assert {"zero3_8gpu", "single_gpu", "cpu_2proc"} <= set(acc)

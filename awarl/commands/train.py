@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from awarl.commands.common import add_config_args, config_from_args
 
@@ -20,7 +21,8 @@ def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
                        description=help_text + ". Checkpoints every train.save_steps into run.out_dir.")
     p.add_argument("--resume", nargs="?", const="latest", default=None, metavar="CKPT",
                    help="continue from a checkpoint folder (default: the newest complete checkpoint-N in run.out_dir), "
-                        "restoring optimizer, scheduler, data position, RNG and the reward's EMA state")
+                        "restoring optimizer, scheduler, data position, RNG and the reward's EMA state (a KEY=VALUE right "
+                        "after it stays an override)")
     p.add_argument("--reset-reward-state", action="store_true",
                    help="with --resume: continue from a checkpoint that lacks awarl_reward_state.json, restarting "
                         "the AWA-RL reward's smoothed excess Ē at 0 (refused without this flag)")
@@ -31,9 +33,22 @@ def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
     p.set_defaults(func=run)
 
 
+def overrides_taken_by_resume(args: argparse.Namespace) -> argparse.Namespace:
+    """`--resume KEY=VALUE ...`: argparse gives `--resume` its optional CKPT from the next word, so the first
+    override became a checkpoint path (silently dropped by --dry-run, a "not a checkpoint folder" error after
+    the setup otherwise). A word with `=` that is no existing path is an override: it goes back in front of
+    the others and `--resume` means the newest checkpoint."""
+    ckpt = args.resume
+    if ckpt not in (None, "latest") and "=" in ckpt and not Path(ckpt).exists():
+        args.overrides = [ckpt, *(args.overrides or [])]
+        args.resume = "latest"
+    return args
+
+
 def run(args: argparse.Namespace) -> int:
     from awarl.stages.train import print_plan, run_train
 
+    args = overrides_taken_by_resume(args)
     cfg = config_from_args(args)
     result = run_train(cfg, resume=args.resume, dry_run=args.dry_run, reset_reward_state=args.reset_reward_state)
     if args.dry_run:
