@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,6 +44,12 @@ def add_config_args(p: argparse.ArgumentParser, required: bool = False) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help=f"{PRECEDENCE}; e.g. reward.gamma=0.25 train.max_steps=10")
     add_choices_epilog(p)
+
+
+def looks_like_override(word: str | None) -> bool:
+    """`KEY=VALUE` with a dotted key (`reward.gamma=0.25`): what an optional positional or an option's optional
+    value took from the overrides that followed it (argparse fills those first)."""
+    return word is not None and re.match(r"^[A-Za-z_][\w.]*=", word) is not None
 
 
 def flag_overrides(flags: Mapping[str, Any]) -> list[str]:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import re
 
-from awarl.commands.common import add_config_args, config_from_args
+from awarl.commands.common import add_config_args, config_from_args, looks_like_override
 
 EPILOG = """examples:
   # the demo's trained policy (`make demo` writes runs/demo/final) on the shipped closed corpus
@@ -48,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from awarl.research.report import report_markdown
     from awarl.stages.research import research_question, run_regression
 
-    if args.regression and args.question and re.match(r"^[A-Za-z_][\w.]*=", args.question):
+    if args.regression and looks_like_override(args.question):
         # `--regression F KEY=VALUE ...`: argparse took the first override for the (absent) question
         args.overrides, args.question = [args.question, *(args.overrides or [])], None
     if bool(args.question) == bool(args.regression):

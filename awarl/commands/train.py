@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from awarl.commands.common import add_config_args, config_from_args
+from awarl.commands.common import add_config_args, config_from_args, looks_like_override
 
 EPILOG = """examples:
   awarl train --config configs/qwen2.5-3b_1gpu.yaml --dry-run        # check everything, load no weights
@@ -36,10 +36,10 @@ def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
 def overrides_taken_by_resume(args: argparse.Namespace) -> argparse.Namespace:
     """`--resume KEY=VALUE ...`: argparse gives `--resume` its optional CKPT from the next word, so the first
     override became a checkpoint path (silently dropped by --dry-run, a "not a checkpoint folder" error after
-    the setup otherwise). A word with `=` that is no existing path is an override: it goes back in front of
+    the setup otherwise). A word that looks like an override and is no existing path goes back in front of
     the others and `--resume` means the newest checkpoint."""
     ckpt = args.resume
-    if ckpt not in (None, "latest") and "=" in ckpt and not Path(ckpt).exists():
+    if looks_like_override(ckpt) and not Path(ckpt).exists():
         args.overrides = [ckpt, *(args.overrides or [])]
         args.resume = "latest"
     return args
