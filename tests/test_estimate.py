@@ -108,6 +108,37 @@ def test_p_counts_correct_trajectories_and_resume_after_kill(tmp_path, tiny_dir,
     assert seen == [0, 1]
 
 
+def test_a_rerun_under_other_settings_is_refused_finished_or_not(tmp_path, tiny_dir, index):
+    """A finished estimate made a rerun a no-op whatever it asked for, so a new estimate.model (or template,
+    temperature, retrieval...) got the old model's p_i; now the file's settings record refuses it."""
+    from awarl.data.estimates import settings_path
+    from awarl.data.loaders import load_examples
+
+    exs = load_examples(HOTPOT, format="hotpotqa", limit=3, seed=0).examples
+    script = write_script(tmp_path / "script.jsonl", {e.question: e.answers[0] for e in exs})
+    base = cfg_dict(tmp_path, tiny_dir, index, backend="scripted", script=str(script))
+    out = run_estimate(config_from_dict(base))
+    record = json.loads(settings_path(out).read_text())
+    assert settings_path(out).name == "p_estimates.manifest.json"
+    assert record["sampling"]["temperature"] == 1.0 and record["k"] == 2
+    assert record["model"]["name"] == str(tiny_dir) and record["retrieval"]["index"]["kind"] == "bm25"
+    rows_before = out.read_text()
+    for key, value, named in [("estimate", {"k": 2, "temperature": 0.7}, "sampling.temperature: 1.0 -> 0.7"),
+                              ("agent", {**base["agent"], "max_turns": 2}, "agent:"),
+                              ("retrieval", {**base["retrieval"], "topk": 3}, "retrieval.topk: 2 -> 3")]:
+        with pytest.raises(ValueError, match="holds p_i estimates made with other settings") as e:
+            run_estimate(config_from_dict({**base, key: value}))
+        assert named in str(e.value) and "set estimate.out to another file" in str(e.value)
+        assert out.read_text() == rows_before
+    # another k is not a conflict: those rows are sampled again (docs/training.md)
+    seen: list[int] = []
+    run_estimate(config_from_dict({**base, "estimate": {"k": 1}}), on_batch=seen.append)
+    assert seen and json.loads(settings_path(out).read_text())["k"] == 1
+    # a file from an awarl that kept no record is trusted, as eval does with an older manifest
+    settings_path(out).unlink()
+    run_estimate(config_from_dict({**base, "estimate": {"k": 1, "temperature": 0.7}}))
+
+
 def ex(i: str, ds: str = "nq") -> QAExample:
     return QAExample(id=i, dataset=ds, question=f"q{i}?", answers=["a"])
 

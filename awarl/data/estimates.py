@@ -41,6 +41,13 @@ def estimates_path(estimate_out: str | None, run_dir: str, *, train_file: str | 
     return Path(estimate_out) if estimate_out else Path(run_dir) / FILE_NAME
 
 
+def settings_path(estimates_file: str | os.PathLike) -> Path:
+    """The record of the settings the file's rows were sampled under, beside it: p_estimates.jsonl ->
+    p_estimates.manifest.json (`awarl estimate` refuses to add rows sampled under other settings)."""
+    path = Path(estimates_file)
+    return path.with_name(path.stem + ".manifest.json")
+
+
 def estimate_row(ex: QAExample, outcomes: Sequence[str]) -> dict[str, Any]:
     """One output line from the K outcomes of a question (pure)."""
     counts = Counter(outcomes)

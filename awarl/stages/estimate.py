@@ -3,7 +3,9 @@ checkpoint, same template and retrieval as training; p_i = share of them that ar
 
 The output file (its place, rows and reader) is awarl.data.estimates. Rows are appended and fsync'd after
 every finished batch, so a killed run loses at most the batch in flight and a rerun skips the questions
-already written.
+already written. Beside the file, the settings its rows were sampled under (model, template, agent limits,
+temperature, top_p, seed, retrieval, correctness rule: awarl.stages.eval_manifest.rollout_settings); a rerun
+under other settings is refused, finished or not, instead of handing training one model's p_i as another's.
 """
 
 from __future__ import annotations
@@ -18,11 +20,18 @@ from awarl.agent.rollout import RolloutEngine
 from awarl.config import AwarlConfig, save_resolved
 from awarl.critic import check_endpoints
 from awarl.critic.correctness import close_grader, grade_trajectories, make_answer_grader, trajectory_outcome
-from awarl.data.estimates import estimate_row, estimates_path, read_estimates
+from awarl.data.estimates import estimate_row, estimates_path, read_estimates, settings_path
 from awarl.data.types import QAExample, example_key
-from awarl.io import append_jsonl, finish_interrupted_append, pending_batches
+from awarl.io import append_jsonl, atomic_write_json, finish_interrupted_append, pending_batches
 from awarl.models.loading import load_tokenizer
 from awarl.retrieval import load_retriever
+from awarl.stages.eval_manifest import (
+    index_identity,
+    model_identity,
+    refuse_mixed_settings,
+    retriever_identity,
+    rollout_settings,
+)
 from awarl.stages.questions import load_train_examples
 from awarl.stages.resources import ensure_default_retrieval
 
@@ -43,6 +52,15 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
     save_resolved(cfg, out.parent / "estimate")
     examples = examples if examples is not None else load_train_examples(cfg.data, cfg.run.seed)
     k = cfg.estimate.k
+    model = model if model is not None else (cfg.estimate.model or cfg.train.model)
+    if retriever is None and engine is None:
+        cfg = ensure_default_retrieval(cfg)
+    settings = _settings(cfg, model, retriever if retriever is not None else getattr(engine, "retriever", None))
+    record = settings_path(out)
+    # Checked before the finished-run shortcut too: a rerun with another estimate.model must not be a no-op.
+    refuse_mixed_settings(record, out, settings, holder=str(out), what="p_i estimates",
+                          remedy=f"set estimate.out to another file, or delete {out} and {record.name} to estimate "
+                                 "again")
     finish_interrupted_append(out)  # a batch a kill interrupted is completed before what is done is read
     done = {key for key, row in read_estimates(out).items() if row.get("k") == k}
     todo = [ex for ex in examples if example_key(ex.dataset, ex.id) not in done]
@@ -55,6 +73,7 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
     check_endpoints(cfg.critic, None, grader)  # a dead grader endpoint fails here, before any model loads
     if engine is None:
         engine = _build_engine(cfg, model, tokenizer, retriever)
+    atomic_write_json(record, settings)
     # One batch holds whole questions (all K samples of each), so a finished batch is a set of finished rows.
     per_batch = max(1, cfg.generation.batch_size // k)
     bar = tqdm(total=len(examples), initial=len(examples) - len(todo), desc="estimate p_i", unit="q")
@@ -91,13 +110,26 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
     return out
 
 
+def _settings(cfg: AwarlConfig, model: Any, retriever: Any) -> dict:
+    """The rollout settings of this estimate (`rollout_settings`), found without loading the model or the
+    index: the model's small files, the index's meta file (or the loaded retriever's)."""
+    ref = model if isinstance(model, str) else getattr(getattr(model, "config", None), "name_or_path", "model")
+    if retriever is not None:
+        index = retriever_identity(retriever)
+    elif cfg.retrieval.kind == "server":
+        index = {"server": cfg.retrieval.server_url}
+    else:  # ensure_default_retrieval has built it, unless the caller brought its own engine
+        index = index_identity(cfg.retrieval.index_dir) if cfg.retrieval.index_dir else None
+    ident = model_identity(ref, None if isinstance(model, str) else model)
+    return {**rollout_settings(cfg, ident, index, cfg.estimate.temperature), "k": cfg.estimate.k}
+
+
 def _build_engine(cfg: AwarlConfig, model: Any, tokenizer: Any, retriever: Any) -> Any:
-    model = model if model is not None else (cfg.estimate.model or cfg.train.model)
     if tokenizer is None:
         ref = model if isinstance(model, str) else model.config.name_or_path
         tokenizer = load_tokenizer(ref, "estimate.model" if cfg.estimate.model else "train.model")
     if retriever is None:
-        retriever = load_retriever(ensure_default_retrieval(cfg).retrieval)
+        retriever = load_retriever(cfg.retrieval)
     log.info("estimating p_i with %s (k=%d, temperature=%.2f)",
              model if isinstance(model, str) else type(model).__name__, cfg.estimate.k, cfg.estimate.temperature)
     return RolloutEngine.from_config(cfg, tokenizer, retriever, model=model)

@@ -3,7 +3,8 @@
 `manifest.json` records everything that makes an evaluation reproducible (model revision, template hash,
 agent limits, sampling, seed, data and index hashes, package versions). A rerun whose model, template,
 agent limits, sampling, seed, data or index differ from the recorded ones is refused instead of mixing two
-runs' predictions in one report.
+runs' predictions in one report. `awarl estimate` keeps the same record of its rollouts beside its p_i file
+(`rollout_settings`, `refuse_mixed_settings`) and refuses the same way.
 """
 
 from __future__ import annotations
@@ -73,30 +74,39 @@ def loop_judge_fields(cfg: AwarlConfig) -> dict[str, Any]:
     return {"loop_judge": label, "oracle": j == "gold"}
 
 
-def build_manifest(cfg: AwarlConfig, eval_set: EvalSet, model_ident: dict, retriever_meta: dict | None,
-                   extra: dict | None = None) -> dict:
+def rollout_settings(cfg: AwarlConfig, model_ident: dict, retriever_meta: dict | None, temperature: float) -> dict:
+    """What decides the trajectories sampled and how they are graded (model, template, agent limits, sampling
+    at `temperature`, seed, retrieval, correctness rule), with the package versions: the part of the manifest
+    that evaluation and estimation share."""
     return {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "model": model_ident,
         "template": cfg.agent.template,
         "template_sha256": template_sha256(cfg.agent.template),
         "agent": cfg.agent.model_dump(mode="json"),
-        "eval_agent": {"kind": cfg.eval.agent,
-                       **({"research": cfg.research.model_dump(mode="json"), **loop_judge_fields(cfg)}
-                          if cfg.eval.agent == "critic_loop" else {})},
-        "sampling": {"temperature": cfg.eval.temperature, "top_p": cfg.generation.top_p,
+        "sampling": {"temperature": temperature, "top_p": cfg.generation.top_p,
                      "backend": cfg.generation.backend, "batch_size": cfg.generation.batch_size},
         "seed": cfg.run.seed,
-        "data": {ds: {"path": f, "sha256": file_sha256(f)} for ds, f in eval_set.files.items()},
-        "questions": len(eval_set.examples),
         "retrieval": {"kind": cfg.retrieval.kind, "topk": cfg.retrieval.topk, "index": retriever_meta},
-        "critic": {"judge": critic_label(cfg), "inferred_weight": cfg.reward.inferred_weight,
-                   "support_threshold": cfg.critic.support_threshold},
         "correctness": {"rule": cfg.metrics.correctness, "f1_threshold": cfg.metrics.f1_threshold,
                         "grader": f"openai:{cfg.critic.model}" if cfg.metrics.correctness == "judge" else None},
         "packages": _versions(),
         "python": platform.python_version(),
         "platform": platform.platform(),
+    }
+
+
+def build_manifest(cfg: AwarlConfig, eval_set: EvalSet, model_ident: dict, retriever_meta: dict | None,
+                   extra: dict | None = None) -> dict:
+    return {
+        **rollout_settings(cfg, model_ident, retriever_meta, cfg.eval.temperature),
+        "eval_agent": {"kind": cfg.eval.agent,
+                       **({"research": cfg.research.model_dump(mode="json"), **loop_judge_fields(cfg)}
+                          if cfg.eval.agent == "critic_loop" else {})},
+        "data": {ds: {"path": f, "sha256": file_sha256(f)} for ds, f in eval_set.files.items()},
+        "questions": len(eval_set.examples),
+        "critic": {"judge": critic_label(cfg), "inferred_weight": cfg.reward.inferred_weight,
+                   "support_threshold": cfg.critic.support_threshold},
         **(extra or {}),
     }
 
@@ -136,21 +146,37 @@ def resume_conflicts(old: dict, new: dict) -> list[str]:
             if a[k] is not None and b[k] is not None and a[k] != b[k]]
 
 
-def check_resumable(out_dir: Path, manifest: dict) -> None:
-    """Refuse to append to predictions made under different settings (ValueError naming them)."""
-    old_path, pred_path = out_dir / MANIFEST, out_dir / PREDICTIONS
-    if not old_path.is_file() or not pred_path.is_file() or pred_path.stat().st_size == 0:
+def refuse_mixed_settings(manifest_path: Path, rows_path: Path, manifest: dict, *, holder: str, what: str,
+                          remedy: str) -> None:
+    """ValueError naming the differing settings when `rows_path` already holds rows made under settings
+    (recorded in `manifest_path`) other than `manifest`'s; nothing to check without rows or a record (an
+    older awarl wrote none). `holder` and `what` name them in the message, `remedy` says what to do."""
+    if not manifest_path.is_file() or not rows_path.is_file() or rows_path.stat().st_size == 0:
         return
     try:
-        old = loads_json(old_path.read_text(encoding="utf-8"))
+        old = loads_json(manifest_path.read_text(encoding="utf-8"))
     except (ValueError, OSError) as e:
-        raise ValueError(f"{old_path}: unreadable manifest ({e}); cannot tell whether {pred_path} was made "
-                         "with the same settings: use another --out or delete the folder") from None
+        raise ValueError(f"{manifest_path}: unreadable manifest ({e}); cannot tell whether {rows_path} was made "
+                         f"with the same settings: {remedy}") from None
     conflicts = resume_conflicts(old if isinstance(old, dict) else {}, manifest)
     if conflicts:
-        raise ValueError(f"{out_dir}: holds predictions made with other settings, resuming would mix two runs "
-                         f"({'; '.join(c[:300] for c in conflicts)}); use another --out or delete "
-                         f"{pred_path}")
+        raise ValueError(f"{holder}: holds {what} made with other settings, resuming would mix two runs "
+                         f"({'; '.join(c[:300] for c in conflicts)}); {remedy}")
+
+
+def check_resumable(out_dir: Path, manifest: dict) -> None:
+    """Refuse to append to predictions made under different settings (ValueError naming them)."""
+    pred_path = out_dir / PREDICTIONS
+    refuse_mixed_settings(out_dir / MANIFEST, pred_path, manifest, holder=str(out_dir), what="predictions",
+                          remedy=f"use another --out or delete {pred_path}")
+
+
+def index_identity(index_dir: str | Path) -> dict:
+    """`retriever_identity` of the index in `index_dir`, from its meta file alone (no index loaded)."""
+    from awarl.retrieval.index import read_meta
+
+    meta = read_meta(index_dir)
+    return {**meta, "meta_sha256": _canonical_sha256(meta)}
 
 
 def retriever_identity(retriever: Any) -> dict | None:
