@@ -73,7 +73,9 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
     check_endpoints(cfg.critic, None, grader)  # a dead grader endpoint fails here, before any model loads
     if engine is None:
         engine = _build_engine(cfg, model, tokenizer, retriever)
-    atomic_write_json(record, settings)
+    # recorded from the loaded model: a hub checkpoint's revision is known once it is loaded
+    atomic_write_json(record, _settings(cfg, model, getattr(engine, "retriever", None),
+                                        loaded=getattr(getattr(engine, "backend", None), "model", None)))
     # One batch holds whole questions (all K samples of each), so a finished batch is a set of finished rows.
     per_batch = max(1, cfg.generation.batch_size // k)
     bar = tqdm(total=len(examples), initial=len(examples) - len(todo), desc="estimate p_i", unit="q")
@@ -110,9 +112,10 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
     return out
 
 
-def _settings(cfg: AwarlConfig, model: Any, retriever: Any) -> dict:
+def _settings(cfg: AwarlConfig, model: Any, retriever: Any, loaded: Any = None) -> dict:
     """The rollout settings of this estimate (`rollout_settings`), found without loading the model or the
-    index: the model's small files, the index's meta file (or the loaded retriever's)."""
+    index: the model's small files, the index's meta file (or the loaded retriever's); `loaded`: the model
+    object once the engine holds it."""
     ref = model if isinstance(model, str) else getattr(getattr(model, "config", None), "name_or_path", "model")
     if retriever is not None:
         index = retriever_identity(retriever)
@@ -120,7 +123,7 @@ def _settings(cfg: AwarlConfig, model: Any, retriever: Any) -> dict:
         index = {"server": cfg.retrieval.server_url}
     else:  # ensure_default_retrieval has built it, unless the caller brought its own engine
         index = index_identity(cfg.retrieval.index_dir) if cfg.retrieval.index_dir else None
-    ident = model_identity(ref, None if isinstance(model, str) else model)
+    ident = model_identity(ref, loaded if loaded is not None else (None if isinstance(model, str) else model))
     return {**rollout_settings(cfg, ident, index, cfg.estimate.temperature), "k": cfg.estimate.k}
 
 
