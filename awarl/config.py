@@ -801,6 +801,15 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
     return config_from_dict(data, source)
 
 
+def config_changes(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """`key: old -> new` for every dotted key whose value differs between two resolved configs as dumped
+    (`model_dump(mode="json")`), keys present on one side only included (pure)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [c for k in sorted(set(old) | set(new), key=str)
+                for c in config_changes(old.get(k), new.get(k), f"{prefix}.{k}" if prefix else str(k))]
+    return [] if old == new else [f"{prefix}: {old!r} -> {new!r}"]
+
+
 def save_resolved(cfg: AwarlConfig, out_dir: str | os.PathLike) -> Path:
     """Write the fully resolved config (every default filled in) as `resolved_config.yaml`, atomically."""
     path = Path(out_dir) / "resolved_config.yaml"

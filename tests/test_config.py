@@ -111,3 +111,15 @@ def test_unknown_key_inside_a_list_of_sections_lists_its_keys():
         load_config(None, ['data.train=[{"pth": "x.jsonl"}]'])
     msg = str(e.value)
     assert "data.train.0.pth: unknown key" in msg and "path" in msg and "format" in msg
+
+
+def test_config_changes_names_every_dotted_key_that_differs():
+    from awarl.config import config_changes
+
+    old = load_config(None).model_dump(mode="json")
+    new = load_config(None, ["reward.gamma=0.25", "train.max_steps=7"]).model_dump(mode="json")
+    assert config_changes(old, old) == []
+    assert config_changes(old, new) == [f"reward.gamma: {old['reward']['gamma']!r} -> 0.25",
+                                        f"train.max_steps: {old['train']['max_steps']!r} -> 7"]
+    # a key on one side only (a config written by another awarl version) is a change too
+    assert config_changes({"a": {"b": 1}}, {"a": {"b": 1, "c": [2]}}) == ["a.c: None -> [2]"]

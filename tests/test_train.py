@@ -246,7 +246,8 @@ def test_finished_message_says_where_the_outputs_are(trained):
 
 
 @pytest.mark.slow
-def test_resume_continues_step_and_ema_state(trained, tiny_dir, closed_index):
+def test_resume_continues_step_and_ema_state(trained, tiny_dir, closed_index, caplog):
+    import yaml
     from transformers import AutoTokenizer
 
     from awarl.stages.train import run_train
@@ -257,8 +258,14 @@ def test_resume_continues_step_and_ema_state(trained, tiny_dir, closed_index):
     cfg = cfg0.model_copy(update={"train": cfg0.train.model_copy(update={"max_steps": 3})})
     tok = AutoTokenizer.from_pretrained(tiny_dir)
     backend = VariantBackend(tok, variants_for(trained["examples"]))
-    summary = run_train(cfg, resume="latest", tokenizer=tok, backend_factory=lambda t: backend, final_eval=False)
+    with caplog.at_level("WARNING", logger="awarl.stages.train"):
+        summary = run_train(cfg, resume="latest", tokenizer=tok, backend_factory=lambda t: backend, final_eval=False)
     assert summary["global_step"] == 3
+    # the longer max_steps is named, and the run's own resolved config is kept beside this resume's
+    assert "1 setting(s) other than the run's" in caplog.text and "train.max_steps: 2 -> 3" in caplog.text
+    kept = yaml.safe_load((out / "resolved_config.until-checkpoint-2.yaml").read_text())
+    assert kept["train"]["max_steps"] == 2
+    assert yaml.safe_load((out / "resolved_config.yaml").read_text())["train"]["max_steps"] == 3
     assert summary["reward_state"]["updates"] == saved["updates"] + 1
     log3 = [h for h in summary["trainer"].state.log_history if "awarl/E_bar" in h and h.get("step") == 3]
     assert len(log3) == 1

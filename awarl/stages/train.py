@@ -21,13 +21,14 @@ from typing import Any
 
 from awarl.agent.backends.vllm import check_engine_options, engine_kwargs
 from awarl.agent.templates import load_template
-from awarl.config import AwarlConfig, ConfigError, save_resolved
+from awarl.config import AwarlConfig, ConfigError, config_changes, save_resolved
 from awarl.critic import check_endpoints, critic_cache_dir, make_judge
 from awarl.critic.correctness import make_answer_grader
 from awarl.critic.gold_judge import compact_evidence
 from awarl.data.estimates import estimates_path, join_p, join_samples, read_estimates
 from awarl.data.evidence import gold_evidence
 from awarl.data.types import QAExample, example_key
+from awarl.io import atomic_write_text
 from awarl.models.loading import load_tokenizer
 from awarl.retrieval import load_retriever
 from awarl.rewards.strategies import strategy
@@ -312,6 +313,30 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
             grader.close()
 
 
+def keep_config_of_resumed_run(out: Path, cfg: AwarlConfig, ckpt: Path) -> list[str]:
+    """Resuming with settings other than the run's: a warning naming each changed key, and the run's
+    resolved_config.yaml kept as resolved_config.until-<checkpoint>.yaml, since this resume writes its own
+    (a longer max_steps is a normal reason to change one; a new γ is another run, and should look like one).
+    Returns the changes."""
+    import yaml
+
+    path = out / "resolved_config.yaml"
+    if not path.is_file():
+        return []
+    try:
+        old = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, OSError, UnicodeDecodeError) as e:
+        log.warning("%s: unreadable (%s); cannot tell what this resume changes", path, e)
+        return []
+    changes = config_changes(old, cfg.model_dump(mode="json"))
+    if changes:
+        kept = out / f"resolved_config.until-{ckpt.name}.yaml"
+        atomic_write_text(kept, path.read_text(encoding="utf-8"))
+        log.warning("resuming from %s with %d setting(s) other than the run's (kept in %s): %s", ckpt,
+                    len(changes), kept.name, "; ".join(c[:200] for c in changes))
+    return changes
+
+
 def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, grader: Any, *, ckpt: Path | None,
            model: Any, tokenizer: Any, retriever: Any, final_eval: bool, backend_factory: Any,
            extra_callbacks: list, on_trainer: Any) -> dict:
@@ -326,6 +351,8 @@ def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, grader: 
     args = grpo_config(cfg, cpu=plan["device"]["cpu"])
     if args.process_index == 0:
         out.mkdir(parents=True, exist_ok=True)
+        if ckpt is not None:
+            keep_config_of_resumed_run(out, cfg, ckpt)
         save_resolved(cfg, out)
     if tokenizer is None:
         tokenizer = load_tokenizer(cfg.train.model, "train.model")
