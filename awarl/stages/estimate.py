@@ -28,6 +28,7 @@ from awarl.retrieval import load_retriever
 from awarl.stages.eval_manifest import (
     index_identity,
     model_identity,
+    model_ref,
     refuse_mixed_settings,
     retriever_identity,
     rollout_settings,
@@ -116,14 +117,13 @@ def _settings(cfg: AwarlConfig, model: Any, retriever: Any, loaded: Any = None) 
     """The rollout settings of this estimate (`rollout_settings`), found without loading the model or the
     index: the model's small files, the index's meta file (or the loaded retriever's); `loaded`: the model
     object once the engine holds it."""
-    ref = model if isinstance(model, str) else getattr(getattr(model, "config", None), "name_or_path", "model")
     if retriever is not None:
         index = retriever_identity(retriever)
     elif cfg.retrieval.kind == "server":
         index = {"server": cfg.retrieval.server_url}
     else:  # ensure_default_retrieval has built it, unless the caller brought its own engine
         index = index_identity(cfg.retrieval.index_dir) if cfg.retrieval.index_dir else None
-    ident = model_identity(ref, loaded if loaded is not None else (None if isinstance(model, str) else model))
+    ident = model_identity(model_ref(model), loaded if loaded is not None else (None if isinstance(model, str) else model))
     return {**rollout_settings(cfg, ident, index, cfg.estimate.temperature), "k": cfg.estimate.k}
 
 

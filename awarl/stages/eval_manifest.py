@@ -39,6 +39,11 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
+def model_ref(model: Any) -> str:
+    """The name a model is known by: the path or hub id it was given as, else its config's name_or_path."""
+    return model if isinstance(model, str) else getattr(getattr(model, "config", None), "name_or_path", "model")
+
+
 def model_identity(model_ref: str, model: Any = None) -> dict[str, Any]:
     """Model name and revision: the hub commit when loaded from the hub, else a hash of the local config
     and tokenizer files (hashing multi-GB weights at every eval would cost minutes; their sizes are kept)."""

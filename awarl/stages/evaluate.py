@@ -42,6 +42,7 @@ from awarl.stages.eval_manifest import (
     build_manifest,
     check_resumable,
     model_identity,
+    model_ref,
     retriever_identity,
 )
 from awarl.stages.predictions import (
@@ -167,13 +168,12 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
         if loop:  # the loop's own judge (research.judge), checked before any model loads too
             loop_judge = make_loop_judge(cfg, critic_cache_dir(cfg.critic, out), check=True, reuse=judge)
         model = model if model is not None else cfg.train.model
-        model_ref = model if isinstance(model, str) else getattr(getattr(model, "config", None), "name_or_path",
-                                                                 "model")
+        ref = model_ref(model)
         if tokenizer is None:
-            tokenizer = load_tokenizer(model_ref, "--model / train.model")
+            tokenizer = load_tokenizer(ref, "--model / train.model")
         retriever = retriever if retriever is not None else load_retriever(cfg.retrieval)
         engine = RolloutEngine.from_config(cfg, tokenizer, retriever, model=model)
-        manifest = build_manifest(cfg, eval_set, model_identity(model_ref, getattr(engine.backend, "model", None)),
+        manifest = build_manifest(cfg, eval_set, model_identity(ref, getattr(engine.backend, "model", None)),
                                   retriever_identity(retriever), {"status": "running"})
         check_resumable(out, manifest)
         atomic_write_json(out / MANIFEST, manifest)

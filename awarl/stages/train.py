@@ -324,14 +324,15 @@ def keep_config_of_resumed_run(out: Path, cfg: AwarlConfig, ckpt: Path) -> list[
     if not path.is_file():
         return []
     try:
-        old = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        old = yaml.safe_load(text)
     except (yaml.YAMLError, OSError, UnicodeDecodeError) as e:
         log.warning("%s: unreadable (%s); cannot tell what this resume changes", path, e)
         return []
     changes = config_changes(old, cfg.model_dump(mode="json"))
     if changes:
         kept = out / f"resolved_config.until-{ckpt.name}.yaml"
-        atomic_write_text(kept, path.read_text(encoding="utf-8"))
+        atomic_write_text(kept, text)
         log.warning("resuming from %s with %d setting(s) other than the run's (kept in %s): %s", ckpt,
                     len(changes), kept.name, "; ".join(c[:200] for c in changes))
     return changes
