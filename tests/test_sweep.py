@@ -161,3 +161,122 @@ def test_shipped_dither_sweep_crosses_the_spec_step_with_the_shipped_dither(tmp_
         cfg = load_config(r["config"])
         assert (cfg.reward.penalty_dither, cfg.reward.gamma) == (r["point"]["reward.penalty_dither"],
                                                                  r["point"]["reward.gamma"])
+
+
+@pytest.mark.parametrize("grid", [{"estimate.k": [4, 8]}, {"train.model": ["Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-7B"]},
+                                  {"retrieval.topk": [3, 5]}, {"agent.max_turns": [2, 4]}])
+def test_a_shared_estimate_is_refused_for_a_grid_over_what_it_is_sampled_under(tmp_path, grid):
+    """Every run of a shared estimate trains on the first point's p_i; a grid over the model, k, retrieval or
+    agent limits would hand one setting's p_i to another. Refused before any config is written."""
+    key = next(iter(grid))
+    spec, base_dir = load_sweep(sweep_file(tmp_path, grid={"reward.gamma": [0.02], **grid}))
+    with pytest.raises(ConfigError, match=rf"share_estimate is on, but grid point .*{key}.*share_estimate: false"):
+        expand(spec, base_dir)
+    assert not (tmp_path / "sw").exists()
+    spec, base_dir = load_sweep(sweep_file(tmp_path, grid={"reward.gamma": [0.02], **grid}, share_estimate=False))
+    runs = expand(spec, base_dir)  # each run estimates its own p_i instead
+    assert [r["estimate"] for r in runs] == [True, True]
+    assert {load_config(r["config"]).train.p_estimates for r in runs} == {None}
+
+
+def test_a_shared_estimate_allows_a_seed_grid_unless_the_seed_picks_the_questions(tmp_path):
+    """The p_i of the standard checkpoint do not depend on the training run's seed, so seeds share them; but
+    with a `limit` the seed subsamples the training questions, and the other seeds' questions would lack p_i."""
+    entry = {"path": "data/hotpotqa/hotpot_dev_distractor_v1.sample200.json", "format": "hotpotqa",
+             "dataset": "hotpotqa"}
+    seeds = {"run.seed": [0, 1]}
+    spec, base_dir = load_sweep(sweep_file(tmp_path, grid=seeds, overrides=[f"data.train=[{json.dumps(entry)}]"]))
+    assert len(expand(spec, base_dir)) == 2
+    limited = json.dumps({**entry, "limit": 20})
+    spec, base_dir = load_sweep(sweep_file(tmp_path, grid=seeds, overrides=[f"data.train=[{limited}]"]))
+    with pytest.raises(ConfigError, match=r"run\.seed: 0 -> 1"):
+        expand(spec, base_dir)
+
+
+def test_without_a_shared_estimate_each_run_estimates_into_the_file_it_trains_on(tmp_path):
+    """share_estimate false: every run that reads p_i gets its own `awarl estimate` before its `train`, in
+    one launch script; a run with a train.p_estimates of its own, or a reward without p_i, estimates nothing."""
+    from awarl.data.estimates import estimates_path
+    from awarl.stages.sweep import run_commands
+
+    f = sweep_file(tmp_path, grid={"reward.strategy": ["awarl", "bapo"]}, share_estimate=False, mode="scripts")
+    res = run_sweep(f)
+    scripts = {Path(p).name: Path(p).read_text().splitlines()[2:] for p in res["scripts"]}
+    assert set(scripts) == {"launch_strategy=awarl.sh", "launch_strategy=bapo.sh"}  # no shared estimate
+    est, train = (shlex.split(line) for line in scripts["launch_strategy=awarl.sh"])
+    assert est[-3:-1] == ["estimate", "--config"] and train[-3:] == ["train", "--config", est[-1]]
+    assert [shlex.split(x)[3] for x in scripts["launch_strategy=bapo.sh"]] == ["train"]
+    cfg = load_config(est[-1])
+    assert estimates_path(cfg.estimate.out, cfg.run.out_dir) == \
+        estimates_path(cfg.estimate.out, cfg.run.out_dir, train_file=cfg.train.p_estimates)
+    spec, base_dir = load_sweep(sweep_file(tmp_path, grid={"reward.gamma": [0.5]}, share_estimate=False,
+                                           overrides=[f"train.p_estimates={tmp_path / 'mine.jsonl'}"]))
+    assert [cmds for _, cmds in run_commands(spec, expand(spec, base_dir))][0][0][3] == "train"
+
+
+def _finish(run: dict) -> None:
+    """What `awarl train` leaves in a finished run: its resolved config and the final evaluation."""
+    d = Path(run["out_dir"])
+    (d / "resolved_config.yaml").write_text((d / "config.yaml").read_text())
+    (d / "eval" / "final").mkdir(parents=True)
+    (d / "eval" / "final" / "results.json").write_text(json.dumps({"macro": {"ra_f1": 0.5}}))
+
+
+def test_a_finished_run_under_other_settings_is_refused_not_skipped(tmp_path, caplog):
+    """A rerun skips finished runs; after an edit of the sweep's settings that would put the old results in the
+    comparison under the new settings. Refused before any config is rewritten; --aggregate warns and keeps
+    the finished run's config."""
+    f = sweep_file(tmp_path, grid={"reward.gamma": [0.25, 1.0]})
+    spec, base_dir = load_sweep(f)
+    runs = expand(spec, base_dir)
+    _finish(runs[0])
+    assert len(expand(spec, base_dir)) == 2  # unchanged settings: the finished run is simply skipped later
+    before = {r["name"]: Path(r["config"]).read_bytes() for r in runs}
+    edited = sweep_file(tmp_path, grid={"reward.gamma": [0.25, 1.0]}, overrides=["train.max_steps=321"])
+    with pytest.raises(ConfigError, match=r"1 finished run\(s\).*gamma=0.25: train\.max_steps: \d+ -> 321"):
+        run_sweep(edited)
+    assert {r["name"]: Path(r["config"]).read_bytes() for r in runs} == before
+    res = run_sweep(edited, aggregate_only=True)
+    assert "finished run gamma=0.25 was trained with other settings" in caplog.text
+    assert Path(runs[0]["config"]).read_bytes() == before["gamma=0.25"]
+    assert load_config(runs[1]["config"]).train.max_steps == 321  # the unfinished point takes the edit
+    assert [r["status"] for r in res["comparison"]["runs"]] == ["done", "missing"]
+
+
+@pytest.mark.slow
+def test_a_local_sweep_without_a_shared_estimate_estimates_trains_and_compares_each_run(tmp_path, tiny_dir,
+                                                                                         bm25_index):
+    """The whole local mode on a real tiny model: per run `awarl estimate` then `awarl train` (one GRPO step and
+    the final evaluation) in their own processes, the comparison of both; a rerun skips both finished runs, and a
+    rerun under an edited setting is refused with the runs left as they were."""
+    hotpot = REPO / "data" / "hotpotqa" / "hotpot_dev_distractor_v1.sample200.json"
+    entry = {"path": str(hotpot), "format": "hotpotqa", "dataset": "hotpotqa", "limit": 2}
+    base = {"run": {"name": "b", "out_dir": str(tmp_path / "unused"), "seed": 0},
+            "data": {"train": [entry], "eval": [{**entry, "limit": 1}]},
+            "retrieval": {"kind": "bm25", "index_dir": str(bm25_index), "topk": 1},
+            "agent": {"max_turns": 1, "max_new_tokens_per_turn": 8, "max_trajectory_tokens": 200},
+            "generation": {"batch_size": 8}, "critic": {"judge": "lexical"},
+            "estimate": {"k": 2}, "eval": {"limit": 1, "datasets": ["hotpotqa"]},
+            "train": {"model": str(tiny_dir), "num_generations": 2, "per_device_train_batch_size": 2,
+                      "max_steps": 1, "save_steps": 1, "report_to": ["none"], "bf16": False,
+                      "gradient_checkpointing": False}}
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    f = sweep_file(tmp_path, base="base.yaml", grid={"reward.gamma": [0.02, 0.5]}, share_estimate=False,
+                   launcher=[])
+    res = run_sweep(f)
+    assert res["exit_codes"] == {"gamma=0.02": 0, "gamma=0.5": 0}
+    for r in res["runs"]:
+        d = Path(r["out_dir"])
+        assert len((d / "p_estimates.jsonl").read_text().splitlines()) == 2  # its own p_i, both questions
+        assert (d / "p_estimates.manifest.json").is_file() and (d / "eval" / "final" / "results.json").is_file()
+    assert [r["status"] for r in res["comparison"]["runs"]] == ["done", "done"]
+    stamps = {r["name"]: (Path(r["out_dir"]) / "eval" / "final" / "results.json").stat().st_mtime_ns
+              for r in res["runs"]}
+    again = run_sweep(f)  # the finished runs are skipped: nothing is trained again
+    assert again["exit_codes"] == {"gamma=0.02": 0, "gamma=0.5": 0}
+    assert stamps == {r["name"]: (Path(r["out_dir"]) / "eval" / "final" / "results.json").stat().st_mtime_ns
+                      for r in again["runs"]}
+    edited = sweep_file(tmp_path, base="base.yaml", grid={"reward.gamma": [0.02, 0.5]}, share_estimate=False,
+                        launcher=[], overrides=["reward.lambda_cite=0.3"])
+    with pytest.raises(ConfigError, match=r"2 finished run\(s\).*reward\.lambda_cite"):
+        run_sweep(edited)

@@ -113,6 +113,27 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
     return out
 
 
+def estimate_inputs(cfg: AwarlConfig) -> dict[str, Any]:
+    """What decides the p_i estimate of `cfg`, read from the config alone (no file touched): the standard
+    checkpoint, k, temperature, template and agent limits, top_p, retrieval, the correctness rule (the
+    settings `awarl estimate` refuses to mix, as config values) and the training questions (with the seed
+    that subsamples them when a file has a `limit`). Not the sampling seed otherwise: a shared estimate is the
+    standard checkpoint's p_i, sampled once for runs that differ in their seed; nor the generation backend or
+    batch size, which `awarl estimate` lets a run finish on."""
+    r = cfg.retrieval
+    return {"model": cfg.estimate.model or cfg.train.model, "estimate.k": cfg.estimate.k,
+            "estimate.temperature": cfg.estimate.temperature, "agent": cfg.agent.model_dump(mode="json"),
+            "generation.top_p": cfg.generation.top_p,
+            "retrieval": {"kind": r.kind, "topk": r.topk,
+                          **({"server_url": r.server_url} if r.kind == "server" else
+                             {"index_dir": r.index_dir, "corpus": r.corpus}),
+                          **({"embedding_model": r.embedding_model} if r.kind == "dense" else {})},
+            "metrics.correctness": cfg.metrics.correctness, "metrics.f1_threshold": cfg.metrics.f1_threshold,
+            **({"critic.model": cfg.critic.model} if cfg.metrics.correctness == "judge" else {}),
+            "data.train": [d.model_dump(mode="json") for d in cfg.data.train], "data.on_error": cfg.data.on_error,
+            **({"run.seed": cfg.run.seed} if any(d.limit for d in cfg.data.train) else {})}
+
+
 def _settings(cfg: AwarlConfig, model: Any, retriever: Any, loaded: Any = None) -> dict:
     """The rollout settings of this estimate (`rollout_settings`), found without loading the model or the
     index: the model's small files, the index's meta file (or the loaded retriever's); `loaded`: the model

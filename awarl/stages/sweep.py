@@ -8,9 +8,11 @@ A sweep file is its own small YAML (see configs/sweep_gamma.yaml)::
       grid: {reward.gamma: [0.25, 0.5, 0.75, 1.0]}
 
 Every grid point becomes `<out_dir>/<name>/config.yaml` (the resolved config, so each run is
-self-contained), and the p_i estimate, which does not depend on the reward, is computed once and shared.
+self-contained), and the p_i estimate, which does not depend on the reward, is computed once and shared
+(or per run, `share_estimate: false`, when the grid moves what it depends on).
 Runs go through `awarl train` in a subprocess (optionally behind a launcher such as `accelerate launch`),
-so a crash in one run never takes the others down; finished runs are skipped on a rerun.
+so a crash in one run never takes the others down; finished runs are skipped on a rerun, unless the
+sweep now gives them other settings, which is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ import yaml
 from pydantic import Field, ValidationError
 
 from awarl.config import (
+    AwarlConfig,
     ConfigError,
     ConfigModel,
     apply_overrides,
+    config_changes,
     config_from_dict,
     format_validation_error,
     load_config,
@@ -64,8 +68,11 @@ class SweepSpec(ConfigModel):
     launcher: list[str] = Field(default_factory=list, description="Command prefix for each run, as a list, e.g. "
                                 "[accelerate, launch, --config_file, configs/accelerate/single_gpu.yaml]; "
                                 "empty = plain python.")
-    share_estimate: bool = Field(True, description="Estimate p_i once and point every run at it (p_i does not "
-                                 "depend on the reward settings).")
+    share_estimate: bool = Field(True, description="Estimate p_i once (with the first point's config) and point "
+                                 "every run at it: p_i does not depend on the reward settings. A grid over what "
+                                 "the estimate depends on (model, k, template, retrieval, training questions) is "
+                                 "refused; false: each run estimates its own p_i in its folder before training, "
+                                 "unless its config names a train.p_estimates file.")
 
 
 class SweepFile(ConfigModel):
@@ -94,14 +101,23 @@ def point_name(point: dict[str, Any]) -> str:
     return "_".join(parts).replace("/", "-").replace(" ", "")
 
 
-def expand(spec: SweepSpec, base_dir: Path) -> list[dict[str, Any]]:
+def expand(spec: SweepSpec, base_dir: Path, *, finished_changed: Literal["refuse", "keep"] = "refuse"
+           ) -> list[dict[str, Any]]:
     """Validate every grid point's config and write it to `<out_dir>/<name>/config.yaml`.
 
-    Returns one entry per run: name, point (grid values), config path, out_dir."""
+    Returns one entry per run: name, point (grid values), config path, out_dir, and `estimate` (the run
+    estimates its own p_i: share_estimate off, no train.p_estimates of its own, a reward that reads p_i).
+    Nothing is written when a point is refused: a shared estimate that the points would sample differently,
+    or a finished run whose settings the sweep now changes (`finished_changed="refuse"`; with "keep", as
+    `--aggregate` does, a warning and that run's config.yaml left as it was)."""
+    from awarl.rewards.strategies import strategy
+    from awarl.stages.estimate import estimate_inputs
+
     base = read_config_yaml(base_dir / spec.base)
     out = Path(spec.out_dir)
     keys = list(spec.grid)
-    runs = []
+    runs: list[dict[str, Any]] = []
+    configs: list[AwarlConfig] = []
     for values in itertools.product(*(spec.grid[k] for k in keys)):
         point = dict(zip(keys, values, strict=True))
         name = point_name(point)
@@ -111,12 +127,51 @@ def expand(spec: SweepSpec, base_dir: Path) -> list[dict[str, Any]]:
         if spec.share_estimate:
             ov.append(f"train.p_estimates={out / 'p_estimates.jsonl'}")
         cfg = config_from_dict(apply_overrides(base, ov), f"{spec.base} + grid point {point}")
-        cfg_path = run_dir / "config.yaml"
-        atomic_write_text(cfg_path, f"# sweep {spec.name}, point {point}\n"
+        reads_p = strategy(cfg.reward.strategy).uses_r_ref
+        runs.append({"name": name, "point": point, "config": str(run_dir / "config.yaml"), "out_dir": str(run_dir),
+                     "reads_p": reads_p,
+                     "estimate": reads_p and not spec.share_estimate and cfg.train.p_estimates is None})
+        configs.append(cfg)
+    sharing = [(r, cfg) for r, cfg in zip(runs, configs, strict=True) if spec.share_estimate and r["reads_p"]]
+    for run, cfg in sharing[1:]:
+        changes = config_changes(estimate_inputs(sharing[0][1]), estimate_inputs(cfg))
+        if changes:
+            raise ConfigError(
+                f"sweep {spec.name}: share_estimate is on, but grid point {run['point']} changes what the shared "
+                f"p_i estimate is sampled under ({'; '.join(c[:200] for c in changes)}), so it would train on "
+                f"{sharing[0][0]['name']}'s p_i; set sweep.share_estimate: false (each run estimates its own) or "
+                "take those keys out of the grid")
+    changed = {r["name"]: c for r, cfg in zip(runs, configs, strict=True) if (c := _finished_changes(r, cfg))}
+    if changed and finished_changed == "refuse":
+        listed = "; ".join(f"{name}: {', '.join(c[:200] for c in cs[:5])}" + (" ..." if len(cs) > 5 else "")
+                           for name, cs in changed.items())
+        raise ConfigError(f"sweep {spec.name}: {len(changed)} finished run(s) were trained with settings other "
+                          f"than the sweep's now ({listed}); a rerun would skip them and compare their results "
+                          "under settings that did not make them. Restore the settings, set another sweep.out_dir, "
+                          "or delete those runs' folders to train them again")
+    for run, cfg in zip(runs, configs, strict=True):
+        if run["name"] in changed:
+            log.warning("sweep %s: finished run %s was trained with other settings (%s); its config.yaml is "
+                        "kept", spec.name, run["name"], "; ".join(c[:200] for c in changed[run["name"]]))
+            continue
+        atomic_write_text(Path(run["config"]), f"# sweep {spec.name}, point {run['point']}\n"
                           + yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-        runs.append({"name": name, "point": point, "config": str(cfg_path), "out_dir": str(run_dir)})
     atomic_write_json(out / "runs.json", runs)
     return runs
+
+
+def _finished_changes(run: dict, cfg: AwarlConfig) -> list[str]:
+    """The settings in which `cfg` differs from the resolved config a finished run was trained with (none for
+    a run without final results, or one whose resolved config is missing or unreadable)."""
+    resolved = Path(run["out_dir"]) / "resolved_config.yaml"
+    if not find_results(run["out_dir"]) or not resolved.is_file():
+        return []
+    try:
+        old = yaml.safe_load(resolved.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, OSError, UnicodeDecodeError) as e:
+        log.warning("%s: unreadable (%s); cannot tell whether the finished run matches the sweep", resolved, e)
+        return []
+    return config_changes(old, cfg.model_dump(mode="json"))
 
 
 def _command(spec: SweepSpec, *args: str, direct: bool = False) -> list[str]:
@@ -141,29 +196,33 @@ def resolve_launcher(cmd: list[str]) -> list[str]:
                       "(accelerate: pip install accelerate) or activate the environment that has it")
 
 
-def run_commands(spec: SweepSpec, runs: list[dict], dry_run: bool = False) -> list[tuple[str, list[str]]]:
-    """The commands of the sweep in order: the shared estimate (once), then one `train` per run.
-    A dry run checks each run with `train --dry-run` and estimates nothing."""
-    cmds: list[tuple[str, list[str]]] = []
+def run_commands(spec: SweepSpec, runs: list[dict], dry_run: bool = False) -> list[tuple[str, list[list[str]]]]:
+    """The steps of the sweep in order, each a name and its commands (run one after the other, stopping at
+    the first that fails): the shared estimate (once), then per run its own estimate (`run["estimate"]`)
+    and its `train`. A dry run checks each run with `train --dry-run` and estimates nothing."""
+    steps: list[tuple[str, list[list[str]]]] = []
     extra = ["--dry-run"] if dry_run else []
-    if spec.share_estimate and runs and not dry_run:
-        cmds.append(("estimate", [sys.executable, "-m", "awarl.cli", "estimate", "--config", runs[0]["config"],
-                                  f"estimate.out={Path(spec.out_dir) / 'p_estimates.jsonl'}"]))
+    first = next((r for r in runs if r.get("reads_p", True)), None)  # the point whose config samples the p_i
+    if spec.share_estimate and first and not dry_run:
+        steps.append(("estimate", [[sys.executable, "-m", "awarl.cli", "estimate", "--config", first["config"],
+                                    f"estimate.out={Path(spec.out_dir) / 'p_estimates.jsonl'}"]]))
     for r in runs:
+        own = [[sys.executable, "-m", "awarl.cli", "estimate", "--config", r["config"]]] \
+            if r.get("estimate") and not dry_run else []
         resume = ["--resume"] if newest_complete(r["out_dir"]) else []
         # A dry run checks the config, which needs no launcher (nor the GPUs it would ask for).
-        cmds.append((r["name"], _command(spec, "train", "--config", r["config"], *resume, *extra,
-                                         direct=dry_run)))
-    return cmds
+        steps.append((r["name"], [*own, _command(spec, "train", "--config", r["config"], *resume, *extra,
+                                                 direct=dry_run)]))
+    return steps
 
 
 def write_scripts(spec: SweepSpec, runs: list[dict]) -> list[Path]:
-    """One launch script per run plus `launch_all.sh`; values are shell-quoted, nothing is evaluated."""
+    """One launch script per step plus `launch_all.sh`; values are shell-quoted, nothing is evaluated."""
     out = Path(spec.out_dir)
     paths = []
-    for name, cmd in run_commands(spec, runs):
+    for name, cmds in run_commands(spec, runs):
         p = out / f"launch_{name}.sh"
-        atomic_write_text(p, "#!/usr/bin/env bash\nset -euo pipefail\n" + shlex.join(cmd) + "\n")
+        atomic_write_text(p, "#!/usr/bin/env bash\nset -euo pipefail\n" + "".join(shlex.join(c) + "\n" for c in cmds))
         p.chmod(0o755)
         paths.append(p)
     allp = out / "launch_all.sh"
@@ -182,19 +241,22 @@ def find_results(run_dir: str | Path) -> Path | None:
 def run_local(spec: SweepSpec, runs: list[dict], dry_run: bool = False) -> dict[str, int]:
     """Run the sweep here, one command after the other; finished runs (final results present) are skipped."""
     codes: dict[str, int] = {}
-    for name, cmd in run_commands(spec, runs, dry_run):
+    for name, cmds in run_commands(spec, runs, dry_run):
         run = next((r for r in runs if r["name"] == name), None)
         if run and not dry_run and find_results(run["out_dir"]):
             log.info("[%s] finished already; skipped", name)
             codes[name] = 0
             continue
-        cmd = resolve_launcher(cmd)
-        log.info("[%s] %s", name, shlex.join(cmd))
-        codes[name] = subprocess.call(cmd)  # list form: no shell, no interpolation of config strings
-        if codes[name]:
-            log.error("[%s] failed with exit code %d; continuing with the next run", name, codes[name])
-            if name == "estimate":
-                break  # every run needs the shared estimate
+        codes[name] = 0
+        for cmd in cmds:
+            cmd = resolve_launcher(cmd)
+            log.info("[%s] %s", name, shlex.join(cmd))
+            codes[name] = subprocess.call(cmd)  # list form: no shell, no interpolation of config strings
+            if codes[name]:
+                log.error("[%s] failed with exit code %d; continuing with the next run", name, codes[name])
+                break
+        if codes[name] and name == "estimate":
+            break  # every run needs the shared estimate
     return codes
 
 
@@ -283,7 +345,7 @@ def _plot(rows: list[dict], key: str, path: Path) -> None:
 def run_sweep(path: str | Path, overrides: list[str] | None = None, *, aggregate_only: bool = False,
               dry_run: bool = False) -> dict:
     spec, base_dir = load_sweep(path, overrides)
-    runs = expand(spec, base_dir)
+    runs = expand(spec, base_dir, finished_changed="keep" if aggregate_only else "refuse")
     log.info("sweep %s: %d runs in %s", spec.name, len(runs), spec.out_dir)
     result: dict[str, Any] = {"runs": runs}
     if aggregate_only:
