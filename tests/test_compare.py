@@ -101,6 +101,10 @@ def test_cli_errors(tmp_path, capsys):
     assert "share no" in capsys.readouterr().err
     assert main(["compare", str(a), str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
     assert "no predictions at" in capsys.readouterr().err
+    # a sweep's run folders have `=` in their names: a mistyped one is a missing run, not a config key
+    typo = tmp_path / "sweep" / "gamma=0.2_expected_rate=posterior" / "eval" / "final"
+    assert main(["compare", str(a), str(typo), "--out", str(tmp_path / "o")]) == 2
+    assert f"no predictions at {typo}" in capsys.readouterr().err
     assert main(["compare", str(a), str(a), "--names", "x,x", "--out", str(tmp_path / "o")]) == 2
     assert "distinct names" in capsys.readouterr().err
     other_data = _write(tmp_path / "c.jsonl", [{**_row("hotpotqa", 1, "Paris"), "question": "another question?"}])

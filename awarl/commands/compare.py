@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from awarl.commands.common import looks_like_override
+
 EPILOG = """examples:
   awarl compare runs/eval/searchr1-7b runs/eval/awarl-7b --out runs/compare/7b
-  awarl compare runs/sweep/gamma-0.25/final_eval runs/sweep/gamma-0.5/final_eval --names g0.25,g0.5 \\
+  awarl compare runs/sweep_gamma/gamma=0.02_expected_rate=posterior/eval/final \\
+      runs/sweep_gamma/gamma=0.5_expected_rate=posterior/eval/final --names g0.02,g0.5 \\
       --out runs/compare/gamma metrics.correctness=cover_em
 """
 
@@ -16,8 +19,9 @@ def _run(args: argparse.Namespace) -> int:
     from awarl.config import load_config
     from awarl.stages.compare import compare_runs, write_comparison
 
-    # KEY=VALUE overrides arrive among the runs (both are positional); a path that exists is a run.
-    overrides = [a for a in args.runs if "=" in a and not Path(a).exists()]
+    # KEY=VALUE overrides arrive among the runs (both are positional); a path that exists is a run, and so is
+    # one that does not but is no dotted KEY=VALUE (a sweep's run folders have `=` in their names).
+    overrides = [a for a in args.runs if looks_like_override(a) and not Path(a).exists()]
     runs = [a for a in args.runs if a not in overrides]
     overrides += list(args.overrides or [])  # those written after the options
     cfg = load_config(args.config, overrides)
