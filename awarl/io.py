@@ -7,6 +7,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -54,6 +55,31 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+
+
+def atomic_write_folder(out: str | os.PathLike, marker: str, fill: Callable[[Path], None]) -> None:
+    """Write a folder atomically: `fill(tmp)` in a temporary sibling, renamed to `out`, so a kill never leaves
+    half a model behind. An existing `out` is replaced only when it is empty or an earlier result of the same
+    kind (it holds the file `marker`, which `fill` writes); anything else in it is refused (ValueError), not
+    overwritten."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not (out / marker).is_file():
+        raise ValueError(f"{out}: exists and holds something else (no {marker}); choose another folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    try:
+        fill(tmp)
+        for f in tmp.iterdir():
+            os.chmod(f, FILE_MODE)
+        os.chmod(tmp, 0o777 & ~_umask())
+        if not (tmp / marker).is_file():
+            raise RuntimeError(f"{out}: the folder written has no {marker}")
+        if out.exists():
+            shutil.rmtree(out)
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -103,3 +104,29 @@ def test_cli_builds_model(tmp_path, capsys):
     assert str(tmp_path / "m") in capsys.readouterr().out
     tok = AutoTokenizer.from_pretrained(tmp_path / "m")
     assert tok.decode(tok.encode("<answer> x </answer>"), skip_special_tokens=True) == "<answer> x </answer>"
+
+
+def test_a_folder_holding_something_else_is_refused_not_overwritten(tmp_path, capsys):
+    """`awarl model tiny --out` into a trained model's folder would replace its weights with random ones; it is
+    refused and the folder left as it was. An earlier tiny model is replaced, and the folder is never left
+    half-written (the build goes to a temporary sibling first)."""
+    from awarl.cli import main
+
+    texts = ["Rush is a Canadian rock band."] * 20
+    trained = tmp_path / "trained"
+    trained.mkdir()
+    (trained / "config.json").write_text("{}")
+    (trained / "model.safetensors").write_bytes(b"trained weights")
+    with pytest.raises(ValueError, match=r"trained: exists and holds something else \(no tiny_model.json\)"):
+        build_tiny_model(trained, vocab_size=300, hidden=32, layers=1, heads=2, texts=texts)
+    assert (trained / "model.safetensors").read_bytes() == b"trained weights"
+    assert main(["model", "tiny", "--out", str(trained), "--vocab-size", "300", "--hidden", "32", "--layers", "1",
+                 "--heads", "2"]) == 2
+    assert "holds something else" in capsys.readouterr().err
+    assert sorted(p.name for p in trained.iterdir()) == ["config.json", "model.safetensors"]
+    tiny = build_tiny_model(tmp_path / "tiny", seed=1, vocab_size=300, hidden=32, layers=1, heads=2, texts=texts)
+    first = (tiny / "model.safetensors").read_bytes()
+    build_tiny_model(tiny, seed=2, vocab_size=300, hidden=32, layers=1, heads=2, texts=texts)  # an earlier tiny one
+    assert (tiny / "model.safetensors").read_bytes() != first
+    assert json.loads((tiny / "tiny_model.json").read_text())["seed"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny", "trained"]  # no temporary folder left behind

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from awarl.io import DataError, shipped_data_dir
+from awarl.io import DataError, atomic_write_folder, atomic_write_json, shipped_data_dir
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +25,7 @@ PROTOCOL_TAGS: tuple[str, ...] = (
 BOS_TOKEN = "<|im_start|>"
 EOS_TOKEN = "<|im_end|>"
 PAD_TOKEN = "<|endoftext|>"
+TINY_INFO = "tiny_model.json"  # build settings; marks a folder `build_tiny_model` may replace
 
 # Qwen2.5-style ChatML. A default system message is added only when the conversation has none, like
 # Qwen's own template, so prompts rendered for the tiny model look like those of the real checkpoints.
@@ -121,7 +122,9 @@ def build_tiny_model(out_dir: str | Path, *, seed: int = 0, vocab_size: int = 40
                      layers: int = 2, heads: int = 4, texts: Iterable[str] | None = None) -> Path:
     """Build and save a tiny random-init Qwen2ForCausalLM + tokenizer to `out_dir`; returns the path.
 
-    Deterministic for a given seed and texts; loadable offline with AutoTokenizer/AutoModelForCausalLM.
+    Deterministic for a given seed and texts; loadable offline with AutoTokenizer/AutoModelForCausalLM. The
+    folder is written atomically with its build settings in `tiny_model.json` (TINY_INFO); an `out_dir` that
+    holds anything but an earlier tiny model (a trained checkpoint, say) is refused, not overwritten.
     """
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
@@ -129,7 +132,9 @@ def build_tiny_model(out_dir: str | Path, *, seed: int = 0, vocab_size: int = 40
     if hidden % heads:
         raise ValueError(f"hidden ({hidden}) must be divisible by heads ({heads})")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not (out / TINY_INFO).is_file():
+        # checked before the tokenizer is trained: the refusal should not take a minute
+        raise ValueError(f"{out}: exists and holds something else (no {TINY_INFO}); choose another folder")
     tokenizer = build_tokenizer(texts if texts is not None else shipped_texts(), vocab_size=vocab_size)
     n_vocab = len(tokenizer)
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
@@ -143,8 +148,14 @@ def build_tiny_model(out_dir: str | Path, *, seed: int = 0, vocab_size: int = 40
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(cfg)
     model.generation_config = GenerationConfig(eos_token_id=eos_id, pad_token_id=pad_id, do_sample=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        atomic_write_json(tmp / TINY_INFO, {"seed": seed, "vocab_size": vocab_size, "hidden": hidden,
+                                            "layers": layers, "heads": heads, "shipped_texts": texts is None})
+
+    atomic_write_folder(out, TINY_INFO, fill)
     log.info("tiny model (%.2fM params, vocab %d) saved to %s",
              sum(p.numel() for p in model.parameters()) / 1e6, n_vocab, out)
     return out

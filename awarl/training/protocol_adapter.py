@@ -14,15 +14,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from awarl.agent.templates import Template
 from awarl.data.types import QAExample
-from awarl.io import FILE_MODE, atomic_write_json, file_sha256
+from awarl.io import atomic_write_folder, atomic_write_json, file_sha256
 from awarl.training.warmup import build_sequences, supervised_warmup
 
 log = logging.getLogger(__name__)
@@ -92,28 +90,8 @@ def train_protocol_adapter(base_dir: str | Path, out_dir: str | Path, examples: 
         atomic_write_json(cfg_path, cfg)
         atomic_write_json(tmp / ADAPTER_INFO, info)
 
-    _write_folder(out, ADAPTER_INFO, fill)
+    atomic_write_folder(out, ADAPTER_INFO, fill)
     return info
-
-
-def _write_folder(out: Path, marker: str, fill: Any) -> None:
-    """Write a folder atomically: `fill(tmp)` in a temporary sibling, renamed to `out`. An existing `out` is
-    replaced only when it is empty or an earlier result of the same kind (it holds `marker`)."""
-    if out.exists() and any(out.iterdir()) and not (out / marker).is_file():
-        raise ValueError(f"{out}: exists and holds something else (no {marker}); choose another folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    try:
-        fill(tmp)
-        for f in tmp.iterdir():
-            os.chmod(f, FILE_MODE)
-        os.chmod(tmp, 0o755)
-        if out.exists():
-            shutil.rmtree(out)
-        os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def merge_adapter(base_dir: str | Path, adapter_dir: str | Path, out_dir: str | Path) -> Path:
@@ -145,5 +123,5 @@ def merge_adapter(base_dir: str | Path, adapter_dir: str | Path, out_dir: str | 
         tokenizer.save_pretrained(str(tmp))
         atomic_write_json(tmp / MERGED_INFO, record)
 
-    _write_folder(out, MERGED_INFO, write)
+    atomic_write_folder(out, MERGED_INFO, write)
     return out
