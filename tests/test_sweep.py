@@ -241,6 +241,8 @@ def test_a_finished_run_under_other_settings_is_refused_not_skipped(tmp_path, ca
     assert Path(runs[0]["config"]).read_bytes() == before["gamma=0.25"]
     assert load_config(runs[1]["config"]).train.max_steps == 321  # the unfinished point takes the edit
     assert [r["status"] for r in res["comparison"]["runs"]] == ["done", "missing"]
+    scripts = run_sweep(sweep_file(tmp_path, grid={"reward.gamma": [0.25, 1.0]}, mode="scripts"))["scripts"]
+    assert [Path(p).name for p in scripts] == ["launch_estimate.sh", "launch_gamma=1.0.sh"]  # not the finished one
 
 
 @pytest.mark.slow

@@ -217,10 +217,16 @@ def run_commands(spec: SweepSpec, runs: list[dict], dry_run: bool = False) -> li
 
 
 def write_scripts(spec: SweepSpec, runs: list[dict]) -> list[Path]:
-    """One launch script per step plus `launch_all.sh`; values are shell-quoted, nothing is evaluated."""
+    """One launch script per step plus `launch_all.sh`; values are shell-quoted, nothing is evaluated. A
+    finished run gets no script, as `local` mode skips it (its `train --resume` would redo the final eval)."""
     out = Path(spec.out_dir)
     paths = []
+    finished = {r["name"] for r in runs if find_results(r["out_dir"])}
     for name, cmds in run_commands(spec, runs):
+        if name in finished:
+            log.info("[%s] finished already; no launch script", name)
+            (out / f"launch_{name}.sh").unlink(missing_ok=True)
+            continue
         p = out / f"launch_{name}.sh"
         atomic_write_text(p, "#!/usr/bin/env bash\nset -euo pipefail\n" + "".join(shlex.join(c) + "\n" for c in cmds))
         p.chmod(0o755)
