@@ -319,6 +319,15 @@ def test_cli_data_errors(tmp_path, capsys):
     assert main(["data", "corpus", str(no_context), "--out", str(kept)]) == 2
     assert "no context paragraphs in 1 question(s)" in capsys.readouterr().err
     assert kept.read_text() == "earlier\n"
+    # --out naming the input (or, through a link, the same file): the dataset would be replaced by its conversion
+    copy = tmp_path / "hotpot.json"
+    copy.write_bytes(HOTPOT.read_bytes())
+    (tmp_path / "link.json").symlink_to(copy)
+    for cmd in (["prepare", str(copy)], ["corpus", str(MUSIQUE), str(copy)]):
+        for out in (copy, tmp_path / "link.json"):
+            assert main(["data", *cmd, "--out", str(out)]) == 2
+            assert f"is the input file {copy}: writing it would replace the dataset" in capsys.readouterr().err
+    assert copy.read_bytes() == HOTPOT.read_bytes()
 
 
 def test_jsonl_with_bom_and_non_utf8_line(tmp_path):

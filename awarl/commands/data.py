@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 from awarl.choices import DEV_SETS, FORMATS
 
@@ -41,9 +43,28 @@ def _nothing_to_write(what: str, skipped: list[str]) -> Exception:
     return DataError(f"{what}{why}; nothing written")
 
 
+def _refuse_input_as_out(out: str, inputs: list[str | Path]) -> None:
+    """A DataError when --out names one of the input files: writing it would replace the dataset it reads
+    (HotpotQA's JSON by its unified JSONL, say). Checked before anything is read."""
+    from awarl.data.paths import HF_PREFIX, resolve_data_path
+    from awarl.io import DataError
+
+    target = Path(out)
+    if not target.exists():
+        return
+    for path in inputs:
+        if str(path).startswith(HF_PREFIX):
+            continue
+        src = resolve_data_path(path)
+        if src.exists() and os.path.samefile(src, target):
+            raise DataError(f"--out {out} is the input file {path}: writing it would replace the dataset; "
+                            "choose another --out")
+
+
 def _prepare(args: argparse.Namespace) -> int:
     from awarl.io import write_jsonl
 
+    _refuse_input_as_out(args.out, [args.input])
     res = _load(args, args.input, require_answers=not args.allow_no_answers)
     if not res.examples:
         raise _nothing_to_write(f"{args.input}: no examples", res.skipped)
@@ -75,9 +96,10 @@ def _stats(args: argparse.Namespace) -> int:
 
 def _corpus(args: argparse.Namespace) -> int:
     from awarl.data.corpus import build_corpus, write_corpus
-    from awarl.data.loaders import SHIPPED_DEV, load_shipped
+    from awarl.data.loaders import SHIPPED_DEV, load_shipped, shipped_path
 
     skipped: list[str] = []
+    _refuse_input_as_out(args.out, list(args.inputs) or [shipped_path(name) for name in SHIPPED_DEV])
     if args.inputs:
         # a corpus needs only the paragraphs: test splits without answers give theirs too
         loaded = [_load(args, path, require_answers=False) for path in args.inputs]
