@@ -297,6 +297,28 @@ def test_existing_index_not_overwritten_by_default(bm25_index: Path, wiki18_tiny
     assert read_meta(idx)["passage_count"] == 40
 
 
+def test_overwrite_replaces_an_index_only(wiki18_tiny: Path, tmp_path: Path) -> None:
+    """--overwrite deletes the folder it replaces: a folder that is no index (a run, a data folder) is refused,
+    and so is an --out that holds the corpus itself, which the swap would delete with the old folder."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "model.safetensors").write_bytes(b"weights")
+    with pytest.raises(RetrievalIndexError, match="holds no index_meta.json: it is not an index"):
+        build_index(wiki18_tiny, "bm25", run, overwrite=True, show_progress=False)
+    assert sorted(p.name for p in run.iterdir()) == ["model.safetensors"]
+    data = tmp_path / "wiki18"
+    data.mkdir()
+    corpus = data / "corpus.jsonl"
+    corpus.write_bytes(wiki18_tiny.read_bytes())
+    for out in (data, tmp_path / "wiki18" / ".." / "wiki18"):
+        with pytest.raises(RetrievalIndexError, match="is inside --out"):
+            build_index(corpus, "bm25", out, overwrite=True, show_progress=False)
+    assert corpus.read_bytes() == wiki18_tiny.read_bytes()
+    with pytest.raises(RetrievalIndexError, match="is a file, not an index folder"):
+        build_index(wiki18_tiny, "bm25", corpus, overwrite=True, show_progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "wiki18"]  # no temporary build left
+
+
 # ------------------------------------------------------------------------------------ CLI and config
 def test_cli_build_and_info(tmp_path: Path, wiki18_tiny: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "cli_idx"

@@ -93,9 +93,19 @@ def build_index(corpus_path: str | os.PathLike, kind: str, out_dir: str | os.Pat
         raise ValueError(f"unknown index kind {kind!r}; choose one of {', '.join(KINDS)}")
     if not corpus_path.is_file():
         raise FileNotFoundError(f"corpus not found: {corpus_path}")
-    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
-        raise RetrievalIndexError(f"{out_dir} already exists and is not empty; pass overwrite=True "
-                                  "(--overwrite) to replace it")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise RetrievalIndexError(f"{out_dir} is a file, not an index folder; choose another --out")
+    if corpus_path.resolve().is_relative_to(out_dir.resolve()):
+        # an --overwrite would swap the folder out, corpus and all, and the index would point at nothing
+        raise RetrievalIndexError(f"the corpus {corpus_path} is inside --out {out_dir}; build the index into "
+                                  "a folder of its own")
+    if out_dir.exists() and any(out_dir.iterdir()):
+        if not overwrite:
+            raise RetrievalIndexError(f"{out_dir} already exists and is not empty; pass overwrite=True "
+                                      "(--overwrite) to replace it")
+        if not (out_dir / META_FILE).is_file():
+            raise RetrievalIndexError(f"{out_dir} holds no {META_FILE}: it is not an index, and --overwrite "
+                                      "replaces an index only (the whole folder is deleted); choose another --out")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_builds(out_dir)
     tmp = out_dir.with_name(f"{_build_prefix(out_dir)}{_HOST}-{os.getpid()}")
