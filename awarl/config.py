@@ -788,7 +788,9 @@ def config_from_dict(data: dict, source: str = "<config>") -> AwarlConfig:
     try:
         return AwarlConfig.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(format_validation_error(e, source)) from None
+        hint = ("\n  (a sweep file: run it with `awarl sweep --config FILE`; its sweep.base names the run config)"
+                if isinstance(data, dict) and "sweep" in data else "")
+        raise ConfigError(format_validation_error(e, source) + hint) from None
 
 
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> AwarlConfig:

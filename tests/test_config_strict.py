@@ -67,3 +67,21 @@ def test_sweep_files_are_as_strict(tmp_path):
     p.write_text("sweep:\n  base: b.yaml\n  grid: {reward.gamma: [0.5]}\n  share_estimate: 3\n")
     with pytest.raises(ConfigError, match="share_estimate"):
         load_sweep(p)
+
+
+def test_a_sweep_file_given_as_a_run_config_and_back_says_which_command_takes_it(tmp_path):
+    """`awarl train --config configs/sweep_gamma.yaml` (or `awarl sweep --config configs/base.yaml`) fails on
+    unknown keys; the error also says what the file is and which command runs it."""
+    from awarl.io import repo_root
+    from awarl.stages.sweep import load_sweep
+
+    configs = repo_root() / "configs"
+    with pytest.raises(ConfigError, match=r"sweep: unknown key[^\n]*\n  \(a sweep file: run it with `awarl sweep"):
+        load_config(configs / "sweep_gamma.yaml")
+    with pytest.raises(ConfigError, match=r"\(a run config: train it with `awarl train --config FILE`"):
+        load_sweep(configs / "base.yaml")
+    p = tmp_path / "s.yaml"
+    p.write_text("sweep:\n  base: b.yaml\n  grid: {reward.gamma: [0.5]}\n  share_estimate: 3\n")
+    with pytest.raises(ConfigError) as e:
+        load_sweep(p)
+    assert "a run config" not in str(e.value)  # a sweep file with a bad value gets no such hint

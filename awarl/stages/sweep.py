@@ -85,7 +85,10 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> tuple[Sw
     try:
         spec = SweepFile.model_validate(data).sweep
     except ValidationError as e:
-        raise ConfigError(format_validation_error(e, str(path), SweepFile)) from None
+        hint = ("\n  (a run config: train it with `awarl train --config FILE`, or name it as sweep.base of a sweep "
+                "file, see configs/sweep_gamma.yaml)" if "sweep" not in data and set(data) & set(AwarlConfig.model_fields)
+                else "")
+        raise ConfigError(format_validation_error(e, str(path), SweepFile) + hint) from None
     if not spec.grid or any(not v for v in spec.grid.values()):
         raise ConfigError(f"{path}: sweep.grid needs at least one key with at least one value")
     return spec, path.parent
