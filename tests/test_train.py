@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -246,8 +247,39 @@ def test_finished_message_says_where_the_outputs_are(trained):
 
 
 @pytest.mark.slow
+def test_a_relaunch_without_resume_is_refused_over_an_earlier_run(trained, tmp_path, tiny_dir, closed_index):
+    """TRL would write checkpoint-N and final/ over the earlier run's from step 0: the run folder of a finished
+    (or checkpointed) run is refused unless --resume, dry run included, before anything loads; a folder with
+    only an incomplete checkpoint holds nothing to resume, and is trained in."""
+    import shutil
+
+    from awarl.cli import main
+    from awarl.stages.train import run_train
+
+    cfg = trained["cfg"]
+    before = sorted(p.name for p in Path(cfg.run.out_dir).iterdir())
+    with pytest.raises(FileExistsError, match=r"holds an earlier run \(checkpoints up to checkpoint-2\); training "
+                                              r"from step 0 would overwrite it\. Continue it with --resume"):
+        run_train(cfg)
+    assert sorted(p.name for p in Path(cfg.run.out_dir).iterdir()) == before
+    other = make_cfg(tmp_path, tiny_dir, closed_index)
+    final = Path(other.run.out_dir) / "final"
+    final.mkdir(parents=True)
+    (final / "model.safetensors").write_bytes(b"weights")
+    with pytest.raises(FileExistsError, match=r"a final model \(final/\)"):
+        run_train(other, dry_run=True)
+    shutil.rmtree(final)
+    shutil.copytree(Path(cfg.run.out_dir) / "checkpoint-1", Path(other.run.out_dir) / "checkpoint-1")
+    (Path(other.run.out_dir) / "checkpoint-1" / "model.safetensors").unlink()  # a save a kill cut short
+    write_estimates(other, trained["examples"], trained["ps"])
+    assert run_train(other, dry_run=True)["steps"]["max_steps"] == 2
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    assert main(["train", "--config", str(cfg_file), "--dry-run"]) == 2
+
+
+@pytest.mark.slow
 def test_resume_continues_step_and_ema_state(trained, tiny_dir, closed_index, caplog):
-    import yaml
     from transformers import AutoTokenizer
 
     from awarl.stages.train import run_train

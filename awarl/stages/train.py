@@ -36,7 +36,7 @@ from awarl.rewards.trl_reward import AwaRLReward, load_reward_state
 from awarl.stages.evaluate import run_eval
 from awarl.stages.questions import load_train_examples
 from awarl.stages.resources import ensure_default_retrieval
-from awarl.training.checkpoints import resolve_resume, reward_state_needed
+from awarl.training.checkpoints import refuse_fresh_start_over, resolve_resume, reward_state_needed
 from awarl.training.rollout_adapter import RolloutAdapter
 from awarl.training.trainer import (
     build_trainer,
@@ -284,6 +284,8 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
     objects too, for programmatic use. `resume`: see awarl.training.checkpoints (only a complete checkpoint
     is trusted; one without the reward state is refused unless `reset_reward_state`)."""
     t = cfg.train
+    if resume is None:
+        refuse_fresh_start_over(cfg.run.out_dir)  # first: a dry run says it too, before anything is loaded
     if t.lora.enabled and t.use_vllm and t.vllm_mode == "server":
         log.info("LoRA + vLLM server: TRL merges the adapters before each weight sync")
     cpu = on_cpu()

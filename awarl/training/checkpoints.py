@@ -74,6 +74,21 @@ def newest_complete(out_dir: str | os.PathLike) -> Path | None:
     return None
 
 
+def refuse_fresh_start_over(out_dir: str | os.PathLike) -> None:
+    """FileExistsError when `out_dir` holds a run that training from step 0 would overwrite (a complete
+    checkpoint, or the final model): TRL writes checkpoint-N and final/ over the earlier run's, so a relaunch
+    that forgot `--resume` would destroy hours of training. Incomplete checkpoints alone are no such run:
+    nothing could resume from them."""
+    d = Path(out_dir)
+    ckpt = newest_complete(d)
+    final = d / "final"
+    if ckpt is None and not (final.is_dir() and any(final.iterdir())):
+        return
+    what = f"checkpoints up to {ckpt.name}" if ckpt else "a final model (final/)"
+    raise FileExistsError(f"{d} holds an earlier run ({what}); training from step 0 would overwrite it. Continue "
+                          "it with --resume, or set another run.out_dir (or delete that folder) to start over")
+
+
 def resolve_resume(out_dir: str | os.PathLike, resume: str | None, *, reward_state_needed: bool = True,
                    reset_reward_state: bool = False) -> Path | None:
     """The checkpoint `--resume` means, or FileNotFoundError saying what is wrong and what to do.
