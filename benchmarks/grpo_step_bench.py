@@ -357,6 +357,9 @@ def run_awarl(b: Bench) -> tuple[StepRecord, dict[str, Any]]:
     from awarl.stages.train import run_train
 
     cfg = awarl_config(b)
+    # the trainer output is scratch: a --work folder reused by another invocation holds the last one's
+    # final/, and awarl train refuses to start from step 0 over an earlier run
+    shutil.rmtree(cfg.run.out_dir, ignore_errors=True)
     write_constant_p(Path(cfg.train.p_estimates), b.examples)
     tok = AutoTokenizer.from_pretrained(b.model_dir)
     retriever = load_index(b.index_dir)
