@@ -175,3 +175,24 @@ def test_precision_table_counts_each_verdict_and_names_the_oracle_only_where_the
                          "baseline's in 1, larger but within 2 standard errors in 0, larger beyond them in 1 (of which "
                          "the RA-F1 targets' price, no oracle reward at step 9's level as steady as the largest "
                          "baseline, in 1).")
+
+
+def test_oracle_pairing_measures_the_shipped_reading_on_paired_seeds(monkeypatch):
+    """scripts/late_sd_oracle_paired.py measures the shipped reading (the one configs/base.yaml runs), pairs each
+    oracle's per-seed late sd with the rival's, and calls an oracle steadier only beyond 2 standard errors."""
+    _study()
+    spec = importlib.util.spec_from_file_location("late_sd_oracle_paired",
+                                                  repo_root() / "scripts" / "late_sd_oracle_paired.py")
+    P = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(P)
+    S = sys.modules["reconstruction_study"]
+    base = load_config(repo_root() / "configs" / "base.yaml").reward
+    for key, value in S.VARIANTS[P.SHIPPED].items():
+        if key.startswith("reward."):
+            assert getattr(base, key.removeprefix("reward.")) == value, key
+    excess, se = P.paired_excess([0.010, 0.012, 0.011, 0.013], [0.011, 0.013, 0.012, 0.014])
+    assert excess == pytest.approx(-0.001) and se == pytest.approx(0.0)  # the seeds' shared noise cancels
+    excess, se = P.paired_excess([0.01, 0.03], [0.02, 0.02])
+    assert excess == pytest.approx(0.0) and se == pytest.approx(0.01)
+    with pytest.raises(SystemExit):
+        P.main(["fresh99"])
