@@ -44,6 +44,9 @@ def test_invalid_grid_value_names_the_point(tmp_path):
         expand(spec, base_dir)
     with pytest.raises(ConfigError, match="unknown key"):
         load_sweep(sweep_file(tmp_path, gird={"reward.gamma": [1]}))
+    spec, base_dir = load_sweep(sweep_file(tmp_path, grid={"reward.gamma": [0.5, 0.25, 0.50]}))
+    with pytest.raises(ConfigError, match=r"are one run \(gamma=0.5\); list each value of sweep.grid once"):
+        expand(spec, base_dir)  # 0.5 and 0.50 would train twice into one folder and be compared as two runs
 
 
 def test_scripts_mode_writes_quoted_launch_scripts(tmp_path):

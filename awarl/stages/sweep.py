@@ -130,6 +130,10 @@ def expand(spec: SweepSpec, base_dir: Path, *, finished_changed: Literal["refuse
         if spec.share_estimate:
             ov.append(f"train.p_estimates={out / 'p_estimates.jsonl'}")
         cfg = config_from_dict(apply_overrides(base, ov), f"{spec.base} + grid point {point}")
+        twin = next((r for r in runs if r["name"] == name), None)
+        if twin is not None:  # a value listed twice (0.5 and 0.50), or two that print alike: one folder for both
+            raise ConfigError(f"sweep {spec.name}: grid points {twin['point']} and {point} are one run ({name}); "
+                              "list each value of sweep.grid once")
         reads_p = strategy(cfg.reward.strategy).uses_r_ref
         runs.append({"name": name, "point": point, "config": str(run_dir / "config.yaml"), "out_dir": str(run_dir),
                      "reads_p": reads_p,
