@@ -47,6 +47,10 @@ def test_invalid_grid_value_names_the_point(tmp_path):
     spec, base_dir = load_sweep(sweep_file(tmp_path, grid={"reward.gamma": [0.5, 0.25, 0.50]}))
     with pytest.raises(ConfigError, match=r"are one run \(gamma=0.5\); list each value of sweep.grid once"):
         expand(spec, base_dir)  # 0.5 and 0.50 would train twice into one folder and be compared as two runs
+    for over in ({"grid": {"run.out_dir": ["a", "b"]}}, {"overrides": ["train.p_estimates=mine.jsonl"]}):
+        spec, base_dir = load_sweep(sweep_file(tmp_path, **over))
+        with pytest.raises(ConfigError, match=r"set by sweep.grid or sweep.overrides; the sweep sets them"):
+            expand(spec, base_dir)  # the sweep's own value would replace it without a word
 
 
 def test_scripts_mode_writes_quoted_launch_scripts(tmp_path):

@@ -119,6 +119,13 @@ def expand(spec: SweepSpec, base_dir: Path, *, finished_changed: Literal["refuse
     base = read_config_yaml(base_dir / spec.base)
     out = Path(spec.out_dir)
     keys = list(spec.grid)
+    owned = ["run.name", "run.out_dir"] + (["train.p_estimates"] if spec.share_estimate else [])
+    taken = [k for k in owned if k in keys or any(o.split("=", 1)[0].strip() == k for o in spec.overrides)]
+    if taken:  # the sweep sets these per run: a grid value or an override of them would be dropped silently
+        raise ConfigError(f"sweep {spec.name}: {', '.join(taken)} set by sweep.grid or sweep.overrides; the sweep "
+                          "sets them for every run (sweep.name and sweep.out_dir name the runs"
+                          + ("; share_estimate: false lets a run read its own train.p_estimates" if
+                             "train.p_estimates" in taken else "") + ")")
     runs: list[dict[str, Any]] = []
     configs: list[AwarlConfig] = []
     for values in itertools.product(*(spec.grid[k] for k in keys)):
