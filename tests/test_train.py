@@ -354,6 +354,30 @@ def test_missing_estimates_is_an_error_for_awarl_and_counted_when_partial(tmp_pa
     assert f"{N_TRAIN - 1} of {N_TRAIN} training questions have no p_i" in caplog.text
 
 
+def test_p_sampled_with_another_model_is_named_before_training(tmp_path, tiny_dir, closed_index, train_examples,
+                                                                 caplog):
+    """train.p_estimates pointing at a file that `awarl estimate` sampled with another model than this run's
+    standard checkpoint (estimate.model, else train.model): training on it would weigh refusal by another model's
+    p_i, so the file's settings record is read and the mismatch named; the same model is silent."""
+    from awarl.data.estimates import settings_path
+    from awarl.stages.train import training_rows
+
+    cfg = make_cfg(tmp_path, tiny_dir, closed_index)
+    write_estimates(cfg, train_examples, [0.3] * N_TRAIN)
+    record = settings_path(cfg.estimate.out)
+    record.write_text(json.dumps({"model": {"name": "Qwen/Qwen2.5-7B-Instruct"}, "k": 8}))
+    with caplog.at_level("WARNING"):
+        _, info = training_rows(cfg)
+    assert info["estimates_model"] == "Qwen/Qwen2.5-7B-Instruct"
+    assert (f"were sampled with Qwen/Qwen2.5-7B-Instruct ({record.name}), but this run's standard checkpoint is "
+            f"{tiny_dir}") in caplog.text
+    caplog.clear()
+    record.write_text(json.dumps({"model": {"name": str(tiny_dir)}, "k": 8}))
+    with caplog.at_level("WARNING"):
+        _, info = training_rows(cfg)
+    assert info["estimates_model"] == str(tiny_dir) and "were sampled with" not in caplog.text
+
+
 @pytest.mark.slow
 def test_two_process_training_with_torchrun(tmp_path, tiny_dir, closed_index, train_examples):
     """torchrun --nproc_per_node=2 (gloo, CPU): DDP keeps both replicas equal and the reward statistics

@@ -15,6 +15,7 @@ Questions are keyed by (dataset, qid): ids are only unique within a dataset (Sea
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections import Counter
@@ -39,6 +40,18 @@ def estimates_path(estimate_out: str | None, run_dir: str, *, train_file: str | 
     if train_file:
         return Path(train_file)
     return Path(estimate_out) if estimate_out else Path(run_dir) / FILE_NAME
+
+
+def estimates_model(estimates_file: str | os.PathLike) -> str | None:
+    """The model a p_i file's rows were sampled with, as its settings record names it (None without a
+    readable record: an older awarl wrote none)."""
+    record = settings_path(estimates_file)
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    name = (data.get("model") or {}).get("name") if isinstance(data, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def settings_path(estimates_file: str | os.PathLike) -> Path:

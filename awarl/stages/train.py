@@ -25,7 +25,14 @@ from awarl.config import AwarlConfig, ConfigError, config_changes, save_resolved
 from awarl.critic import check_endpoints, critic_cache_dir, make_judge
 from awarl.critic.correctness import make_answer_grader
 from awarl.critic.gold_judge import compact_evidence
-from awarl.data.estimates import estimates_path, join_p, join_samples, read_estimates
+from awarl.data.estimates import (
+    estimates_model,
+    estimates_path,
+    join_p,
+    join_samples,
+    read_estimates,
+    settings_path,
+)
 from awarl.data.evidence import gold_evidence
 from awarl.data.types import QAExample, example_key
 from awarl.io import atomic_write_text
@@ -82,7 +89,14 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
              "gold_evidence": _evidence_json(ex)}
             for ex, p, n in zip(examples, ps, ns, strict=True)]
     known = [p for p in ps if p is not None]
+    sampled_with = estimates_model(path)
+    standard = cfg.estimate.model or cfg.train.model
+    if needs_p and sampled_with is not None and sampled_with != standard:
+        log.warning("the p_i in %s were sampled with %s (%s), but this run's standard checkpoint is %s "
+                    "(estimate.model, else train.model): unless that is the same model under another name, "
+                    "estimate p_i again for it", path, sampled_with, settings_path(path).name, standard)
     info = {"questions": len(rows), "estimates_file": str(path), "estimates_found": path.exists(),
+            "estimates_model": sampled_with,
             "with_p": len(known), "missing_p": missing,
             "mean_p": sum(known) / len(known) if known else None,
             "datasets": {d: sum(r["dataset"] == d for r in rows) for d in sorted({str(r["dataset"]) for r in rows})},
