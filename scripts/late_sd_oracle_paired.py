@@ -53,7 +53,7 @@ def paired_excess(a: list[float], b: list[float]) -> tuple[float, float]:
 def level_of(pop: dict) -> float:
     """Step 9's RA-F1 level: the shipped reading's best RA-F1 over the study's γ grid (3 seeds), minus 0.01."""
     grid = "simulate.gammas=[" + ", ".join(f"{g:g}" for g in rs.GAMMAS) + "]"
-    cfg = rs._config(pop, STUDY_SEEDS, None, rs._overrides(rs.VARIANTS[SHIPPED]) +
+    cfg = rs.population_config(pop, STUDY_SEEDS, None, rs.variant_overrides(rs.VARIANTS[SHIPPED]) +
                      [grid, "simulate.strategies=[awarl]"])
     return max(r["ra_f1"] for r in summary_rows(run_all(cfg, progress=False))) - rs.CLOSE_TO_BEST
 

@@ -179,14 +179,14 @@ def named_populations() -> list[dict]:
             for n in NAMED]
 
 
-def _overrides(options: dict) -> list[str]:
+def variant_overrides(options: dict) -> list[str]:
     def value(v: object) -> str:  # YAML text: strings quoted ("off" would read as false)
         return "null" if v is None else f'"{v}"' if isinstance(v, str) else str(v)
 
     return [f"{k}={value(v)}" for k, v in options.items() if not k.startswith("_")]
 
 
-def _config(pop: dict, seeds: int, steps: int | None, extra: list[str]) -> AwarlConfig:
+def population_config(pop: dict, seeds: int, steps: int | None, extra: list[str]) -> AwarlConfig:
     """The population's simulator config at `seeds` seeds and `steps` steps, with `extra` overrides."""
     path = repo_root() / pop["config"]
     return load_config(path, pop["overrides"] + [f"simulate.seeds={seeds}"] +
@@ -197,7 +197,7 @@ def run_population(pop: dict, seeds: int, steps: int | None, done: dict | None =
     """Baselines and every variant × γ of one population (seed means, std, late drift and sd). With `done` (an
     earlier result of the same population, seeds and steps), only the (variant, γ) cells it lacks are run."""
     if done is None:
-        base_cfg = _config(pop, seeds, steps, _overrides(VARIANTS["paper spec"]) + [BASELINES])
+        base_cfg = population_config(pop, seeds, steps, variant_overrides(VARIANTS["paper spec"]) + [BASELINES])
         done = {**pop, "seeds": seeds, "steps": steps, "variants": {},
                 "baselines": summary_rows(run_all(base_cfg, progress=False))}
     out = {**done, "variants": dict(done["variants"])}
@@ -208,7 +208,7 @@ def run_population(pop: dict, seeds: int, steps: int | None, done: dict | None =
             continue
         strat = "awarl_no_penalty" if name.endswith("no penalty") else "awarl"
         grid = "simulate.gammas=[" + ", ".join(f"{g:g}" for g in todo) + "]"
-        cfg = _config(pop, seeds, steps, _overrides(opts) + [grid, f"simulate.strategies=[{strat}]"])
+        cfg = population_config(pop, seeds, steps, variant_overrides(opts) + [grid, f"simulate.strategies=[{strat}]"])
         rows = out["variants"].get(name, []) + summary_rows(run_all(cfg, progress=False))
         out["variants"][name] = sorted(rows, key=lambda r: r["gamma"])
     if pop["half"] != "named" and "oracles" not in out:
@@ -219,7 +219,7 @@ def run_population(pop: dict, seeds: int, steps: int | None, done: dict | None =
 def oracle_rows(pop: dict, seeds: int, steps: int | None) -> list[dict]:
     """Step 9's oracle rewards (`ORACLES`) on one population: a summary row each (with each seed's late sd), with
     the reward's key, threshold and charge."""
-    cfg = _config(pop, seeds, steps, _overrides(VARIANTS["paper spec"]))
+    cfg = population_config(pop, seeds, steps, variant_overrides(VARIANTS["paper spec"]))
     rows = summary_rows(run_oracles(cfg, ORACLES))
     return [{**row, "key": o.key, "threshold": o.threshold, "charge": o.charge}
             for o, row in zip(ORACLES, rows, strict=True)]
@@ -327,7 +327,7 @@ def frozen_check(pops: list[dict], variant: str, gamma: float, seeds: int, steps
     settled at), late-phase refusal sd and final refusal of each, means over seeds."""
     out = {}
     for pop in pops:
-        cfg = _config(pop, seeds, steps, _overrides(VARIANTS[variant]) + [f"simulate.lr_schedule={lr_schedule}"])
+        cfg = population_config(pop, seeds, steps, variant_overrides(VARIANTS[variant]) + [f"simulate.lr_schedule={lr_schedule}"])
         live, frozen = (summary_rows(runs)[0] for runs in run_frozen_twins(cfg, gamma))
         out[pop["name"]] = {"population": pop["name"], "live_late_sd": live["late_sd"], "live_ra_f1": live["ra_f1"],
                             "live_refusal": live["refusal_rate"], "frozen_late_sd": frozen["late_sd"],
@@ -339,7 +339,7 @@ def precision_population(pop: dict, variant: str, gamma: float, seeds: int = PRE
                          steps: int | None = None) -> dict:
     """Step 10 on one population: the shipped reading at `gamma` and the baselines on `seeds` seeds, each run's
     late-phase refusal sd per seed (`late_sd_seeds`, in seed order) and its RA-F1."""
-    cfg = _config(pop, seeds, steps, _overrides(VARIANTS[variant]) +
+    cfg = population_config(pop, seeds, steps, variant_overrides(VARIANTS[variant]) +
                   [f"simulate.gammas=[{gamma:g}]", "simulate.strategies=[awarl, none, static, bapo]"])
     rows = summary_rows(run_all(cfg, progress=False))
     keep = ("label", "strategy", "ra_f1", "ra_f1_sd", "refusal_rate", "late_sd", "late_sd_seeds")
@@ -545,7 +545,7 @@ def report(results: list[dict], chosen: dict, tuning_table: list[dict], seeds: i
              "Reward variants (every option written out; all use p_definition share_of_k, ema_start zero, "
              "p_online off):", ""]
     for name, opts in VARIANTS.items():
-        lines.append(f"- **{name}**: `{' '.join(_overrides(opts))}`" + (f" ({opts['_role']})" if opts.get("_role") else ""))
+        lines.append(f"- **{name}**: `{' '.join(variant_overrides(opts))}`" + (f" ({opts['_role']})" if opts.get("_role") else ""))
     lines += ["", "## Populations", ""] + population_table(results)
     lines += ["", "## Selection on the tuning half", "",
               "Score: mean over the tuning populations of RA-F1 minus the population's best baseline RA-F1 "
@@ -608,8 +608,8 @@ def stability_check(pops: list[dict], variant: str, gamma: float, seeds: int, st
     out = []
     twins = frozen_check(pops, variant, gamma, seeds, steps, lr_schedule="linear")
     for pop in pops:
-        base = summary_rows(run_all(_config(pop, seeds, steps, ["simulate.lr_schedule=linear", BASELINES]
-                                            + _overrides(VARIANTS["paper spec"])), progress=False))
+        base = summary_rows(run_all(population_config(pop, seeds, steps, ["simulate.lr_schedule=linear", BASELINES]
+                                            + variant_overrides(VARIANTS["paper spec"])), progress=False))
         twin = twins[pop["name"]]
         rival = max(base, key=lambda r: r["ra_f1"])
         out.append({"population": pop["name"], "half": pop["half"], "ra_f1": twin["live_ra_f1"],
