@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except (ConfigError, DataError, FileNotFoundError, FileExistsError, ValueError, RetrievalClientError) as e:
         # Bad input (a config key, a data line, a missing file, an output that would overwrite an earlier run,
-        # a wrong value, an unreachable retrieval server): the message names it. The traceback is for bugs; -v shows it anyway.
+        # a wrong value, an unreachable retrieval server): the message names it. The traceback is for bugs;
+        # -v shows it anyway.
         if args.verbose:
             raise
         print(f"awarl {args.command}: error: {e}", file=sys.stderr)
