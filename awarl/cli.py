@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from awarl import __version__
@@ -66,17 +67,30 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, DataError, FileNotFoundError, FileExistsError, ValueError, RetrievalClientError) as e:
+    except (ConfigError, DataError, FileNotFoundError, FileExistsError, NotADirectoryError, ValueError,
+            RetrievalClientError) as e:
         # Bad input (a config key, a data line, a missing file, an output that would overwrite an earlier run,
         # a wrong value, an unreachable retrieval server): the message names it. The traceback is for bugs;
         # -v shows it anyway.
         if args.verbose:
             raise
-        print(f"awarl {args.command}: error: {e}", file=sys.stderr)
+        print(f"awarl {args.command}: error: {_message(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"awarl {args.command}: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+
+
+def _message(e: Exception) -> str:
+    """The error's message; mkdir's bare `[Errno 17] File exists: 'X'` or `[Errno 20] Not a directory` (an
+    --out, or a folder above it, that is a file) names the file instead."""
+    if isinstance(e, FileExistsError | NotADirectoryError) and isinstance(e.filename, str):
+        path = e.filename
+        while path and not os.path.lexists(path) and os.path.dirname(path) != path:
+            path = os.path.dirname(path)
+        if os.path.isfile(path):
+            return f"{path} is a file, where a folder is needed (an output folder, or a folder above it)"
+    return str(e)
 
 
 if __name__ == "__main__":

@@ -85,3 +85,17 @@ def test_the_rule_is_in_every_config_command_help(capsys):
     for name in ("eval", "estimate", "simulate", "train", "score"):
         text = " ".join(sub.choices[name].format_help().split())
         assert " ".join(PRECEDENCE.split()) in text, name
+
+
+def test_an_output_folder_that_is_a_file_is_named_in_one_line(tmp_path, capsys):
+    """`--out F` where F is a file: mkdir's `[Errno 17] File exists` would not say what is wrong."""
+    from awarl.cli import main
+
+    f = tmp_path / "preds.jsonl"
+    f.write_text("kept\n")
+    assert main(["simulate", "--out", str(f), "--steps", "10", "--seeds", "1", "--no-progress"]) == 2
+    assert f"{f} is a file, where a folder is needed" in capsys.readouterr().err
+    assert main(["simulate", "--out", str(f / "sub"), "--steps", "10", "--seeds", "1", "--no-progress"]) == 2
+    assert f"{f} is a file, where a folder is needed (an output folder, or a folder above it)" in \
+        capsys.readouterr().err
+    assert f.read_text() == "kept\n"
