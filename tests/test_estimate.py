@@ -91,6 +91,8 @@ def test_p_counts_correct_trajectories_and_resume_after_kill(tmp_path, tiny_dir,
     with pytest.raises(KeyboardInterrupt):
         run_estimate(cfg, on_batch=kill_after_first)
     assert len(out.read_text().splitlines()) == 1
+    record = out.with_name("p_estimates.manifest.json")
+    assert json.loads(record.read_text())["status"] == "running"  # training refuses a cut-short estimate
     with open(out, "a") as f:  # a torn line, as a kill in the middle of a write would leave
         f.write('{"qid": "x", "datas')
     seen = []
@@ -103,9 +105,11 @@ def test_p_counts_correct_trajectories_and_resume_after_kill(tmp_path, tiny_dir,
                  example_key("hotpotqa", exs[2].id): 0.0}
     assert rows[example_key("hotpotqa", exs[1].id)]["outcomes"]["abstain"] == 2
     assert rows[example_key("hotpotqa", exs[2].id)]["outcomes"]["wrong"] == 2
-    # a finished run is a no-op
+    assert json.loads(record.read_text())["status"] == "complete"
+    # a finished run is a no-op, and one killed after its last batch but before the record said so is marked
+    record.write_text(json.dumps({**json.loads(record.read_text()), "status": "running"}))
     run_estimate(cfg, on_batch=seen.append)
-    assert seen == [0, 1]
+    assert seen == [0, 1] and json.loads(record.read_text())["status"] == "complete"
 
 
 def test_a_rerun_under_other_settings_is_refused_finished_or_not(tmp_path, tiny_dir, index):

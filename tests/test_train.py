@@ -23,7 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from awarl.config import config_from_dict  # noqa: E402
-from awarl.io import shipped_data_dir  # noqa: E402
+from awarl.io import DataError, shipped_data_dir  # noqa: E402
 
 DIST = Path(__file__).parent / "dist"
 sys.path.insert(0, str(DIST))
@@ -354,8 +354,8 @@ def test_missing_estimates_is_an_error_for_awarl_and_counted_when_partial(tmp_pa
     assert f"{N_TRAIN - 1} of {N_TRAIN} training questions have no p_i" in caplog.text
 
 
-def test_p_sampled_with_another_model_is_named_before_training(tmp_path, tiny_dir, closed_index, train_examples,
-                                                                 caplog):
+def test_p_sampled_with_another_model_or_not_finished_is_named_before_training(tmp_path, tiny_dir, closed_index,
+                                                                               train_examples, caplog):
     """train.p_estimates pointing at a file that `awarl estimate` sampled with another model than this run's
     standard checkpoint (estimate.model, else train.model): training on it would weigh refusal by another model's
     p_i, so the file's settings record is read and the mismatch named; the same model is silent."""
@@ -376,6 +376,15 @@ def test_p_sampled_with_another_model_is_named_before_training(tmp_path, tiny_di
     with caplog.at_level("WARNING"):
         _, info = training_rows(cfg)
     assert info["estimates_model"] == str(tiny_dir) and "were sampled with" not in caplog.text
+    # an estimate still being written (a cluster launch that did not wait for it) or cut short by a kill
+    record.write_text(json.dumps({"model": {"name": str(tiny_dir)}, "k": 8, "status": "running"}))
+    with pytest.raises(DataError, match=rf"has not finished \({record.name} says status: running\)"):
+        training_rows(cfg)
+    with caplog.at_level("WARNING"):
+        training_rows(cfg, strict=False)  # a dry run plans, and says so
+    assert "has not finished" in caplog.text
+    record.write_text(json.dumps({"model": {"name": str(tiny_dir)}, "k": 8, "status": "complete"}))
+    assert training_rows(cfg)[1]["with_p"] == N_TRAIN
 
 
 @pytest.mark.slow

@@ -42,16 +42,26 @@ def estimates_path(estimate_out: str | None, run_dir: str, *, train_file: str | 
     return Path(estimate_out) if estimate_out else Path(run_dir) / FILE_NAME
 
 
-def estimates_model(estimates_file: str | os.PathLike) -> str | None:
-    """The model a p_i file's rows were sampled with, as its settings record names it (None without a
-    readable record: an older awarl wrote none)."""
-    record = settings_path(estimates_file)
+def estimates_record(estimates_file: str | os.PathLike) -> dict[str, Any]:
+    """The settings record beside a p_i file (`awarl estimate`'s), or {} without a readable one (an older
+    awarl wrote none)."""
     try:
-        data = json.loads(record.read_text(encoding="utf-8"))
+        data = json.loads(settings_path(estimates_file).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    name = (data.get("model") or {}).get("name") if isinstance(data, dict) else None
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def estimates_model(estimates_file: str | os.PathLike) -> str | None:
+    """The model a p_i file's rows were sampled with, as its settings record names it (None without one)."""
+    name = (estimates_record(estimates_file).get("model") or {}).get("name")
     return name if isinstance(name, str) else None
+
+
+def estimates_unfinished(estimates_file: str | os.PathLike) -> bool:
+    """Whether the record says its estimate has not finished (still running, or killed): `status` running.
+    A record without a status (an older awarl) is taken as finished."""
+    return estimates_record(estimates_file).get("status") == "running"
 
 
 def settings_path(estimates_file: str | os.PathLike) -> Path:

@@ -10,6 +10,7 @@ under other settings is refused, finished or not, instead of handing training on
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -69,14 +70,18 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
         log.info("resuming: %d of %d questions already estimated in %s", len(examples) - len(todo),
                  len(examples), out)
     if not todo:
+        _mark_complete(record)  # a rerun of a finished (or killed at its very end) estimate
         return out
     grader = make_answer_grader(cfg.metrics, cfg.critic, out.parent / "critic_cache")
     check_endpoints(cfg.critic, None, grader)  # a dead grader endpoint fails here, before any model loads
     if engine is None:
         engine = _build_engine(cfg, model, tokenizer, retriever)
     # recorded from the loaded model: a hub checkpoint's revision is known once it is loaded
-    atomic_write_json(record, _settings(cfg, model, getattr(engine, "retriever", None),
-                                        loaded=getattr(getattr(engine, "backend", None), "model", None)))
+    # `status` running until every question is in: `awarl train` refuses p_i of an estimate still being
+    # written (a cluster launch that did not wait for it) or cut short
+    atomic_write_json(record, {**_settings(cfg, model, getattr(engine, "retriever", None),
+                                           loaded=getattr(getattr(engine, "backend", None), "model", None)),
+                               "status": "running"})
     # One batch holds whole questions (all K samples of each), so a finished batch is a set of finished rows.
     per_batch = max(1, cfg.generation.batch_size // k)
     bar = tqdm(total=len(examples), initial=len(examples) - len(todo), desc="estimate p_i", unit="q")
@@ -109,8 +114,19 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
     finally:
         close_grader(grader)
     bar.close()
+    _mark_complete(record)
     log.info("wrote p_i of %d questions to %s", len(todo), out)
     return out
+
+
+def _mark_complete(record: Path) -> None:
+    """Set the settings record's `status` to complete (a record an older awarl wrote has none: left as is)."""
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(data, dict) and data.get("status") == "running":
+        atomic_write_json(record, {**data, "status": "complete"})
 
 
 def estimate_inputs(cfg: AwarlConfig) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from awarl.critic.gold_judge import compact_evidence
 from awarl.data.estimates import (
     estimates_model,
     estimates_path,
+    estimates_unfinished,
     join_p,
     join_samples,
     read_estimates,
@@ -35,7 +36,7 @@ from awarl.data.estimates import (
 )
 from awarl.data.evidence import gold_evidence
 from awarl.data.types import QAExample, example_key
-from awarl.io import atomic_write_text
+from awarl.io import DataError, atomic_write_text
 from awarl.models.loading import load_tokenizer
 from awarl.retrieval import load_retriever
 from awarl.rewards.strategies import strategy
@@ -78,6 +79,13 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
             raise FileNotFoundError(msg)
         if needs_p:
             log.warning("%s; every question would use reward.default_p=%.3g", msg, cfg.reward.default_p)
+    if needs_p and path.exists() and estimates_unfinished(path):
+        msg = (f"the p_i estimate in {path} has not finished ({settings_path(path).name} says status: running): "
+               "an `awarl estimate` still writing it, or one that was stopped; rerun that estimate to finish it "
+               "before training, or every question it has not reached would train on reward.default_p")
+        if strict:
+            raise DataError(msg)
+        log.warning("%s", msg)
     estimates = read_estimates(path)
     ps, missing = join_p(examples, estimates, cfg.reward.p_definition)
     ns = join_samples(examples, estimates, cfg.reward.p_definition)
