@@ -279,6 +279,36 @@ def test_a_relaunch_without_resume_is_refused_over_an_earlier_run(trained, tmp_p
 
 
 @pytest.mark.slow
+def test_resuming_a_run_at_max_steps_trains_nothing_and_keeps_the_reward_state(trained, tmp_path, tiny_dir):
+    """The Trainer's stop check comes after a step, so a resume at max_steps ran one more (learning rate 0:
+    weights unchanged, but a batch sampled and scored, Ē moved, checkpoint-(N+1) written, and each rerun of a
+    finished run or demo added another). Now the checkpoint's weights are the final policy and nothing runs."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from awarl.stages.train import run_train
+    from awarl.training.checkpoints import newest_complete
+
+    src = Path(trained["cfg"].run.out_dir)
+    out = tmp_path / "run"
+    shutil.copytree(src, out)
+    ckpt = newest_complete(out)
+    step = json.loads((ckpt / "trainer_state.json").read_text())["global_step"]
+    cfg0 = trained["cfg"]
+    cfg = cfg0.model_copy(update={"run": cfg0.run.model_copy(update={"out_dir": str(out)}),
+                                  "train": cfg0.train.model_copy(update={"max_steps": step})})
+    saved = json.loads((ckpt / "awarl_reward_state.json").read_text())
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    backend = VariantBackend(tok, variants_for(trained["examples"]))
+    summary = run_train(cfg, resume="latest", tokenizer=tok, backend_factory=lambda t: backend, final_eval=False)
+    assert summary["global_step"] == step
+    assert summary["reward_state"]["e_bar"] == saved["e_bar"] and summary["reward_state"]["updates"] == saved["updates"]
+    assert not (out / f"checkpoint-{step + 1}").exists() and backend.counter == 0  # nothing sampled
+    assert (out / "final" / "model.safetensors").read_bytes() == (ckpt / "model.safetensors").read_bytes()
+
+
+@pytest.mark.slow
 def test_resume_continues_step_and_ema_state(trained, tiny_dir, closed_index, caplog):
     from transformers import AutoTokenizer
 

@@ -44,7 +44,12 @@ from awarl.rewards.trl_reward import AwaRLReward, load_reward_state
 from awarl.stages.evaluate import run_eval
 from awarl.stages.questions import load_train_examples
 from awarl.stages.resources import ensure_default_retrieval
-from awarl.training.checkpoints import refuse_fresh_start_over, resolve_resume, reward_state_needed
+from awarl.training.checkpoints import (
+    checkpoint_step,
+    refuse_fresh_start_over,
+    resolve_resume,
+    reward_state_needed,
+)
 from awarl.training.rollout_adapter import RolloutAdapter
 from awarl.training.trainer import (
     build_trainer,
@@ -400,17 +405,28 @@ def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, grader: 
     callbacks = [RewardStateCallback(reward), *extra_callbacks]
     if cfg.eval.every_steps:
         callbacks.append(PeriodicEval(cfg.eval.every_steps, periodic_eval))
-    trainer = build_trainer(cfg, model=model if model is not None else cfg.train.model, tokenizer=tokenizer,
-                            train_dataset=dataset, reward=reward, rollout_func=adapter, callbacks=callbacks,
-                            args=args)
+    # A checkpoint already at max_steps: the Trainer would still run one more step on resume (its stop check
+    # comes after a step), sampling and scoring a batch at learning rate 0 and moving Ē. Its weights are
+    # loaded as the policy instead and nothing is trained (a plain full-weights checkpoint; others resume).
+    done = ckpt is not None and model is None and not cfg.train.lora.enabled \
+        and checkpoint_step(ckpt) >= cfg.train.max_steps and (ckpt / "model.safetensors").is_file()
+    trainer = build_trainer(cfg, model=str(ckpt) if done else model if model is not None else cfg.train.model,
+                            tokenizer=tokenizer, train_dataset=dataset, reward=reward, rollout_func=adapter,
+                            callbacks=callbacks, args=args)
     holder["trainer"] = trainer
     if on_trainer is not None:
         on_trainer(trainer)
     if ckpt is not None:
         load_reward_state(reward, ckpt)
         log.info("resuming from %s (Ē=%.4f after %d reward updates)", ckpt, reward.e_bar, reward.updates)
-    log.info("training %s for %d steps -> %s", cfg.train.model, cfg.train.max_steps, out)
-    result = trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
+    if done and ckpt is not None:
+        log.info("%s is at train.max_steps (%d): nothing left to train; its weights are the final policy", ckpt,
+                 cfg.train.max_steps)
+        trainer.state.global_step = checkpoint_step(ckpt)
+        training_loss = None
+    else:
+        log.info("training %s for %d steps -> %s", cfg.train.model, cfg.train.max_steps, out)
+        training_loss = trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None).training_loss
     final_dir = out / "final"
     lora = cfg.train.lora.enabled
     # With LoRA the trainer saves adapters only; they go to final/adapter and final/ gets the merged model
@@ -419,7 +435,7 @@ def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, grader: 
     if trainer.accelerator.is_main_process:
         tokenizer.save_pretrained(str(final_dir))
     summary: dict[str, Any] = {"out_dir": str(out), "final": str(final_dir), "global_step": trainer.state.global_step,
-                               "train_loss": result.training_loss, "reward_state": reward.state_dict(),
+                               "train_loss": training_loss, "reward_state": reward.state_dict(),
                                "trainer": trainer, "reward": reward}
     if final_eval:
         res = _eval_live(cfg, trainer, tokenizer, retriever, out / "eval" / "final")

@@ -74,6 +74,15 @@ def newest_complete(out_dir: str | os.PathLike) -> Path | None:
     return None
 
 
+def checkpoint_step(ckpt: str | os.PathLike) -> int:
+    """The global step a checkpoint was saved at (its trainer_state.json), or -1 when it cannot be read."""
+    try:
+        step = json.loads((Path(ckpt) / TRAINER_STATE).read_text(encoding="utf-8")).get("global_step")
+    except (OSError, ValueError, AttributeError):
+        return -1
+    return step if isinstance(step, int) else -1
+
+
 def refuse_fresh_start_over(out_dir: str | os.PathLike) -> None:
     """FileExistsError when `out_dir` holds a run that training from step 0 would overwrite (a complete
     checkpoint, or the final model): TRL writes checkpoint-N and final/ over the earlier run's, so a relaunch
