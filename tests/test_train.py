@@ -303,6 +303,8 @@ def test_resuming_a_run_at_max_steps_trains_nothing_and_keeps_the_reward_state(t
     backend = VariantBackend(tok, variants_for(trained["examples"]))
     summary = run_train(cfg, resume="latest", tokenizer=tok, backend_factory=lambda t: backend, final_eval=False)
     assert summary["global_step"] == step
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    assert summary["trainer"].state.log_history == state["log_history"]  # what the demo's dynamics plot reads
     assert summary["reward_state"]["e_bar"] == saved["e_bar"] and summary["reward_state"]["updates"] == saved["updates"]
     assert not (out / f"checkpoint-{step + 1}").exists() and backend.counter == 0  # nothing sampled
     assert (out / "final" / "model.safetensors").read_bytes() == (ckpt / "model.safetensors").read_bytes()

@@ -422,7 +422,10 @@ def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, grader: 
     if done and ckpt is not None:
         log.info("%s is at train.max_steps (%d): nothing left to train; its weights are the final policy", ckpt,
                  cfg.train.max_steps)
-        trainer.state.global_step = checkpoint_step(ckpt)
+        from transformers import TrainerState
+
+        # the step count and the log history (the demo's dynamics plot reads it), as a resume restores them
+        trainer.state = TrainerState.load_from_json(str(ckpt / "trainer_state.json"))
         training_loss = None
     else:
         log.info("training %s for %d steps -> %s", cfg.train.model, cfg.train.max_steps, out)
