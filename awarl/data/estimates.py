@@ -52,16 +52,16 @@ def estimates_record(estimates_file: str | os.PathLike) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def estimates_model(estimates_file: str | os.PathLike) -> str | None:
-    """The model a p_i file's rows were sampled with, as its settings record names it (None without one)."""
-    name = (estimates_record(estimates_file).get("model") or {}).get("name")
+def estimates_model(record: dict[str, Any]) -> str | None:
+    """The model a p_i file's rows were sampled with, as its settings record (`estimates_record`) names it."""
+    name = (record.get("model") or {}).get("name")
     return name if isinstance(name, str) else None
 
 
-def estimates_unfinished(estimates_file: str | os.PathLike) -> bool:
-    """Whether the record says its estimate has not finished (still running, or killed): `status` running.
-    A record without a status (an older awarl) is taken as finished."""
-    return estimates_record(estimates_file).get("status") == "running"
+def estimates_unfinished(record: dict[str, Any]) -> bool:
+    """Whether a settings record (`estimates_record`) says its estimate has not finished (still running, or
+    killed): `status` running. A record without a status (an older awarl) is taken as finished."""
+    return record.get("status") == "running"
 
 
 def settings_path(estimates_file: str | os.PathLike) -> Path:

@@ -10,7 +10,6 @@ under other settings is refused, finished or not, instead of handing training on
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +20,14 @@ from awarl.agent.rollout import RolloutEngine
 from awarl.config import AwarlConfig, save_resolved
 from awarl.critic import check_endpoints
 from awarl.critic.correctness import close_grader, grade_trajectories, make_answer_grader, trajectory_outcome
-from awarl.data.estimates import estimate_row, estimates_path, read_estimates, settings_path
+from awarl.data.estimates import (
+    estimate_row,
+    estimates_path,
+    estimates_record,
+    estimates_unfinished,
+    read_estimates,
+    settings_path,
+)
 from awarl.data.types import QAExample, example_key
 from awarl.io import append_jsonl, atomic_write_json, finish_interrupted_append, pending_batches
 from awarl.models.loading import load_tokenizer
@@ -70,7 +76,7 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
         log.info("resuming: %d of %d questions already estimated in %s", len(examples) - len(todo),
                  len(examples), out)
     if not todo:
-        _mark_complete(record)  # a rerun of a finished (or killed at its very end) estimate
+        _mark_complete(out)  # a rerun of a finished (or killed at its very end) estimate
         return out
     grader = make_answer_grader(cfg.metrics, cfg.critic, out.parent / "critic_cache")
     check_endpoints(cfg.critic, None, grader)  # a dead grader endpoint fails here, before any model loads
@@ -114,19 +120,16 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
     finally:
         close_grader(grader)
     bar.close()
-    _mark_complete(record)
+    _mark_complete(out)
     log.info("wrote p_i of %d questions to %s", len(todo), out)
     return out
 
 
-def _mark_complete(record: Path) -> None:
+def _mark_complete(out: Path) -> None:
     """Set the settings record's `status` to complete (a record an older awarl wrote has none: left as is)."""
-    try:
-        data = json.loads(record.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return
-    if isinstance(data, dict) and data.get("status") == "running":
-        atomic_write_json(record, {**data, "status": "complete"})
+    data = estimates_record(out)
+    if estimates_unfinished(data):
+        atomic_write_json(settings_path(out), {**data, "status": "complete"})
 
 
 def estimate_inputs(cfg: AwarlConfig) -> dict[str, Any]:

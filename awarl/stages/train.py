@@ -28,6 +28,7 @@ from awarl.critic.gold_judge import compact_evidence
 from awarl.data.estimates import (
     estimates_model,
     estimates_path,
+    estimates_record,
     estimates_unfinished,
     join_p,
     join_samples,
@@ -84,7 +85,8 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
             raise FileNotFoundError(msg)
         if needs_p:
             log.warning("%s; every question would use reward.default_p=%.3g", msg, cfg.reward.default_p)
-    if needs_p and path.exists() and estimates_unfinished(path):
+    record = estimates_record(path)  # read once: whether it finished, and which model sampled it
+    if needs_p and path.exists() and estimates_unfinished(record):
         msg = (f"the p_i estimate in {path} has not finished ({settings_path(path).name} says status: running): "
                "an `awarl estimate` still writing it, or one that was stopped; rerun that estimate to finish it "
                "before training, or every question it has not reached would train on reward.default_p")
@@ -102,7 +104,7 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
              "gold_evidence": _evidence_json(ex)}
             for ex, p, n in zip(examples, ps, ns, strict=True)]
     known = [p for p in ps if p is not None]
-    sampled_with = estimates_model(path)
+    sampled_with = estimates_model(record)
     standard = cfg.estimate.model or cfg.train.model
     if needs_p and sampled_with is not None and sampled_with != standard:
         log.warning("the p_i in %s were sampled with %s (%s), but this run's standard checkpoint is %s "
