@@ -11,6 +11,7 @@ Usage::
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
@@ -22,6 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from awarl import choices
 from awarl.io import atomic_write_text
 from awarl.registry import Registry, literal_of
+
+log = logging.getLogger(__name__)
 
 SIMULATOR_ONLY_STRATEGIES = ("awarl_no_penalty",)  # the ablation with P(Ē) forced to 0 (simulate.strategies)
 
@@ -810,6 +813,20 @@ def config_changes(old: Any, new: Any, prefix: str = "") -> list[str]:
         return [c for k in sorted(set(old) | set(new), key=str)
                 for c in config_changes(old.get(k), new.get(k), f"{prefix}.{k}" if prefix else str(k))]
     return [] if old == new else [f"{prefix}: {old!r} -> {new!r}"]
+
+
+def read_resolved(out_dir: str | os.PathLike, purpose: str) -> tuple[str, Any] | None:
+    """A run's `resolved_config.yaml` (what `save_resolved` wrote) as its text and its data, or None when
+    there is none or it cannot be read (then a warning says what cannot be told, `purpose`)."""
+    path = Path(out_dir) / "resolved_config.yaml"
+    if not path.is_file():
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+        return text, yaml.safe_load(text)
+    except (yaml.YAMLError, OSError, UnicodeDecodeError) as e:
+        log.warning("%s: unreadable (%s); cannot tell %s", path, e, purpose)
+        return None
 
 
 def save_resolved(cfg: AwarlConfig, out_dir: str | os.PathLike) -> Path:

@@ -40,6 +40,7 @@ from awarl.config import (
     format_validation_error,
     load_config,
     read_config_yaml,
+    read_resolved,
     read_yaml_mapping,
 )
 from awarl.io import atomic_write_json, atomic_write_text
@@ -177,15 +178,10 @@ def expand(spec: SweepSpec, base_dir: Path, *, finished_changed: Literal["refuse
 def _finished_changes(run: dict, cfg: AwarlConfig) -> list[str]:
     """The settings in which `cfg` differs from the resolved config a finished run was trained with (none for
     a run without final results, or one whose resolved config is missing or unreadable)."""
-    resolved = Path(run["out_dir"]) / "resolved_config.yaml"
-    if not find_results(run["out_dir"]) or not resolved.is_file():
+    if not find_results(run["out_dir"]):
         return []
-    try:
-        old = yaml.safe_load(resolved.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, OSError, UnicodeDecodeError) as e:
-        log.warning("%s: unreadable (%s); cannot tell whether the finished run matches the sweep", resolved, e)
-        return []
-    return config_changes(old, cfg.model_dump(mode="json"))
+    resolved = read_resolved(run["out_dir"], "whether the finished run matches the sweep")
+    return [] if resolved is None else config_changes(resolved[1], cfg.model_dump(mode="json"))
 
 
 def _command(spec: SweepSpec, *args: str, direct: bool = False) -> list[str]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from awarl.agent.backends.vllm import check_engine_options, engine_kwargs
 from awarl.agent.templates import load_template
-from awarl.config import AwarlConfig, ConfigError, config_changes, save_resolved
+from awarl.config import AwarlConfig, ConfigError, config_changes, read_resolved, save_resolved
 from awarl.critic import check_endpoints, critic_cache_dir, make_judge
 from awarl.critic.correctness import make_answer_grader
 from awarl.critic.gold_judge import compact_evidence
@@ -349,17 +349,10 @@ def keep_config_of_resumed_run(out: Path, cfg: AwarlConfig, ckpt: Path) -> list[
     resolved_config.yaml kept as resolved_config.until-<checkpoint>.yaml, since this resume writes its own
     (a longer max_steps is a normal reason to change one; a new γ is another run, and should look like one).
     Returns the changes."""
-    import yaml
-
-    path = out / "resolved_config.yaml"
-    if not path.is_file():
+    resolved = read_resolved(out, "what this resume changes")
+    if resolved is None:
         return []
-    try:
-        text = path.read_text(encoding="utf-8")
-        old = yaml.safe_load(text)
-    except (yaml.YAMLError, OSError, UnicodeDecodeError) as e:
-        log.warning("%s: unreadable (%s); cannot tell what this resume changes", path, e)
-        return []
+    text, old = resolved
     changes = config_changes(old, cfg.model_dump(mode="json"))
     if changes:
         kept = out / f"resolved_config.until-{ckpt.name}.yaml"
