@@ -134,8 +134,8 @@ class DataFile(Section):
 
 class DataConfig(Section):
     train: list[DataFile] = Field(default_factory=list, description="Training question files.")
-    eval: list[DataFile] = Field(default_factory=list, description="Held-out evaluation files, "
-                                 "one per dataset; RA-F1 is macro-averaged over them.")
+    eval: list[DataFile] = Field(default_factory=list, description="Held-out evaluation files; files of "
+                                 "one dataset are pooled, and RA-F1 is macro-averaged over the datasets.")
     on_error: Literal["fail", "skip"] = Field("fail", description="What a malformed record does: `fail` "
                                               "stops with file and record index; `skip` counts and reports it.")
 

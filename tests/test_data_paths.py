@@ -71,7 +71,7 @@ def test_eval_reads_hub_files_and_records_the_cached_path(hub_cache):
     cfg = load_config(None, ["data.eval=[{path: hf://datasets/RUC-NLPIR/FlashRAG_datasets/nq/test.jsonl, "
                              "format: flashrag, dataset: nq}]", "eval.limit=5"])
     ev = load_eval_set(cfg.data, cfg.eval, cfg.run.seed)
-    assert len(ev.examples) == 5 and ev.files == {"nq": str(hub_cache)}  # the path holds the commit
+    assert len(ev.examples) == 5 and ev.files == {"nq": [str(hub_cache)]}  # the path holds the commit
 
 
 def test_relative_data_path_falls_back_to_the_checkout(tmp_path, monkeypatch):
@@ -79,3 +79,54 @@ def test_relative_data_path_falls_back_to_the_checkout(tmp_path, monkeypatch):
     rel = "data/flashrag/nq_test17.jsonl"
     assert resolve_data_path(rel) == repo_root() / rel
     assert str(resolve_data_path("nowhere/x.json")) == "nowhere/x.json"  # left for the loader to report
+
+
+def _split_nq(tmp_path):
+    """The shipped FlashRAG NQ sample cut into two files of one dataset, as a dev set kept in shards."""
+    lines = (shipped_data_dir() / "flashrag" / "nq_test17.jsonl").read_text(encoding="utf-8").splitlines()
+    a, b = tmp_path / "nq_a.jsonl", tmp_path / "nq_b.jsonl"
+    a.write_text("\n".join(lines[:8]) + "\n", encoding="utf-8")
+    b.write_text("\n".join(lines[8:]) + "\n", encoding="utf-8")
+    return a, b
+
+
+def _eval_cfg(*paths):
+    from awarl.config import load_config
+
+    entries = ", ".join(f"{{path: {p}, format: flashrag, dataset: nq}}" for p in paths)
+    return load_config(None, [f"data.eval=[{entries}]"])
+
+
+def test_two_eval_files_of_one_dataset_are_both_in_the_manifest(tmp_path):
+    """Both files are recorded and hashed, so a resume notices an edit to the second, not only the first."""
+    from awarl.stages.eval_manifest import data_record, resume_conflicts
+    from awarl.stages.questions import load_eval_set
+
+    a, b = _split_nq(tmp_path)
+    cfg = _eval_cfg(a, b)
+    ev = load_eval_set(cfg.data, cfg.eval, cfg.run.seed)
+    assert len(ev.examples) == 17 and ev.files == {"nq": [str(a), str(b)]}
+    before = {"data": {ds: data_record(p) for ds, p in ev.files.items()}}
+    assert [f["path"] for f in before["data"]["nq"]["files"]] == [str(a), str(b)]
+
+    b.write_text(b.read_text(encoding="utf-8").replace('"id": "test_8"', '"id": "test_8b"'), encoding="utf-8")
+    after = {"data": {ds: data_record(p) for ds, p in load_eval_set(cfg.data, cfg.eval, cfg.run.seed).files.items()}}
+    assert [c.split(":")[0] for c in resume_conflicts(before, after)] == ["data.nq.sha256"]
+    # one file keeps the single-file record that older manifests have
+    assert data_record([str(a)]).keys() == {"path", "sha256"}
+
+
+def test_one_id_with_two_questions_across_eval_files_is_refused(tmp_path):
+    """Predictions are keyed by (dataset, id): a second question under the same key would go unscored."""
+    from awarl.stages.questions import load_eval_set
+
+    a, b = _split_nq(tmp_path)
+    b.write_text(b.read_text(encoding="utf-8").replace('"id": "test_8"', '"id": "test_0"'), encoding="utf-8")
+    cfg = _eval_cfg(a, b)
+    with pytest.raises(DataError, match=r"nq_b\.jsonl: question id 'test_0' of dataset 'nq' is also in .*nq_a"):
+        load_eval_set(cfg.data, cfg.eval, cfg.run.seed)
+    # the same question listed in two files is legitimate: it is generated once
+    c = tmp_path / "nq_c.jsonl"
+    c.write_text(a.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
+    cfg = _eval_cfg(a, c)
+    assert len(load_eval_set(cfg.data, cfg.eval, cfg.run.seed).examples) == 9

@@ -101,6 +101,17 @@ def rollout_settings(cfg: AwarlConfig, model_ident: dict, retriever_meta: dict |
     }
 
 
+def data_record(paths: list[str]) -> dict:
+    """The manifest's record of one dataset's source files: `path` and `sha256` for one file; for several
+    (two data.eval entries with the same dataset) each file under `files` and, under `sha256`, a hash of
+    their hashes in order, so that a resume notices an edit to any of them, not only to the first."""
+    if len(paths) == 1:
+        return {"path": paths[0], "sha256": file_sha256(paths[0])}
+    files = [{"path": f, "sha256": file_sha256(f)} for f in paths]
+    joined = "\n".join(f["sha256"] for f in files).encode()
+    return {"files": files, "sha256": hashlib.sha256(joined).hexdigest()}
+
+
 def build_manifest(cfg: AwarlConfig, eval_set: EvalSet, model_ident: dict, retriever_meta: dict | None,
                    extra: dict | None = None) -> dict:
     return {
@@ -108,7 +119,7 @@ def build_manifest(cfg: AwarlConfig, eval_set: EvalSet, model_ident: dict, retri
         "eval_agent": {"kind": cfg.eval.agent,
                        **({"research": cfg.research.model_dump(mode="json"), **loop_judge_fields(cfg)}
                           if cfg.eval.agent == "critic_loop" else {})},
-        "data": {ds: {"path": f, "sha256": file_sha256(f)} for ds, f in eval_set.files.items()},
+        "data": {ds: data_record(paths) for ds, paths in eval_set.files.items()},
         "questions": len(eval_set.examples),
         "critic": {"judge": critic_label(cfg), "inferred_weight": cfg.reward.inferred_weight,
                    "support_threshold": cfg.critic.support_threshold},

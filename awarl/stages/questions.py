@@ -51,7 +51,8 @@ class EvalSet:
     """The questions of one evaluation run, grouped by dataset, with the files they came from."""
 
     examples: list[QAExample]
-    files: dict[str, str] = field(default_factory=dict)  # dataset -> source file
+    # dataset -> its source files, in the order they were read (two data.eval entries may share a dataset)
+    files: dict[str, list[str]] = field(default_factory=dict)
 
 
 def load_eval_set(data: DataConfig, evaluation: EvalConfig, seed: int, datasets: list[str] | None = None,
@@ -63,17 +64,27 @@ def load_eval_set(data: DataConfig, evaluation: EvalConfig, seed: int, datasets:
     """
     limit = limit if limit is not None else evaluation.limit
     out: list[QAExample] = []
-    files: dict[str, str] = {}
+    files: dict[str, list[str]] = {}
     if data.eval and not datasets:
+        # Predictions are keyed by (dataset, id): the same key in two files must be the same question, or
+        # one of the two would silently go unscored.
+        seen: dict[tuple[str, str], tuple[str, str]] = {}  # key -> (question, file)
         for f in data.eval:
             path = resolve_data_path(f.path)  # hf://datasets/... files come from the Hub cache
             res = load_examples(path, format=f.format, dataset=f.dataset, on_error=data.on_error,
                                 limit=limit or f.limit, seed=seed)
             for msg in res.skipped:
                 log.warning("skipped: %s", msg)
-            out.extend(res.examples)
             for ex in res.examples:
-                files.setdefault(ex.dataset, str(path))
+                question, first = seen.setdefault((ex.dataset, ex.id), (ex.question.strip(), str(path)))
+                if question != ex.question.strip():
+                    raise DataError(f"{path}: question id {ex.id!r} of dataset {ex.dataset!r} is also in {first} "
+                                    "with another question text; give the two files different `dataset` "
+                                    "names in data.eval, or fix the ids")
+            out.extend(res.examples)
+            for ds in dict.fromkeys(ex.dataset for ex in res.examples):
+                if str(path) not in files.setdefault(ds, []):
+                    files[ds].append(str(path))
         return EvalSet(out, files)
     for ds in datasets or evaluation.datasets:
         if ds not in SHIPPED_DEV:
@@ -82,5 +93,5 @@ def load_eval_set(data: DataConfig, evaluation: EvalConfig, seed: int, datasets:
         path = shipped_data_dir() / SHIPPED_DEV[ds]
         res = load_examples(path, dataset=ds, limit=limit, seed=seed)
         out.extend(res.examples)
-        files[ds] = str(path)
+        files[ds] = [str(path)]
     return EvalSet(out, files)
