@@ -202,6 +202,14 @@ class GenerationConfig(Section):
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     batch_size: int = Field(32, ge=1, description="Trajectories generated together (transformers: the KV-cache "
                             "slots; a finished trajectory hands its slot to the next waiting one).")
+    search_lag_steps: int | None = Field(1, ge=1, description="Continuous rollouts: a search's passages rejoin "
+                                         "its trajectory this many decode steps after the search went out "
+                                         "(waiting for them then if they are not back), so the batches the "
+                                         "model sees, hence its tokens, repeat run to run; null: at the first "
+                                         "step after they are back (never waits, for a slow retriever; which "
+                                         "step that is depends on timing, and through floating-point sums "
+                                         "that depend on the batch, rarely a sampled token does; "
+                                         "docs/agent.md).")
     static_cache: bool = Field(False, description="transformers only: fixed-shape KV cache (slots x length, kept "
                                "between rollouts) and a decode step compiled with torch.compile + CUDA graphs "
                                "(for GPUs; on CPU it only fixes the shapes).")

@@ -206,6 +206,10 @@ def timed_run(fn: Any, device: str) -> tuple[float, float | None, Any]:
 
 
 # ------------------------------------------------------------------------------------ workload
+def _lag(text: str) -> int | None:
+    return None if text.lower() in ("none", "null") else int(text)
+
+
 def make_engine(args: argparse.Namespace, backend: Any, tokenizer: Any, retriever: Any) -> Any:
     from awarl.agent.rollout import RolloutEngine
     from awarl.agent.templates import load_template
@@ -213,7 +217,21 @@ def make_engine(args: argparse.Namespace, backend: Any, tokenizer: Any, retrieve
 
     agent = AgentConfig(max_turns=args.turns, max_new_tokens_per_turn=args.turn_tokens,
                         max_trajectory_tokens=args.trajectory_tokens)
-    return RolloutEngine(backend, tokenizer, retriever, load_template("awarl"), agent, topk=args.topk)
+    if args.search_delay_ms:
+        retriever = DelayedRetriever(retriever, args.search_delay_ms / 1000)
+    return RolloutEngine(backend, tokenizer, retriever, load_template("awarl"), agent, topk=args.topk,
+                         search_lag_steps=args.search_lag)
+
+
+class DelayedRetriever:
+    """A retriever behind a fixed latency per call (`--search-delay-ms`): a retrieval server's round trip."""
+
+    def __init__(self, inner: Any, delay_s: float) -> None:
+        self.inner, self.delay_s = inner, delay_s
+
+    def search(self, queries: list[str], k: int) -> list[Any]:
+        time.sleep(self.delay_s)
+        return self.inner.search(queries, k)
 
 
 def workload(trajs: list[Any]) -> dict[str, Any]:
@@ -483,6 +501,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--rates", type=float, nargs=3, default=DEFAULT_RATES, metavar=("SEARCH", "ANSWER", "EOS"),
                     help="per-token probabilities of </search>, </answer> and eos")
     ap.add_argument("--runs", type=int, default=5, help="measured runs of each, after one warm-up")
+    ap.add_argument("--search-lag", type=_lag, default=1, help="generation.search_lag_steps: decode steps "
+                    "after which a search's passages rejoin (waiting for them then), or `none`: as soon as back")
+    ap.add_argument("--search-delay-ms", type=float, default=0.0, help="latency added to every search call "
+                    "(a retrieval server's round trip)")
     ap.add_argument("--static-cache", action="store_true", help="static cache (+ compile on CUDA) for both")
     ap.add_argument("--vllm", action="store_true", help="also vLLM rows, per-turn path vs session (when vllm "
                     "imports: CUDA, or vLLM's CPU build in process)")
@@ -525,7 +547,8 @@ def main(argv: list[str] | None = None) -> int:
               "shape": args.shape if not args.model or args.shape == "smollm2" else f"model {args.model}", "params": sum(p.numel() for p in model.parameters()),
               "vocab": model.get_output_embeddings().weight.shape[0],
               "settings": {k: getattr(args, k) for k in ("batch", "turns", "turn_tokens", "trajectory_tokens",
-                                                          "topk", "rates", "runs", "static_cache", "bias")},
+                                                          "topk", "rates", "runs", "static_cache", "bias",
+                                                          "search_lag", "search_delay_ms")},
               **result, "summary": summary}
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

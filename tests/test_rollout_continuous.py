@@ -1,6 +1,7 @@
 """The continuous engine's own guarantees, on the tiny model with the real BM25 retriever: per-trajectory
 random streams (a sampled trajectory depends on its run seed and position only), searches batched per tick
-and overlapped with generation, the stop test equal to `first_stop` token by token (merged stop tokens
+and overlapped with generation, the lagged schedule that repeats a rollout bit for bit whatever the search
+latency, the stop test equal to `first_stop` token by token (merged stop tokens
 included), the model's attention and mode restored, the backend kept per live model, and transformers'
 `generate` per turn for a model the slot cache does not fit."""
 
@@ -53,9 +54,10 @@ def retriever(shipped_bm25_dir):
     return load_index(shipped_bm25_dir)
 
 
-def engine(model, tok, retriever, slots=None, **agent):
+def engine(model, tok, retriever, slots=None, lag=1, **agent):
     cfg = AgentConfig(**{"max_turns": 2, "max_new_tokens_per_turn": 24, "max_trajectory_tokens": 700, **agent})
-    return RolloutEngine(HFBackend(model, tok, batch_size=slots), tok, retriever, load_template("awarl"), cfg, topk=2)
+    return RolloutEngine(HFBackend(model, tok, batch_size=slots), tok, retriever, load_template("awarl"), cfg, topk=2,
+                         search_lag_steps=lag)
 
 
 def ids(trajs):
@@ -140,12 +142,36 @@ def test_searches_run_on_a_worker_while_the_others_generate(tiny_dir, tok, retri
     m = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
     load_benchmark("rollout_bench").steer(m, tok, [render_prompt(load_template("awarl"), q, tok) for q in questions], (0.06, 0.01, 0.01))
     slow = SlowRetriever(retriever, m)
-    trajs = engine(m, tok, slow, max_new_tokens_per_turn=40).run(questions, temperature=1.0, seed=3)
+    # as soon as the passages are back (with a lag, the engine would wait for a call that waits for the model)
+    trajs = engine(m, tok, slow, lag=None, max_new_tokens_per_turn=40).run(questions, temperature=1.0, seed=3)
     sent = [q for qs, _ in slow.calls for q in qs]
     blocks = sum(sum(1 for i, x in enumerate(t.env_mask) if x == 0 and (i == 0 or t.env_mask[i - 1])) for t in trajs)
     assert 0 < len(sent) <= blocks                  # each search once (an empty query is not sent)
     assert any(n >= 3 for _, n in slow.calls)       # the model ran while a search was out
     assert slow.thread == {"awarl-search_0"}
+
+
+class TimedHFBackend(HFBackend):
+    """The transformers backend whose sessions say their steps are timed, as a vLLM server's are."""
+
+    def open_session(self, **kw):
+        session = super().open_session(**kw)
+        session.timed_steps = True
+        return session
+
+
+def test_a_session_with_timed_steps_never_waits_for_a_search(tiny_dir, tok, retriever, questions):
+    """Where the batches follow timing anyway (a server's replies), the lag is not applied: with lag 1 the
+    engine would wait after one step for a search that waits for 3 more forwards (10 s each, then 0 forwards)."""
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
+    load_benchmark("rollout_bench").steer(m, tok, [render_prompt(load_template("awarl"), q, tok) for q in questions], (0.06, 0.01, 0.01))
+    slow = SlowRetriever(retriever, m)
+    cfg = AgentConfig(max_turns=2, max_new_tokens_per_turn=40, max_trajectory_tokens=700)
+    eng = RolloutEngine(TimedHFBackend(m, tok), tok, slow, load_template("awarl"), cfg, topk=2, search_lag_steps=1)
+    eng.run(questions, temperature=1.0, seed=3)
+    assert slow.calls and all(n >= 3 for _, n in slow.calls)
 
 
 def test_searches_ready_together_go_out_in_one_call_one_call_at_a_time():
@@ -158,19 +184,81 @@ def test_searches_ready_together_go_out_in_one_call_one_call_at_a_time():
         release.wait(10)
         return [[q.upper()] for q in queries]
 
-    with _Searches(search) as s:
+    with _Searches(search, lag=None) as s:
         s.put(0, "a")
         s.put(1, "b")
-        s.dispatch()
+        s.dispatch(1)
         s.put(2, "c")     # ready while the first call is out: waits for it
-        s.dispatch()
+        s.dispatch(1)
         s.put(3, "d")
-        assert s.collect(wait=False) == [] and s.in_flight()
+        assert s.collect(1, idle=False) == [] and s.in_flight()
         release.set()
-        assert s.collect(wait=True) == [(0, "a", ["A"]), (1, "b", ["B"])]
-        assert s.collect(wait=True) == [(2, "c", ["C"]), (3, "d", ["D"])]
-        assert not s.in_flight() and s.collect(wait=True) == []
+        assert s.collect(2, idle=True) == [(0, "a", ["A"]), (1, "b", ["B"])]
+        assert s.collect(2, idle=True) == [(2, "c", ["C"]), (3, "d", ["D"])]
+        assert not s.in_flight() and s.collect(3, idle=True) == []
     assert calls == [["a", "b"], ["c", "d"]]
+
+
+def test_with_a_lag_passages_rejoin_that_many_ticks_after_the_call_went_out():
+    """Not before, even when they are back; then, waiting for them when they are not."""
+    from awarl.agent.rollout import _Searches
+
+    release = threading.Event()
+
+    def search(queries):
+        release.wait(10)
+        return [[q.upper()] for q in queries]
+
+    with _Searches(search, lag=2) as s:
+        s.put(0, "a")
+        s.dispatch(5)
+        s.put(1, "b")
+        s.dispatch(6)                                # one call at a time: "b" waits for "a"'s
+        release.set()
+        time.sleep(0.05)
+        assert s.collect(5, idle=True) == [] and s.collect(6, idle=True) == []   # back, but not yet due
+        assert s.collect(7, idle=False) == [(0, "a", ["A"])]
+        release.clear()
+        threading.Timer(0.3, release.set).start()
+        t = time.monotonic()
+        assert s.collect(8, idle=False) == []        # "b" went out at tick 7
+        assert s.collect(9, idle=False) == [(1, "b", ["B"])] and time.monotonic() - t >= 0.25   # waited for it
+
+
+class DelayedRetriever:
+    """The real BM25 retriever behind a fixed latency per call."""
+
+    def __init__(self, inner, delay_s):
+        self.inner, self.delay_s = inner, delay_s
+
+    def search(self, queries, k):
+        time.sleep(self.delay_s)
+        return self.inner.search(queries, k)
+
+
+@pytest.mark.slow
+def test_a_lagged_schedule_repeats_a_rollout_bit_for_bit_whatever_the_search_latency(tiny_dir, tok, retriever,
+                                                                                   questions):
+    """In float32, where a forward's sums depend on which rows share the batch: with `search_lag_steps` the
+    batches, hence every log-prob and token, are the same whether a search takes 0 or 100 ms; as soon as back
+    (None), the schedule follows the latency (what made the demo's GRPO runs drift apart, docs/agent.md)."""
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
+    load_benchmark("rollout_bench").steer(m, tok, [render_prompt(load_template("awarl"), q, tok) for q in questions],
+                                          (0.06, 0.03, 0.02))
+
+    def run(lag, delay_s):
+        eng = engine(m, tok, DelayedRetriever(retriever, delay_s), lag=lag)
+        trajs = eng.run(questions[:6], temperature=1.0, seed=4)
+        stats = {k: eng.last_stats[k] for k in ("decode_steps", "prefill_forwards", "prefill_padded_tokens")}
+        return [(t.completion_ids, t.logprobs) for t in trajs], stats, sum(len(t.passages) for t in trajs)
+
+    fast, fast_stats, searched = run(1, 0.0)
+    assert searched > 0
+    slow, slow_stats, _ = run(1, 0.1)
+    assert slow_stats == fast_stats and slow == fast
+    assert run(None, 0.0)[1] != run(None, 0.1)[1]
 
 
 def test_stop_test_finds_what_first_stop_finds(tok, tiny_dir):
@@ -237,3 +325,25 @@ def test_a_sliding_window_model_runs_transformers_generate_per_turn(tok, retriev
             ref = torch.log_softmax(m(full).logits[0, len(t.prompt_ids) - 1:-1].float(), -1)
         want = ref.gather(-1, full[0, len(t.prompt_ids):, None]).squeeze(-1).tolist()
         assert t.logprobs == pytest.approx(want, abs=1e-4)
+
+
+def test_a_retriever_slower_than_the_lag_is_reported(tiny_dir, tok, retriever, questions, monkeypatch, caplog):
+    """The price of the lagged schedule is visible: the time generation stood still for due searches is in
+    `last_stats`, and a warning names generation.search_lag_steps when it is a large share of the rollout."""
+    from transformers import AutoModelForCausalLM
+
+    import awarl.agent.rollout as rollout_mod
+
+    monkeypatch.setattr(rollout_mod, "_WAIT_NOTED", [])
+    m = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
+    load_benchmark("rollout_bench").steer(m, tok, [render_prompt(load_template("awarl"), q, tok) for q in questions],
+                                          (0.2, 0.03, 0.02))
+    slow = DelayedRetriever(retriever, 0.4)
+    with caplog.at_level("WARNING", logger="awarl.agent.rollout"):
+        eng = engine(m, tok, slow, lag=None)
+        eng.run(questions[:4], temperature=1.0, seed=2)
+        assert eng.last_stats["search_wait_s"] == 0 and not caplog.records   # as soon as back: never waits
+        eng = engine(m, tok, slow, lag=1)
+        eng.run(questions[:4], temperature=1.0, seed=2)
+    assert eng.last_stats["search_wait_s"] >= 1.0
+    assert [r.getMessage() for r in caplog.records if "search_lag_steps" in r.getMessage()]

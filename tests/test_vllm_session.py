@@ -214,7 +214,9 @@ def test_the_engine_keeps_stepping_while_a_search_is_out_and_leaves_no_request_b
     counter = StepCounter(vllm_be.llm)
     try:
         slow = SlowRetriever(retriever, counter)
-        trajs = rollout_engine(cfg, vllm_be, tok, slow).run(qs, temperature=1.0, seed=5)
+        # as soon as back: with a lag the engine would wait for a search that waits for the engine's steps
+        as_ready = cfg.model_copy(update={"generation": cfg.generation.model_copy(update={"search_lag_steps": None})})
+        trajs = rollout_engine(as_ready, vllm_be, tok, slow).run(qs, temperature=1.0, seed=5)
     finally:
         counter.restore()
     assert slow.calls and any(n >= 3 for n in slow.calls)   # others generated while a search was out

@@ -26,6 +26,7 @@ Endings (`stop_reason`): "answer" (the model closed `</answer>`), "eos" (it ende
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -93,12 +94,19 @@ def _as_passage(p: Any) -> Passage:
 
 class _Searches:
     """The searches of paused trajectories: those that became ready since the last call go out together, one
-    `retriever.search` call at a time, on a worker thread (generation goes on meanwhile)."""
+    `retriever.search` call at a time, on a worker thread (generation goes on meanwhile).
 
-    def __init__(self, search: Callable[[list[str]], list[list[Passage] | None]]) -> None:
+    When the passages rejoin is the schedule (`generation.search_lag_steps`): with a lag of N, N ticks of the
+    rollout loop after the call went out, waiting for it then if it is not back, so every batch the model
+    sees is a function of the tokens alone; with None, at the first tick after the call is back, which never
+    waits but makes the batches, hence the floating-point sums and rarely a sampled token, depend on timing."""
+
+    def __init__(self, search: Callable[[list[str]], list[list[Passage] | None]], lag: int | None = 1) -> None:
         self.search = search
+        self.lag = lag
         self.ready: list[tuple[int, str]] = []
-        self.flight: tuple[list[tuple[int, str]], Future] | None = None
+        self.flight: tuple[list[tuple[int, str]], Future, int] | None = None   # (batch, call, tick sent)
+        self.waited_s = 0.0   # time the loop stood still for a due call (with a lag)
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="awarl-search")
 
     def __enter__(self) -> _Searches:
@@ -113,20 +121,42 @@ class _Searches:
     def in_flight(self) -> bool:
         return self.flight is not None
 
-    def dispatch(self) -> None:
+    def dispatch(self, tick: int) -> None:
         if self.ready and self.flight is None:
             batch, self.ready = self.ready, []
-            self.flight = (batch, self.pool.submit(self.search, [q for _, q in batch]))
+            self.flight = (batch, self.pool.submit(self.search, [q for _, q in batch]), tick)
 
-    def collect(self, *, wait: bool) -> list[tuple[int, str, list[Passage] | None]]:
-        """The results of the call in flight once it is back (waiting for it when `wait`), else nothing."""
-        if self.flight is None or (not wait and not self.flight[1].done()):
+    def collect(self, tick: int, *, idle: bool) -> list[tuple[int, str, list[Passage] | None]]:
+        """The results of the call in flight if they rejoin at `tick` (waiting for the call when they do):
+        with a lag, once `lag` ticks have passed since it went out; without, once it is back (waiting for it
+        when the loop is `idle`: nothing else to run). What became ready meanwhile goes out at once."""
+        if self.flight is None:
             return []
-        batch, future = self.flight
+        batch, future, sent = self.flight
+        if (tick - sent < self.lag) if self.lag is not None else (not idle and not future.done()):
+            return []
         self.flight = None
+        t0 = time.monotonic()
         hits = future.result()
-        self.dispatch()   # what became ready meanwhile goes out at once
+        if self.lag is not None:
+            self.waited_s += time.monotonic() - t0
+        self.dispatch(tick)
         return [(key, query, h) for (key, query), h in zip(batch, hits, strict=True)]
+
+
+_WAIT_NOTED: list[bool] = []   # once per process: training builds an engine per step
+
+
+def _note_search_wait(waited_s: float, total_s: float, lag: int | None) -> None:
+    """Warn (once) when the lagged schedule made a rollout stand still for a large share of its time: the
+    retriever is slower than `lag` decode steps, and a larger lag, or none, would keep generating."""
+    if _WAIT_NOTED or waited_s < 1.0 or waited_s < 0.25 * total_s:
+        return
+    _WAIT_NOTED.append(True)
+    log.warning("rollout: generation stood still %.1f of %.1f s waiting for searches due after %s decode step(s) "
+                "(generation.search_lag_steps): the retriever is slower than that; raise search_lag_steps to about "
+                "its latency over one decode step's, or set it to null (as soon as back, not repeatable run to run)",
+                waited_s, total_s, lag)
 
 
 class RolloutSettings(Protocol):
@@ -140,7 +170,8 @@ class RolloutSettings(Protocol):
 
 class RolloutEngine:
     def __init__(self, backend: Backend, tokenizer: Any, retriever: Retriever, template: Template,
-                 agent_cfg: AgentConfig, topk: int, max_failed_searches: int = 8) -> None:
+                 agent_cfg: AgentConfig, topk: int, max_failed_searches: int = 8,
+                 search_lag_steps: int | None = 1) -> None:
         self.backend = backend
         self.tokenizer = tokenizer
         self.retriever = retriever
@@ -148,6 +179,9 @@ class RolloutEngine:
         self.cfg = agent_cfg
         self.topk = int(topk)
         self.max_failed_searches = int(max_failed_searches)
+        if search_lag_steps is not None and search_lag_steps < 1:
+            raise ValueError(f"search_lag_steps must be >= 1 or None, got {search_lag_steps}")
+        self.search_lag_steps = search_lag_steps
         self._failed_in_a_row = 0
         self._failed = 0   # failed searches of the running `run`
         tags = template.tags
@@ -170,7 +204,7 @@ class RolloutEngine:
         if backend is None:
             backend = make_backend(cfg.generation, model, tokenizer)
         return cls(backend, tokenizer, retriever, template or load_template(cfg.agent.template), cfg.agent,
-                   cfg.retrieval.topk, cfg.retrieval.max_failed_searches)
+                   cfg.retrieval.topk, cfg.retrieval.max_failed_searches, cfg.generation.search_lag_steps)
 
     # ------------------------------------------------------------------ public
     def parse(self, response_text: str) -> ParsedTrajectory:
@@ -196,10 +230,13 @@ class RolloutEngine:
             self._run_turns(states, temperature, top_p, seed)
             self.last_stats = {"engine": "turns", "failed_searches": self._failed}
         else:
+            t0, self._search_wait_s = time.monotonic(), 0.0
             try:
                 self._run_continuous(states, session)
             finally:
-                self.last_stats = {"engine": "continuous", **session.close(), "failed_searches": self._failed}
+                self.last_stats = {"engine": "continuous", **session.close(), "failed_searches": self._failed,
+                                   "search_wait_s": round(self._search_wait_s, 3)}
+            _note_search_wait(self._search_wait_s, time.monotonic() - t0, self.search_lag_steps)
         return [self._finish(s) for s in states]
 
     # ------------------------------------------------------------------ one generate per turn
@@ -248,9 +285,12 @@ class RolloutEngine:
         are back, the others keep generating, and a finished trajectory's slot goes to the next waiting one.
         The searches that became ready in one tick go out together, on a worker thread."""
         waiting = deque(range(len(states)))
-        live = 0
-        with _Searches(self._search) as searches:
+        live = tick = 0
+        # a session whose steps are timed (a server's replies) cannot repeat its batches: waiting buys nothing
+        lag = None if getattr(session, "timed_steps", False) else self.search_lag_steps
+        with _Searches(self._search, lag) as searches:
             while waiting or live:
+                tick += 1
                 live += self._admit(states, waiting, session)
                 for end in session.step():
                     s = states[end.key]
@@ -260,14 +300,15 @@ class RolloutEngine:
                         live -= 1
                     else:
                         searches.put(end.key, query)
-                searches.dispatch()
+                searches.dispatch(tick)
                 idle = not session.busy() and not (waiting and session.free_slots())
                 if idle and not searches.in_flight():
                     if live:
                         raise RuntimeError(f"rollout: {live} trajectories neither running nor searching")
                     continue
-                for key, query, hits in searches.collect(wait=idle):
+                for key, query, hits in searches.collect(tick, idle=idle):
                     live -= self._resume(states[key], key, query, hits, session)
+            self._search_wait_s = searches.waited_s
 
     def _admit(self, states: list[_State], waiting: deque, session: Any) -> int:
         admitted = 0

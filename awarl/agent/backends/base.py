@@ -105,7 +105,11 @@ class Session(Protocol):
     search returned), `step` advances every running sequence by one forward and returns the turns that
     ended there (those sequences pause until `add` or `release`), `release` frees the sequence's slot.
     Sampling (temperature, top-p, each sequence's own random stream from `sequence_seed(seed, key)`) and the
-    stop strings are fixed when the session is opened."""
+    stop strings are fixed when the session is opened.
+
+    A session whose `step` returns what finished within a time (a server's replies) may set
+    `timed_steps = True`: its steps are not repeatable anyway, so the engine never waits for a search's
+    passages there (generation.search_lag_steps is for sessions whose batches can repeat)."""
 
     def free_slots(self) -> int: ...
 

@@ -436,6 +436,8 @@ class ServerSession(_RequestSession):
     running trajectory, sent from a thread pool, so the server batches whatever is in flight and a
     trajectory's next turn never waits for the others'."""
 
+    timed_steps = True   # a step returns the replies that came back within _POLL_S: timing decides the batches
+
     def __init__(self, backend: VLLMServerBackend, *, n_sequences: int, temperature: float, top_p: float,
                  stop_strings: Sequence[str], seed: Seed) -> None:
         self.backend = backend
