@@ -207,7 +207,10 @@ def test_index_build_killed_and_rebuilt_equals_an_uninterrupted_build(tmp_path, 
     assert stray(out.parent) == []
 
 
-def test_training_killed_and_resumed_ends_with_the_same_weights_and_e_bar(tmp_path, tiny_dir, rng):
+@pytest.mark.parametrize("generation", ["replay", "live"])
+def test_training_killed_and_resumed_ends_with_the_same_weights_and_e_bar(tmp_path, tiny_dir, rng, generation):
+    """Scripted replay, and the live policy sampling its own rollouts (what real training does: it repeats only
+    if the trainer's random state and the rollout's batches, generation.search_lag_steps, are restored)."""
     import test_train
     import torch
     from safetensors.torch import load_file
@@ -227,7 +230,7 @@ def test_training_killed_and_resumed_ends_with_the_same_weights_and_e_bar(tmp_pa
 
     def cmd(out: Path) -> list[str]:
         return [sys.executable, str(TESTS / "faults" / "train_job.py"), str(out), str(tiny_dir), str(index),
-                str(p_file), "4"]
+                str(p_file), "4"] + (["live"] if generation == "live" else [])
 
     run_to_end(cmd(tmp_path / "a"))
     out = tmp_path / "b"

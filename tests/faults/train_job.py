@@ -1,10 +1,12 @@
 """A short AWA-RL training run for the fault-injection tests (tests/test_fault_injection.py), resumable.
 
-Usage: python tests/faults/train_job.py OUT_DIR TINY_MODEL INDEX_DIR P_FILE MAX_STEPS
+Usage: python tests/faults/train_job.py OUT_DIR TINY_MODEL INDEX_DIR P_FILE MAX_STEPS [live]
 
 Generation replays the training tests' written paths (tests/dist/train_two_proc.py), with the path of each
 trajectory chosen by the global step and its position in the batch, so a resumed run draws exactly what an
-uninterrupted one draws. Resumes from the newest complete checkpoint when there is one.
+uninterrupted one draws; with `live`, the trainer's own policy generates (the transformers backend, short
+turns), so a resumed run draws the same only if the trainer's random state and the rollout's batches are
+restored exactly. Resumes from the newest complete checkpoint when there is one.
 """
 
 from __future__ import annotations
@@ -30,9 +32,14 @@ def main() -> int:
     from transformers import AutoTokenizer
 
     out, tiny, index, p_file, steps = sys.argv[1:6]
+    live = sys.argv[6:7] == ["live"]
+    limits = {"agent__max_new_tokens_per_turn": 12, "agent__max_trajectory_tokens": 60} if live else {}
     cfg = make_cfg(Path(out).parent, Path(tiny), Path(index), run__out_dir=out, estimate__out=p_file,
-                   train__max_steps=int(steps))
+                   train__max_steps=int(steps), **limits)
     tok = AutoTokenizer.from_pretrained(tiny)
+    if live:
+        run_train(cfg, tokenizer=tok, final_eval=False, resume="latest" if newest_complete(out) else None)
+        return 0
     variants = variants_for(load_train_examples(cfg.data, cfg.run.seed))
     per_step = cfg.train.per_device_train_batch_size * cfg.train.gradient_accumulation_steps
 
