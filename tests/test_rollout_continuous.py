@@ -225,15 +225,8 @@ def test_with_a_lag_passages_rejoin_that_many_ticks_after_the_call_went_out():
         assert s.collect(9, idle=False) == [(1, "b", ["B"])] and time.monotonic() - t >= 0.25   # waited for it
 
 
-class DelayedRetriever:
-    """The real BM25 retriever behind a fixed latency per call."""
-
-    def __init__(self, inner, delay_s):
-        self.inner, self.delay_s = inner, delay_s
-
-    def search(self, queries, k):
-        time.sleep(self.delay_s)
-        return self.inner.search(queries, k)
+def DelayedRetriever(inner, delay_s):  # noqa: N802 - the benchmark's class: the real retriever behind a latency
+    return load_benchmark("rollout_bench").DelayedRetriever(inner, delay_s)
 
 
 @pytest.mark.slow
