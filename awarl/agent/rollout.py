@@ -230,13 +230,13 @@ class RolloutEngine:
             self._run_turns(states, temperature, top_p, seed)
             self.last_stats = {"engine": "turns", "failed_searches": self._failed}
         else:
-            t0, self._search_wait_s = time.monotonic(), 0.0
+            t0, waited_s = time.monotonic(), 0.0
             try:
-                self._run_continuous(states, session)
+                waited_s = self._run_continuous(states, session)
             finally:
                 self.last_stats = {"engine": "continuous", **session.close(), "failed_searches": self._failed,
-                                   "search_wait_s": round(self._search_wait_s, 3)}
-            _note_search_wait(self._search_wait_s, time.monotonic() - t0, self.search_lag_steps)
+                                   "search_wait_s": round(waited_s, 3)}
+            _note_search_wait(waited_s, time.monotonic() - t0, self.search_lag_steps)
         return [self._finish(s) for s in states]
 
     # ------------------------------------------------------------------ one generate per turn
@@ -280,10 +280,11 @@ class RolloutEngine:
                       max_new_total=budget, temperature=temperature, top_p=top_p, stop_strings=self.stop_strings,
                       seed=seed)
 
-    def _run_continuous(self, states: list[_State], session: Any) -> None:
+    def _run_continuous(self, states: list[_State], session: Any) -> float:
         """Each trajectory advances on its own: a turn that ends with a search pauses it until its passages
         are back, the others keep generating, and a finished trajectory's slot goes to the next waiting one.
-        The searches that became ready in one tick go out together, on a worker thread."""
+        The searches that became ready in one tick go out together, on a worker thread. Returns the seconds
+        generation stood still for searches due under the lag."""
         waiting = deque(range(len(states)))
         live = tick = 0
         # a session whose steps are timed (a server's replies) cannot repeat its batches: waiting buys nothing
@@ -308,7 +309,7 @@ class RolloutEngine:
                     continue
                 for key, query, hits in searches.collect(tick, idle=idle):
                     live -= self._resume(states[key], key, query, hits, session)
-            self._search_wait_s = searches.waited_s
+        return searches.waited_s
 
     def _admit(self, states: list[_State], waiting: deque, session: Any) -> int:
         admitted = 0

@@ -76,15 +76,15 @@ def load_eval_set(data: DataConfig, evaluation: EvalConfig, seed: int, datasets:
             for msg in res.skipped:
                 log.warning("skipped: %s", msg)
             for ex in res.examples:
-                question, first = seen.setdefault((ex.dataset, ex.id), (ex.question.strip(), str(path)))
-                if question != ex.question.strip():
+                question = ex.question.strip()
+                first_question, first = seen.setdefault((ex.dataset, ex.id), (question, str(path)))
+                if question != first_question:
                     raise DataError(f"{path}: question id {ex.id!r} of dataset {ex.dataset!r} is also in {first} "
                                     "with another question text; give the two files different `dataset` "
                                     "names in data.eval, or fix the ids")
+                if str(path) not in files.setdefault(ex.dataset, []):
+                    files[ex.dataset].append(str(path))
             out.extend(res.examples)
-            for ds in dict.fromkeys(ex.dataset for ex in res.examples):
-                if str(path) not in files.setdefault(ds, []):
-                    files[ds].append(str(path))
         return EvalSet(out, files)
     for ds in datasets or evaluation.datasets:
         if ds not in SHIPPED_DEV:
