@@ -494,3 +494,92 @@ def test_a_too_deep_judge_answer_is_a_failure_naming_the_endpoint(judge_server, 
     assert dict(judge.failure_reasons) == {"JudgeResponseError": 1}
     assert f"{judge_server.url}/v1/chat/completions: reply" in caplog.text
     assert "nested too deeply" in caplog.text
+
+
+# ------------------------------------------------------------------------ documents without an id
+def _idless_app():  # noqa: ANN202 - an ASGI app
+    """A server that sends documents without an id (one with a blank id), as a custom server may."""
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @app.post("/retrieve")
+    def retrieve(req: dict) -> dict:
+        docs = [{"document": {"contents": '"Eiffel Tower"\nThe Eiffel Tower stands in Paris.'}, "score": 2.0},
+                {"document": {"id": "  ", "contents": '"Big Ben"\nBig Ben stands in London.'}, "score": 1.0}]
+        return {"result": [docs for _ in req["queries"]]}
+
+    return app
+
+
+def test_documents_without_an_id_get_distinct_stable_ids_and_are_judged_apart() -> None:
+    """Before: both passages had id "", so they were one passage to the judges: the lexical judge grounded the
+    answer in "both", citing the right one scored -1, and an LLM judge naming it by number made the audit
+    raise out of the reward (outside safe_verify's guard)."""
+    from awarl.config import CriticConfig
+    from awarl.critic.lexical_judge import LexicalJudge
+    from awarl.critic.schema import CriticOutput
+    from awarl.retrieval import RetrievalClient
+    from awarl.rewards.citation import CitationItem, judge_citations
+
+    with serve_app(_idless_app()) as url, RetrievalClient(url, retries=0) as client:
+        hits = client.search(["where is the tower"], 3)[0]
+        again = client.search(["another query"], 3)[0]
+    ids = [p.id for p in hits]
+    assert len(set(ids)) == 2 and all(i.startswith("sha1:") and len(i) == 5 + 16 for i in ids)
+    assert ids == [p.id for p in again]  # a function of the passage, not of the call
+    passages = [{"number": n, "id": p.id, "title": p.title, "text": p.text} for n, p in enumerate(hits, 1)]
+    question = "In which city does the tower stand?"
+    right = CitationItem(question, "Paris", [1], passages, "correct")
+    wrong = CitationItem(question, "Paris", [2], passages, "correct")
+    lexical = judge_citations(LexicalJudge(CriticConfig()), [right, wrong], 0.5)
+    assert [j.score.reward for j in lexical] == [1.0, -1.0]
+
+    class ByNumber:  # an LLM judge's habit: the source named by its number in the trajectory
+        name = "scripted"
+
+        def verify(self, items: list) -> list:
+            return [CriticOutput.model_validate({"verified_claims": [
+                {"claim": "The tower stands in Paris", "status": "grounded", "source_ids": ["1"],
+                 "confidence": 0.9}], "overall_groundedness": 1.0}) for _ in items]
+
+    scripted = judge_citations(ByNumber(), [right, wrong], 0.5)
+    assert [j.score.reward for j in scripted] == [1.0, -1.0]
+    assert scripted[0].verdict.verified_claims[0].source_ids == [ids[0]]
+
+
+def test_a_verdict_the_audit_cannot_read_costs_only_its_own_item() -> None:
+    """A custom judge (docs/extending.md) that returns something other than a CriticOutput for one item: that
+    item is a judge failure; before, the audit's AttributeError escaped judge_citations into training."""
+    from awarl.critic.schema import CriticOutput
+    from awarl.rewards.citation import CitationItem, judge_citations
+
+    passages = [{"number": 1, "id": "w1", "title": "Paris", "text": "Paris is the capital of France."}]
+
+    class HalfBroken:
+        name = "scripted"
+
+        def verify(self, items: list) -> list:
+            good = CriticOutput.model_validate({"verified_claims": [
+                {"claim": "Paris", "status": "grounded", "source_ids": ["w1"], "confidence": 1.0}],
+                "overall_groundedness": 1.0})
+            return [good, {"verified_claims": "all of them"}]
+
+    items = [CitationItem("Capital of France?", "Paris", [1], passages, "correct")] * 2
+    first, second = judge_citations(HalfBroken(), items, 0.5)
+    assert first.score.reward == 1.0 and second.failed and second.error == "no valid verdict"
+
+
+@pytest.mark.parametrize("entry, says", [({"id": " "}, "blank passage id"), ({"number": None}, "number must be an integer, got None")])
+def test_a_malformed_passage_entry_costs_only_its_item(entry: dict, says: str) -> None:
+    """A blank id, or a number that is none (before: a TypeError out of judge_citations)."""
+    from awarl.config import CriticConfig
+    from awarl.critic.lexical_judge import LexicalJudge
+    from awarl.rewards.citation import CitationItem, judge_citations
+
+    ok = {"number": 1, "id": "w1", "title": "Paris", "text": "Paris is the capital of France."}
+    items = [CitationItem("Capital of France?", "Paris", [1], [{**ok, **entry}], "correct"),
+             CitationItem("Capital of France?", "Paris", [1], [ok], "correct")]
+    bad, good = judge_citations(LexicalJudge(CriticConfig()), items, 0.5)
+    assert bad.failed and says in bad.error and "passages of item 0[0]" in bad.error
+    assert good.score.reward == 1.0

@@ -12,8 +12,9 @@ Rules (the first violation found is the `invalid_reason`):
 - `<cite>` holds passage numbers as models write them (`awarl.agent.citations.read_citations`: `2, 5`,
   `1 and 2`, `[1][2]`, `passages 1-3`, full-width digits, ...). Citation faults are not protocol breaks:
   a block that cannot be read cites nothing and its text is listed in `malformed_citations`; a number
-  never shown in an earlier information block is kept in `citations` (the citation reward counts it as
-  unsupported) and listed in `unshown_citations`;
+  no earlier information block showed is kept in `citations` and listed in `unshown_citations` (the
+  citation reward judges citations against every passage the trajectory retrieved: a number never shown
+  supports nothing, one shown only by a later search is judged as that passage);
 - the response ends after `</answer>` (whitespace only, "text after </answer>"). The rollout engine hands
   the parser each turn cut right after the stop string that ended it, so the trailing text of a token that
   completed `</answer>` (`>.` in Qwen's vocabulary) never reaches this rule; the answer is non-empty

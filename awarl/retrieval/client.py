@@ -15,6 +15,8 @@ with the LLM judge).
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import logging
 import math
 import time
@@ -33,6 +35,9 @@ from awarl.io import loads_json
 from awarl.retrieval.types import Passage
 
 log = logging.getLogger(__name__)
+
+# The id of a served document that has none: this prefix and 16 hex digits of its title and text's SHA-1.
+NO_ID_PREFIX = "sha1:"
 
 
 class RetrievalClientError(RuntimeError):
@@ -65,14 +70,27 @@ def _passage(item: Any, where: str) -> Passage:
     if not isinstance(doc, dict):
         raise RetrievalClientError(f"{where}: \"document\" must be an object")
     score = _score(score, where)
-    pid = str(doc.get("id", doc.get("_id", "")))
+    raw_id = doc.get("id", doc.get("_id"))
     contents = doc.get("contents")
     if not isinstance(contents, str):
         title, text = doc.get("title"), doc.get("text")
         if not isinstance(text, str):
             raise RetrievalClientError(f"{where}: document has neither \"contents\" nor \"text\"")
-        return Passage(pid, str(title or ""), text, score)
-    return Passage.from_contents(pid, contents, score)
+        p = Passage("", str(title or ""), text, score)
+    else:
+        p = Passage.from_contents("", contents, score)
+    return dataclasses.replace(p, id=_passage_id(raw_id, p))
+
+
+def _passage_id(raw: Any, p: Passage) -> str:
+    """The document's id or, for a server that sends none (or a blank one), one derived from its title and
+    text. The judges name passages by id: a shared empty id would make every such passage one passage, so a
+    citation of one counts as a citation of any (and a judge naming it by number resolves to nothing)."""
+    pid = "" if raw is None else str(raw).strip()
+    if pid:
+        return pid
+    digest = hashlib.sha1(f"{p.title}\n{p.text}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{NO_ID_PREFIX}{digest}"
 
 
 def _json(r: Answer, url: str) -> Any:

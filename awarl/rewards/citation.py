@@ -46,8 +46,13 @@ def passages_from_rollout(passages: Iterable[Mapping[str, Any]] | None, where: s
         missing = [k for k in ("number", "id", "text") if k not in p]
         if missing:
             raise ValueError(f"{where}[{j}]: missing key(s) {missing}")
-        out.append(PassageRef(number=int(p["number"]), id=str(p["id"]), title=str(p.get("title") or ""),
-                              text=str(p["text"])))
+        if not str(p["id"]).strip():  # the judges name passages by id: a blank one would name them all at once
+            raise ValueError(f"{where}[{j}]: blank passage id (a retriever must give every passage an id)")
+        try:
+            number = int(p["number"])
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}[{j}]: number must be an integer, got {p['number']!r}") from None
+        out.append(PassageRef(number=number, id=str(p["id"]), title=str(p.get("title") or ""), text=str(p["text"])))
     return out
 
 
@@ -182,6 +187,16 @@ def _inputs(judge: Judge, items: Sequence[CitationItem], out: list[CitationJudge
     return idx, inputs, routes
 
 
+def _audited(verdict: CriticOutput, inp: CriticInput, who: str) -> CriticOutput | None:
+    """`audit_verdict`, or None (that verdict failed) where the audit cannot rebuild it: one odd verdict costs
+    its own item, never the batch or the caller."""
+    try:
+        return audit_verdict(verdict, inp)
+    except Exception as e:  # noqa: BLE001 - see safe_verify
+        log.warning("%s: a verdict failed its audit and counts as a judge failure: %s", who, str(e)[:300])
+        return None
+
+
 def safe_verify(judge: Judge, inputs: Sequence[CriticInput], who: str) -> tuple[list[CriticOutput | None], str | None]:
     """`judge.verify(inputs)` that never raises: (one verdict per input, None), or ([None] * n, why) when the
     judge raised or returned another number of verdicts (logged once, as `who`). A judge must never fail
@@ -195,7 +210,7 @@ def safe_verify(judge: Judge, inputs: Sequence[CriticInput], who: str) -> tuple[
     except Exception as e:  # noqa: BLE001 - see the docstring
         log.warning("%s: the judge failed on a batch of %d: %s", who, len(inputs), e)
         return [None] * len(inputs), str(e)
-    audited = [None if v is None else audit_verdict(v, inp) for v, inp in zip(verdicts, inputs, strict=True)]
+    audited = [None if v is None else _audited(v, inp, who) for v, inp in zip(verdicts, inputs, strict=True)]
     off = sum(1 for v in audited if v is not None and disagrees(v))
     if off:
         log.info("%s: %d of %d verdicts reported another groundedness than their claims give (recount used)",
