@@ -80,9 +80,11 @@ def test_citing_a_passage_never_shown_is_a_citation_fault_not_a_protocol_break()
     ("passages 1-3", [1, 2, 3]), ("1–3", [1, 2, 3]), ("Passage 1 and Passage 3", [1, 3]), ("Doc 1, Doc 2", [1, 2]),
     ("#1, #3", [1, 3]), ("(1), (2)", [1, 2]), ("[1] Title: Rush, [2] Peart", [1, 2]), ("1 or 2", [1, 2]),
     ("", []), ("2, 9", [2, 9]),
+    # a full stop after the list and a label with a colon (before: citation faults)
+    ("2, 5.", [2, 5]), ("Passage 1.", [1]), ("Sources: 1, 2", [1, 2]), ("Passages: 1-2.", [1, 2]), (".", []),
     # citation faults: cite nothing, listed, the trajectory keeps its outcome
     ("one", None), ("the second passage", None), ("Rush", None), ("3-1", None), ("1-1000000", None),
-    ("1" * 5000, None), ("[Rush]", None),
+    ("1" * 5000, None), ("[Rush]", None), ("1.5", None), ("2, 5..", None),
 ])
 def test_cite_blocks_as_models_write_them_parse_or_are_citation_faults(content, numbers):
     p = parse(f"<search> q </search>{INFO1}<cite>{content}</cite><answer> Rush </answer>")

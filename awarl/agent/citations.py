@@ -5,9 +5,9 @@ A `<cite>` block is read after NFKC normalisation (full-width digits, brackets a
 - bracketed markers, `[1][2]`, `[1, 2]`, `[1] Rush, [2] Peart`: the numbers in the brackets; text outside
   them is taken as the model's annotation (a title);
 - otherwise a list of numbers and ranges, `2, 5`, `1 and 2`, `1、2`, `1 & 2`, `passages 1-3`, `Doc 1, Doc 2`,
-  `#1; #2`, `(1), (2)`: separators (whitespace `,` `;` `、` `/` `&` `+` `and` `or`, parentheses) and the
-  words passage/doc/document/source/reference/no./p. (singular or plural) around the numbers; a range
-  `1-3` / `1–3` / `1 to 3` is every number in it.
+  `#1; #2`, `(1), (2)`, `Sources: 1, 2`: separators (whitespace `,` `;` `:` `、` `/` `&` `+` `and` `or`,
+  parentheses) and the words passage/doc/document/source/reference/no./p. (singular or plural) around the
+  numbers, and one full stop at the end (`2, 5.`); a range `1-3` / `1–3` / `1 to 3` is every number in it.
 An empty block cites nothing. Anything else (`the second passage`, a range running backwards or over
 `MAX_RANGE` numbers, a number of more than `MAX_DIGITS` digits, a list longer than `MAX_CHARS` characters) is
 a citation fault: the block cites nothing
@@ -29,7 +29,7 @@ MAX_CHARS = 512
 _NUMBER = r"\d+"
 _ITEM = re.compile(rf"({_NUMBER})\s*(?:-|–|—|~|\bto\b)\s*({_NUMBER})|({_NUMBER})")
 _FILLER = re.compile(r"\b(?:passages?|docs?|documents?|sources?|references?|refs?|nos?|p|and|or)\b\.?"
-                     r"|[\s,;、/&+#()]", flags=re.IGNORECASE)
+                     r"|[\s,;:、/&+#()]", flags=re.IGNORECASE)
 _BRACKETED = re.compile(r"\[([^\[\]]*)\]")
 _ANY_BRACKETED = re.compile(r"[\[［]([^\[\]［］]*)[\]］]")
 
@@ -56,7 +56,8 @@ def _number_list(text: str) -> list[int] | None:
 def read_citations(content: str) -> list[int] | None:
     """The passage numbers a `<cite>` block names, in order (repeats kept); [] for an empty block; None for a
     block that cannot be read (a citation fault)."""
-    text = unicodedata.normalize("NFKC", content).strip()
+    # A sentence's full stop after the list (`2, 5.`, `Passage 1.`) is not part of it.
+    text = unicodedata.normalize("NFKC", content).strip().removesuffix(".").rstrip()
     if not text:
         return []
     marked = [nums for m in _BRACKETED.finditer(text) if (nums := _number_list(m.group(1))) is not None]
