@@ -496,6 +496,18 @@ def test_a_too_deep_judge_answer_is_a_failure_naming_the_endpoint(judge_server, 
     assert "nested too deeply" in caplog.text
 
 
+@pytest.mark.parametrize("content, says", [("null", "message content is NoneType"),
+                                           ('{"verified_claims": []}', "message content is dict")])
+def test_a_judge_reply_without_text_is_a_failure_naming_the_endpoint(judge_server, caplog, content: str,
+                                                                   says: str) -> None:
+    """Before: `None.strip()` raised AttributeError, counted under that name, the log not naming the endpoint."""
+    judge_server.body = ('{"choices": [{"message": {"content": ' + content + '}}]}').encode()
+    judge, item = _judge_and_item(judge_server)
+    assert judge.verify([item]) == [None]
+    assert dict(judge.failure_reasons) == {"JudgeResponseError": 1}
+    assert f"{judge_server.url}/v1/chat/completions: reply does not match the verdict schema: {says}" in caplog.text
+
+
 # ------------------------------------------------------------------------ documents without an id
 def _idless_app():  # noqa: ANN202 - an ASGI app
     """A server that sends documents without an id (one with a blank id), as a custom server may."""

@@ -299,6 +299,8 @@ class OpenAIJudge:
         try:
             data = loads_json(got.body)
             content = data["choices"][0]["message"]["content"]
+            if not isinstance(content, str):  # null (a refusal, a tool call) or an object: no verdict text
+                raise TypeError(f"message content is {type(content).__name__}, not text")
             out = kind.model_validate(_extract_json(content))
         except (ValueError, KeyError, IndexError, TypeError, ValidationError) as e:
             raise JudgeResponseError(f"{self.url}: reply does not match the verdict schema: "
