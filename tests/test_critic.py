@@ -410,3 +410,113 @@ def test_response_format_modes():
     assert "response_format" not in plain.request_body(msgs, "x", {})
     assert '"source_ids"' in msgs[0]["content"]  # the schema is in the prompt for every mode
     assert plain.cache_key(msgs) != OpenAIJudge(cfg).cache_key(msgs)
+
+
+# ----------------------------------------------------------------------------- the audit (awarl.critic.audit)
+AUDIT_PASSAGES = [PassageRef(number=1, id="w1", title="Paris", text="Paris is the capital of France."),
+                  PassageRef(number=2, id="w2", title="France", text="France is a country in Europe.")]
+
+
+class _FixedJudge:
+    """A judge that returns the given verdict (validated as a reply is) for every item."""
+
+    name = "fixed"
+    failures = 0
+
+    def __init__(self, reply: dict) -> None:
+        self.reply = reply
+
+    def verify(self, items: list[CriticInput]) -> list[CriticOutput | None]:
+        return [CriticOutput.model_validate(self.reply) for _ in items]
+
+
+def _judged(reply: dict, citations: list[int] = (1,)):  # noqa: ANN202 - a CitationJudgement
+    from awarl.rewards.citation import CitationItem, judge_citations
+
+    passages = [p.model_dump() for p in AUDIT_PASSAGES]
+    (j,) = judge_citations(_FixedJudge(reply), [CitationItem("What is the capital of France?", "Paris",
+                                                             list(citations), passages, "correct")], 0.5)
+    assert not j.failed, j.error
+    return j
+
+
+def _claim(status: str, ids: list[str], claim: str = "Paris", confidence: float = 1.0) -> dict:
+    return {"claim": claim, "status": status, "source_ids": ids, "confidence": confidence}
+
+
+def test_the_audit_flags_a_groundedness_given_for_no_claims():
+    from awarl.critic.audit import disagrees
+
+    j = _judged({"verified_claims": [], "overall_groundedness": 1.0, "flags": []})
+    s = j.summary("fixed")
+    assert s["groundedness"] == 0.0 and s["claims"] == 0
+    assert disagrees(j.verdict) and s["judge_groundedness"] == 1.0
+    assert any("reported overall_groundedness 1.00" in f and "0/0" in f for f in s["flags"])
+    # a judge that says 0 of nothing agrees with the recount
+    quiet = _judged({"verified_claims": [], "overall_groundedness": 0.0, "flags": []})
+    assert not disagrees(quiet.verdict) and quiet.verdict.flags == []
+    assert "judge_groundedness" not in quiet.summary("fixed")
+
+
+def test_the_audit_counts_a_repeated_claim_once():
+    # a weak judge repeats its one grounded claim: five copies beside one unsupported claim are two claims
+    j = _judged({"verified_claims": [_claim("grounded", ["w1"])] * 5 + [_claim("unsupported", [], "Lyon")],
+                 "overall_groundedness": 5 / 6, "flags": []})
+    assert [(c.claim, c.status) for c in j.verdict.verified_claims] == [("Paris", "grounded"), ("Lyon", "unsupported")]
+    assert j.score.coverage == 0.5 and j.verdict.overall_groundedness == 0.5
+    assert any("5 times" in f for f in j.verdict.flags)
+    # the same claim (same normalised text) with other labels: one claim, the first wording, the weakest
+    # label with its copies' sources
+    merged = _judged({"verified_claims": [_claim("grounded", ["w1"]), _claim("inferred", ["2"], " paris. "),
+                                          _claim("unsupported", [], "Lyon")],
+                      "overall_groundedness": 0.5, "flags": []}, citations=[1, 2])
+    assert [(c.claim, c.status, c.source_ids) for c in merged.verdict.verified_claims] == [
+        ("Paris", "inferred", ["w2"]), ("Lyon", "unsupported", [])]
+    assert merged.score.coverage == pytest.approx(0.25)  # inferred (0.5) on cited sources, over 2 claims
+    # a copy that names a passage never retrieved makes the claim unsupported however often it is repeated
+    ghost = _judged({"verified_claims": [_claim("grounded", ["w1"]), _claim("grounded", ["w9"])],
+                     "overall_groundedness": 1.0, "flags": []})
+    assert [(c.status, c.source_ids) for c in ghost.verdict.verified_claims] == [("unsupported", [])]
+    assert ghost.score.coverage == 0.0
+
+
+def test_a_source_never_retrieved_makes_its_claim_unsupported():
+    # the designed rule (docs/method.md "Critic"): a judge that invents a source cannot earn grounded for it,
+    # even beside a real one
+    j = _judged({"verified_claims": [_claim("grounded", ["w1", "w9"])], "overall_groundedness": 1.0, "flags": []})
+    assert [(c.status, c.source_ids) for c in j.verdict.verified_claims] == [("unsupported", [])]
+    assert j.score.coverage == 0.0 and j.score.reward == -1.0
+    assert any("never retrieved" in f for f in j.verdict.flags)
+
+
+def test_a_judge_cannot_set_reported_groundedness():
+    from awarl.critic.audit import audit_verdict
+
+    # an internal field (set by the audit): whatever a reply puts there neither fails the verdict nor survives
+    for junk in ("n/a", "high", None, 3, -1, True, [0.5]):
+        v = CriticOutput.model_validate({**VALID, "reported_groundedness": junk})
+        assert v.reported_groundedness is None
+    v = CriticOutput.model_validate({**VALID, "overall_groundedness": 1.0, "reported_groundedness": 0.2})
+    item = build_critic_input("q", "Paris", [1], AUDIT_PASSAGES)
+    assert audit_verdict(v, item).reported_groundedness == 1.0  # the judge's overall_groundedness, not 0.2
+    j = _judged({**VALID, "verified_claims": [_claim("grounded", ["w1"])], "reported_groundedness": "n/a"})
+    assert j.verdict.overall_groundedness == 1.0 and j.score.reward == 1.0
+
+
+@pytest.mark.parametrize("answer", ["Paris…", "«Paris»", "Paris。", "„Paris“", "Paris‐", "¿Paris?", "『Paris』"])
+def test_lexical_unicode_punctuation_is_punctuation(answer):
+    from awarl.critic.lexical_judge import tokens
+    from awarl.metrics import exact_match
+
+    assert exact_match(answer, ["Paris"]) and tokens(answer) == ["paris"]
+    paris = AUDIT_PASSAGES[:1]
+    v = LexicalJudge(CriticConfig()).verify_one(build_critic_input("Which city is the seat of the French "
+                                                                   "government?", answer, [1], paris))
+    assert v.verified_claims[0].status == "grounded"
+    assert citation_reward(v, [1], paris).reward == 1.0
+    # and in the passage's text
+    quoted = [PassageRef(number=1, id="w1", title="Capital", text=f"The seat of government is {answer} since 508.")]
+    v = LexicalJudge(CriticConfig()).verify_one(build_critic_input("Which city is the seat of the French "
+                                                                   "government?", "Paris", [1], quoted))
+    assert v.verified_claims[0].status == "grounded"
+    assert citation_reward(v, [1], quoted).reward == 1.0

@@ -4,18 +4,29 @@ the planner acts on the critic's groundedness, so that figure must be the claims
 `audit_verdict(verdict, item)`:
 - every `source_ids` entry must name a passage the trajectory retrieved (its corpus id, or its number in the
   trajectory as `3` / `[3]` / `id=...`, resolved to the id). A grounded or inferred claim that names a
-  passage never retrieved is counted as **unsupported** (its support cannot be checked) and flagged;
+  passage never retrieved is counted as **unsupported** (its support cannot be checked: a judge that invents
+  a source must not earn grounded for it, even beside a real one) and flagged; an unsupported claim's
+  unresolvable ids are dropped;
+- a claim the verdict repeats (the same text once normalised like an answer: case, punctuation, articles
+  and spacing aside, `awarl.metrics.normalize_answer`) is **one claim** (weak judges repeat claims until cut
+  off, schema.py): the first wording is kept, with the weakest label of its copies (grounded > inferred >
+  unsupported; a copy demoted above counts as unsupported), the sources of its copies with that label merged
+  (first seen first) and the first such copy's confidence, and the repeat is flagged;
 - `overall_groundedness` is **recounted**: grounded claims / all claims (0 with no claims). The judge's own
   figure is kept as `reported_groundedness`, and when it does not round to the recounted number of grounded
-  claims, the disagreement is flagged.
+  claims (with no claims: when the figure itself does not round to the recount, 0), the disagreement is
+  flagged.
 Every consumer goes through it: the training reward and evaluation (`awarl.rewards.citation.safe_verify`)
 and the critic loop's approvals (awarl/research/), for every judge (a no-op for the local judges, whose
-figures are counts by construction).
+figures are counts by construction and whose claims do not repeat on the shipped data).
 """
 
 from __future__ import annotations
 
 from awarl.critic.schema import ClaimVerification, CriticInput, CriticOutput
+from awarl.metrics import normalize_answer
+
+_STRENGTH = {"unsupported": 0, "inferred": 1, "grounded": 2}
 
 
 def passage_names(item: CriticInput) -> dict[str, str]:
@@ -34,11 +45,32 @@ def _resolve(source: str, names: dict[str, str]) -> str | None:
     return names.get(s) or names.get(s.removeprefix("id=").strip())
 
 
+def claim_key(claim: str) -> str:
+    """What makes two claims the same claim: their text normalised like an answer (a claim of punctuation
+    only keeps its case-folded, space-folded text)."""
+    return normalize_answer(claim) or " ".join(claim.casefold().split())
+
+
+def _merge(copies: list[ClaimVerification]) -> ClaimVerification:
+    """One claim from its copies (module docstring): the weakest label, the sources of the copies with it."""
+    weakest = min(copies, key=lambda c: _STRENGTH[c.status])
+    kept = [c for c in copies if c.status == weakest.status]
+    ids = list(dict.fromkeys(s for c in kept for s in c.source_ids))
+    return ClaimVerification(claim=copies[0].claim, status=weakest.status, source_ids=ids,
+                             confidence=kept[0].confidence)
+
+
+def _off(reported: float, grounded: int, n: int) -> bool:
+    """Whether a judge's figure disagrees with its `grounded` of `n` claims: it does not round to that count
+    (to the claims' half, so 0.67 of 3 is 2); with no claims, the figure itself does not round to 0."""
+    return round(reported * n) != grounded if n else round(reported) != 0
+
+
 def audit_verdict(verdict: CriticOutput, item: CriticInput) -> CriticOutput:
     """The verdict with its sources resolved to retrieved ids, claims on never-retrieved passages demoted to
-    unsupported, and its groundedness recounted (module docstring)."""
+    unsupported, repeated claims counted once and its groundedness recounted (module docstring)."""
     names = passage_names(item)
-    claims: list[ClaimVerification] = []
+    copies: dict[str, list[ClaimVerification]] = {}
     flags = list(verdict.flags)
     for c in verdict.verified_claims:
         resolved = [_resolve(s, names) for s in c.source_ids]
@@ -47,14 +79,20 @@ def audit_verdict(verdict: CriticOutput, item: CriticInput) -> CriticOutput:
         if c.status != "unsupported" and unknown:
             flags.append(f"claim {c.claim!r} was labelled {c.status} in passage(s) {unknown} that were never "
                          "retrieved: counted as unsupported")
-            claims.append(ClaimVerification(claim=c.claim, status="unsupported", source_ids=[],
-                                            confidence=c.confidence))
+            checked = ClaimVerification(claim=c.claim, status="unsupported", source_ids=[], confidence=c.confidence)
         else:
-            claims.append(ClaimVerification(claim=c.claim, status=c.status, source_ids=ids, confidence=c.confidence))
+            checked = ClaimVerification(claim=c.claim, status=c.status, source_ids=ids, confidence=c.confidence)
+        copies.setdefault(claim_key(c.claim), []).append(checked)
+    claims = []
+    for same in copies.values():
+        claims.append(_merge(same) if len(same) > 1 else same[0])
+        if len(same) > 1:
+            flags.append(f"claim {same[0].claim!r} was given {len(same)} times: counted once, as "
+                         f"{claims[-1].status}")
     n, grounded = len(claims), sum(c.status == "grounded" for c in claims)
     recount = grounded / n if n else 0.0
     reported = float(verdict.overall_groundedness)
-    if round(reported * n) != grounded:
+    if _off(reported, grounded, n):
         flags.append(f"the judge reported overall_groundedness {reported:.2f}; recounted from its claims: "
                      f"{grounded}/{n} grounded = {recount:.2f} (the recount is used)")
     return CriticOutput(verified_claims=claims, overall_groundedness=recount, flags=list(dict.fromkeys(flags)),
@@ -62,7 +100,7 @@ def audit_verdict(verdict: CriticOutput, item: CriticInput) -> CriticOutput:
 
 
 def disagrees(verdict: CriticOutput) -> bool:
-    """Whether an audited verdict's judge reported another groundedness than its claims give."""
-    return verdict.reported_groundedness is not None and round(
-        verdict.reported_groundedness * len(verdict.verified_claims)) != sum(
-        c.status == "grounded" for c in verdict.verified_claims)
+    """Whether an audited verdict's judge reported another groundedness than its claims give (`_off`)."""
+    return verdict.reported_groundedness is not None and _off(
+        verdict.reported_groundedness, sum(c.status == "grounded" for c in verdict.verified_claims),
+        len(verdict.verified_claims))

@@ -1,6 +1,7 @@
 """Deterministic citation judge for CPU runs and data without gold evidence: lexical overlap with the passages.
 
-Tokens: lower-case, punctuation to spaces, articles dropped, and the possessive `'s` removed first
+Tokens: lower-case, punctuation to spaces (Unicode punctuation, as EM's normalisation reads it:
+`Paris…`, `«Paris»`, `Paris。` are `paris`), articles dropped, and the possessive `'s` removed first
 ("Arthur's Magazine" is {arthur, magazine}, not a stray `s` that every passage with an apostrophe contains).
 
 Claims: an answer of at most `short_answer_words` words is one claim; a longer one is split into sentences,
@@ -43,6 +44,7 @@ import string
 
 from awarl.config import CriticConfig
 from awarl.critic.schema import ClaimVerification, CriticInput, CriticOutput, PassageRef
+from awarl.metrics import _is_punct
 
 _STOP = frozenset({
     "a", "an", "the", "and", "or", "of", "in", "on", "at", "to", "for", "from", "by", "with", "as", "is",
@@ -56,17 +58,24 @@ _QUESTION_WORDS = frozenset({"did", "does", "do", "both", "same", "whose", "name
                              "many", "much", "has", "have", "had"})
 _YES_NO = frozenset({"yes", "no"})
 _POSSESSIVE = re.compile(r"(?<=\w)['’]s\b", flags=re.IGNORECASE)
-_PUNCT = re.compile(f"[{re.escape(string.punctuation)}‘’“”–—]")
+_ASCII_PUNCT = re.compile(f"[{re.escape(string.punctuation)}]")
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+")
 _SPLIT = re.compile(r",|\band\b", flags=re.IGNORECASE)
 _PAREN_TAIL = re.compile(r"\s*\([^()]*\)\s*$")
+
+
+def _punct_to_spaces(text: str) -> str:
+    """ASCII punctuation and every Unicode punctuation character (category P) to a space: the rule of
+    `awarl.metrics.normalize_answer`, so an answer EM accepts tokenises as its gold would."""
+    text = _ASCII_PUNCT.sub(" ", text)
+    return text if text.isascii() else "".join(" " if _is_punct(ch) else ch for ch in text)
 
 
 def cased_tokens(text: str) -> list[str]:
     """`tokens(text)` before lower-casing (the same tokens, one for one): the question's capitals say which
     of its words are names."""
     text = _POSSESSIVE.sub("", text)
-    return [t for t in _PUNCT.sub(" ", text).split() if t.lower() not in ("a", "an", "the")]
+    return [t for t in _punct_to_spaces(text).split() if t.lower() not in ("a", "an", "the")]
 
 
 def tokens(text: str) -> list[str]:

@@ -71,7 +71,19 @@ class CriticOutput(BaseModel):
     flags: list[str] = Field(default_factory=list, description="Issues: conflicting values, uncited support, ...")
     reported_groundedness: float | None = Field(None, ge=0.0, le=1.0, description="The judge's own "
                                                 "overall_groundedness, kept beside the recount (set by the "
-                                                "audit; None before it). Not part of the request schema.")
+                                                "audit; None before it). Internal: not part of the request "
+                                                "schema; a value a judge's reply puts there never fails the "
+                                                "verdict and is overwritten by the audit.")
+
+    @field_validator("reported_groundedness", mode="before")
+    @classmethod
+    def _internal_figure(cls, v: Any) -> Any:
+        """Set by the audit (awarl.critic.audit), which overwrites it with the judge's overall_groundedness: a
+        reply that carries the key anyway is not failed for it (`"n/a"`, 3, NaN are read as None). Only a number
+        in [0, 1] is kept (the audit's, a verdict built in code, a cache entry)."""
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+            return None
+        return v
 
 
 class PassageRef(BaseModel):

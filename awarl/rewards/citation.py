@@ -93,7 +93,7 @@ def citation_reward(verdict: CriticOutput, citations: Iterable[int] | None, pass
     credit = 0.0
     supporting: set[str] = set()
     for c in verdict.verified_claims:
-        # A source that names no retrieved passage (a judge's slip) is dropped: the policy could not cite it.
+        # The audit made a claim on a never-retrieved source unsupported; an id left unresolved is skipped.
         srcs = list(dict.fromkeys(names[s] for s in c.source_ids if s in names))
         share = sum(s in cited_set for s in srcs) / len(srcs) if srcs else 0.0
         if c.status == "grounded":
