@@ -29,6 +29,8 @@ def _umask() -> int:
 # The mode a plain open() gives a new file here. mkstemp creates 0600 files, so without this a run's atomic
 # outputs (manifest, results, resolved config) would be private while its appended ones (predictions) are not.
 FILE_MODE = 0o666 & ~_umask()
+# The mode a plain mkdir() gives a new folder here (mkdtemp creates 0700 ones).
+DIR_MODE = 0o777 & ~_umask()
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -69,9 +71,7 @@ def atomic_write_folder(out: str | os.PathLike, marker: str, fill: Callable[[Pat
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
     try:
         fill(tmp)
-        for f in tmp.iterdir():
-            os.chmod(f, FILE_MODE)
-        os.chmod(tmp, 0o777 & ~_umask())
+        _set_output_modes(tmp)
         if not (tmp / marker).is_file():
             raise RuntimeError(f"{out}: the folder written has no {marker}")
         if out.exists():
@@ -82,6 +82,19 @@ def atomic_write_folder(out: str | os.PathLike, marker: str, fill: Callable[[Pat
         raise
 
 
+def _set_output_modes(folder: Path) -> None:
+    """Give everything under `folder` the modes a plain open() / mkdir() would (files FILE_MODE, folders
+    DIR_MODE), whatever `fill` wrote them with (mkstemp / mkdtemp make them private). A folder must keep its x
+    bits: with a file's mode it could not be entered. Symlinks are left alone: chmod would change their
+    target, which may lie outside the folder."""
+    os.chmod(folder, DIR_MODE)
+    for root, dirs, files in os.walk(folder):  # never descends into a symlinked folder
+        for name in dirs + files:
+            entry = Path(root) / name
+            if not entry.is_symlink():
+                os.chmod(entry, DIR_MODE if name in dirs else FILE_MODE)
+
+
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> int:
     """Write rows atomically; returns the row count."""
     lines = [json.dumps(r, ensure_ascii=False) for r in rows]
@@ -90,9 +103,12 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> int:
 
 
 def repair_torn_tail(path: str | os.PathLike) -> int:
-    """Cut a partial last line (a writer killed mid-line) so the next append starts on a fresh line instead
-    of being glued to the fragment and lost. Returns the number of bytes removed (0 when the file is whole:
-    checking costs one byte read)."""
+    """Make the file end on a line break, so the next append starts on a fresh line instead of being glued to
+    an unterminated last line. A last line that parses as a JSON object is a whole row that lost only its
+    newline (a writer stopped just before it, or one that joined its rows with "\n"): the newline is added
+    and the row kept, as the readers (`iter_jsonl`) already count it. Anything else is a partial line (a
+    writer killed mid-line: a torn row lacks at least its closing brace) and is cut. Returns the number of
+    bytes removed (0 when the file is whole, which costs one byte read, or when only a newline was added)."""
     path = Path(path)
     if not path.is_file() or path.stat().st_size == 0:
         return 0
@@ -112,6 +128,17 @@ def repair_torn_tail(path: str | os.PathLike) -> int:
                 keep = start + nl + 1
                 break
             pos = start
+        if size - keep <= MAX_LINE_BYTES + 1:  # a longer line iter_jsonl refuses whatever it holds: not read
+            f.seek(keep)
+            tail = f.read(size - keep)
+            if len(tail.rstrip(b"\r")) <= MAX_LINE_BYTES and _is_json_object(tail, first_line=keep == 0):
+                f.seek(size)
+                f.write(b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+                log.warning("%s: added the missing newline at the end of its last line (a whole row, %d bytes)",
+                            path, size - keep)
+                return 0
         f.truncate(keep)
         f.flush()
         os.fsync(f.fileno())
@@ -120,8 +147,23 @@ def repair_torn_tail(path: str | os.PathLike) -> int:
     return size - keep
 
 
+def _is_json_object(raw: bytes, *, first_line: bool = False) -> bool:
+    """Whether one line parses as a JSON object, as `iter_jsonl` reads it (a BOM on the first line ignored)."""
+    if first_line and raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    try:
+        return isinstance(loads_json(raw.decode("utf-8")), dict)
+    except ValueError:  # UnicodeDecodeError is a ValueError
+        return False
+
+
 def _append_journal(path: Path, offset: int) -> Path:
     return path.with_name(f".{path.name}.append-{offset}")
+
+
+def _digits(text: str) -> bool:
+    """A journal's offset: ASCII digits only (str.isdigit also takes digits int() refuses, such as "²")."""
+    return text.isascii() and text.isdigit()
 
 
 def finish_interrupted_append(path: str | os.PathLike) -> int:
@@ -129,13 +171,20 @@ def finish_interrupted_append(path: str | os.PathLike) -> int:
     rows or, where its journal never got written, none: the file is cut back to where the batch began and the
     journaled batch appended whole. Resumable jobs call it before reading what is done. Returns the rows."""
     path = Path(path)
-    prefix = glob.escape(f".{path.name}.append-")
+    head = f".{path.name}.append-"
+    prefix = glob.escape(head)
+    # A journal's name is `head` and the offset, nothing more: the globs also match the journals of a sibling
+    # file whose name extends NAME's (`x.jsonl.append-5`: `.x.jsonl.append-5.append-0`), which must not be
+    # taken as NAME's own (NAME would be cut and overwritten with the sibling's batch).
     for stale in path.parent.glob(f".{prefix}*.tmp"):  # a journal whose own write was cut: no append began
-        stale.unlink(missing_ok=True)
-    journals = [j for j in path.parent.glob(prefix + "*") if j.name.rsplit("-", 1)[1].isdigit()]
+        # atomic_write_bytes's temp name: "." + journal name + "." + mkstemp's random part (no dot) + ".tmp"
+        offset, *rest = stale.name[len(head) + 1:].split(".")
+        if _digits(offset) and len(rest) == 2:
+            stale.unlink(missing_ok=True)
+    journals = [j for j in path.parent.glob(prefix + "*") if _digits(j.name[len(head):])]
     done = 0
-    for journal in sorted(journals, key=lambda j: int(j.name.rsplit("-", 1)[1])):
-        offset = journal.name.rsplit("-", 1)[1]
+    for journal in sorted(journals, key=lambda j: int(j.name[len(head):])):
+        offset = journal.name[len(head):]
         data = journal.read_bytes()
         size = path.stat().st_size if path.exists() else 0
         if size < int(offset):  # the file was rewritten since: the batch cannot be placed, so it is dropped

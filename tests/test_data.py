@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -357,3 +358,79 @@ def test_unified_rejects_mistyped_fields(tmp_path):
         p.write_text(json.dumps({**ex, key: value}) + "\n")
         with pytest.raises(DataError, match=rf"u_{key}\.jsonl:1: unified record: key '{where}'"):
             load_examples(p, format="unified")
+
+
+@pytest.mark.parametrize("answers", [[None], [["Rush"]], [{"text": "Rush"}], [True], ["Rush", 1984]])
+def test_unified_refuses_answers_that_are_not_strings(tmp_path, answers):
+    """from_dict str()ed each answer: null became the gold answer "None", a nested list "['Rush']"."""
+    ex = load_shipped("hotpotqa", limit=1)[0].to_dict()
+    p = tmp_path / "u.jsonl"
+    p.write_text(json.dumps(ex) + "\n" + json.dumps({**ex, "id": "x2", "answers": answers}) + "\n")
+    i = len(answers) - 1
+    with pytest.raises(DataError, match=rf"u\.jsonl:2: unified record: key 'answers'\[{i}\]: expected a string"):
+        load_examples(p)
+    res = load_examples(p, on_error="skip")
+    assert [e.id for e in res.examples] == [ex["id"]] and len(res.skipped) == 1
+
+
+def _blank_question_files() -> dict[str, tuple[str, list]]:
+    """name -> (format, [a record with a blank question, a good one]) in each format's container."""
+    hotpot = _raw_json(HOTPOT)[:2]
+    musique = [json.loads(x) for x in MUSIQUE.read_text().splitlines()[:2]]
+    flash = [json.loads(x) for x in FLASHRAG.read_text().splitlines()[:2]]
+    unified = [e.to_dict() for e in load_shipped("hotpotqa", limit=2)]
+    return {"hotpot.json": ("hotpotqa", hotpot), "musique.jsonl": ("musique", musique),
+            "nq_test.jsonl": ("flashrag", flash), "unified.jsonl": ("unified", unified)}
+
+
+@pytest.mark.parametrize("blank", ["", "  ", "\n"])
+def test_blank_question_is_a_malformed_record_in_every_format(tmp_path, blank):
+    """A blank question loaded as question '' (sent to the model, written by prepare) in every format."""
+    for name, (fmt, recs) in _blank_question_files().items():
+        recs[0]["question"] = blank
+        p = tmp_path / name
+        p.write_text(json.dumps(recs) if name.endswith(".json") else "".join(json.dumps(r) + "\n" for r in recs))
+        where = f"{name}: record 0" if name.endswith(".json") else f"{name}:1"  # as malformed ids are named
+        with pytest.raises(DataError, match=re.escape(f"{where}: {fmt} record: key 'question': empty")):
+            load_examples(p)
+        res = load_examples(p, on_error="skip")
+        assert len(res.examples) == 1 and res.examples[0].question == recs[1]["question"].strip()
+        assert len(res.skipped) == 1 and "key 'question': empty" in res.skipped[0]
+
+
+def test_flashrag_dataset_from_a_relative_path(tmp_path, monkeypatch):
+    """FlashRAG's <dataset>/<split>.jsonl read as `dev.jsonl` inside its folder took the dataset name from the
+    path as given: '' (then the split name, 'dev') instead of the folder's 'hotpotqa'."""
+    folder = tmp_path / "hotpotqa"
+    folder.mkdir()
+    (folder / "dev.jsonl").write_text(FLASHRAG.read_text().splitlines()[0] + "\n")
+    assert load_examples(folder / "dev.jsonl").examples[0].dataset == "hotpotqa"
+    monkeypatch.chdir(folder)
+    for rel in ("dev.jsonl", "./dev.jsonl", "../hotpotqa/dev.jsonl"):
+        assert load_examples(rel).examples[0].dataset == "hotpotqa", rel
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert load_examples("../hotpotqa/dev.jsonl").examples[0].dataset == "hotpotqa"
+
+
+@pytest.mark.parametrize("flag", ["false", "true", 0, 1, [], None])
+def test_musique_is_supporting_must_be_a_bool(tmp_path, flag):
+    """is_supporting was bool()ed: "false" (a re-exported file) made the paragraph gold evidence. Now a
+    non-bool costs the record, as `answerable`; absent (null) is not supporting."""
+    rec = json.loads(MUSIQUE.read_text().splitlines()[0])
+    rec["paragraphs"][0]["is_supporting"] = flag
+    p = tmp_path / "m.jsonl"
+    p.write_text(json.dumps(rec) + "\n")
+    if flag is None:
+        assert load_examples(p).examples[0].context[0].is_supporting is False
+        return
+    with pytest.raises(DataError, match=r"m\.jsonl:1: musique record: key 'paragraphs'\[0\]\.is_supporting: "
+                                        r"expected a bool"):
+        load_examples(p)
+    # in a FlashRAG row's metadata the paragraphs are optional: dropped with a warning, the row kept
+    row = {"id": "f1", "question": rec["question"], "golden_answers": [rec["answer"]],
+           "metadata": {"paragraphs": rec["paragraphs"]}}
+    f = tmp_path / "musique_dev.jsonl"
+    f.write_text(json.dumps(row) + "\n")
+    res = load_examples(f, format="flashrag")
+    assert res.examples[0].context == [] and "metadata.paragraphs'[0].is_supporting" in res.warnings[0]

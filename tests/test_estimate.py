@@ -192,3 +192,81 @@ def test_cli_model_and_out_are_taken_literally(tmp_path, monkeypatch, value):
     assert main(["estimate", "--model", value, "--out", str(tmp_path / value / "p.jsonl")]) == 0
     assert seen["cfg"].estimate.model == value
     assert seen["cfg"].estimate.out == str(tmp_path / value / "p.jsonl")
+
+
+def test_resume_keeps_a_whole_last_row_that_lacks_its_newline(tmp_path):
+    """`awarl estimate`'s resume (finish_interrupted_append, read_estimates, append_jsonl) counted a whole last
+    row without its newline done, then the append's repair cut it as torn: that question was lost for good."""
+    from awarl.io import append_jsonl, finish_interrupted_append
+
+    out = tmp_path / "p_estimates.jsonl"
+    rows = [estimate_row(ex(q), outs) for q, outs in (("a", ["correct", "wrong"]), ("b", ["abstain", "wrong"]))]
+    out.write_text("\n".join(json.dumps(r) for r in rows))  # written the common way, or stopped before the "\n"
+    finish_interrupted_append(out)
+    assert set(read_estimates(out)) == {"nq/a", "nq/b"}  # b counts as done: the resume will not sample it
+    append_jsonl(out, [estimate_row(ex("c"), ["correct", "correct"])])
+    assert set(read_estimates(out)) == {"nq/a", "nq/b", "nq/c"}
+    # a torn last row (a kill mid-line) is still not counted, and is cut before the next batch
+    out.write_text(json.dumps(rows[0]) + "\n" + json.dumps(rows[1])[:-9])
+    assert set(read_estimates(out)) == {"nq/a"}
+    append_jsonl(out, [rows[1]])
+    assert [json.loads(x) for x in out.read_text().splitlines()] == rows
+
+
+def _row(**over):
+    return {**estimate_row(ex("b"), ["correct", "wrong", "abstain", "invalid"]), **over}
+
+
+@pytest.mark.parametrize("over, problem", [
+    ({"correct": 5, "outcomes": {"correct": 5, "wrong": 0, "abstain": 0, "invalid": 0}},
+     r"key 'correct': expected an integer in \[0, 4\], got 5"),
+    ({"k": "four"}, r"key 'k': expected an integer >= 1, got 'four'"),
+    ({"k": 0, "correct": 0}, r"key 'k': expected an integer >= 1, got 0"),
+    ({"k": 4.0}, r"key 'k': expected an integer >= 1, got 4\.0"),
+    ({"correct": True}, r"key 'correct': expected an integer"),
+    ({"outcomes": [1, 1, 1, 1]}, r"key 'outcomes': expected an object of counts, got list"),
+    ({"outcomes": {"correct": 1, "wrong": "1"}}, r"key 'outcomes': counts must be integers >= 0"),
+    ({"outcomes": {"correct": 1, "wrong": -1}}, r"key 'outcomes': counts must be integers >= 0"),
+    ({"outcomes": {"correct": 1, "right": 3}}, r"key 'outcomes': unknown outcome\(s\) \['right'\]"),
+    ({"outcomes": {"correct": 1, "wrong": 0, "abstain": 0, "invalid": 4}},
+     r"key 'outcomes': counts sum to 5, more than k=4"),
+    ({"outcomes": {"correct": 2, "wrong": 0, "abstain": 0, "invalid": 2}},
+     r"key 'outcomes': 2 correct, but the row's 'correct' is 1"),
+])
+def test_read_estimates_refuses_malformed_counts_naming_file_and_line(tmp_path, over, problem):
+    """k / correct / outcomes were not checked on reading: a bad row loaded, then failed in join_p (training)
+    with a bare ValueError naming neither the file nor the line."""
+    p = tmp_path / "p.jsonl"
+    p.write_text(json.dumps(estimate_row(ex("a"), ["correct"])) + "\n" + json.dumps(_row(**over)) + "\n")
+    with pytest.raises(DataError, match=rf"p\.jsonl:2: {problem}"):
+        read_estimates(p)
+
+
+def test_read_estimates_takes_what_the_writer_and_older_files_hold(tmp_path):
+    p = tmp_path / "p.jsonl"
+    rows = [estimate_row(ex("a"), ["abstain"] * 3), _row(), {"qid": "c", "dataset": "nq", "p_i": 0.5},
+            {"qid": "d", "dataset": "nq", "p_i": 0.5, "k": 2, "correct": 1},        # counts without outcomes
+            {"qid": "e", "dataset": "nq", "p_i": 0.5, "k": 4, "outcomes": {"correct": 2, "abstain": 1}}]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    est = read_estimates(p)
+    assert len(est) == 5
+    assert join_p([ex(q) for q in "abcde"], est) == ([0.0, 0.25, 0.5, 0.5, 0.5], 0)
+    ps, missing = join_p([ex(q) for q in "abe"], est, "among_answered")  # the rows with outcome counts
+    assert ps == [0.0, pytest.approx(1 / 3), pytest.approx(2 / 3)] and missing == 0
+    assert len(read_estimates(Path(__file__).resolve().parent.parent / "runs" / "demo" / "p_estimates.jsonl")) > 0
+
+
+def test_estimates_record_of_a_deeply_nested_manifest_names_the_file(tmp_path, caplog):
+    """estimates_record used json.loads: a corrupt record nested too deeply raised RecursionError (a traceback
+    out of `awarl train` / `awarl estimate`), not the {} of any other unreadable record."""
+    from awarl.data.estimates import estimates_record, settings_path
+
+    est = tmp_path / "p_estimates.jsonl"
+    est.write_text("")
+    assert estimates_record(est) == {}  # none (an older awarl): nothing logged
+    assert not caplog.records
+    settings_path(est).write_text("[" * 100000 + "]" * 100000)
+    assert estimates_record(est) == {}
+    assert f"{settings_path(est)}: unreadable settings record (nested too deeply" in caplog.text
+    settings_path(est).write_text('{"status": "running"}')
+    assert estimates_record(est) == {"status": "running"}

@@ -66,3 +66,70 @@ def test_atomic_and_appended_outputs_share_one_file_mode(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert modes["manifest.json"] == 0o666 & ~umask
+
+
+def test_repair_torn_tail_completes_a_whole_last_row_and_cuts_a_torn_one(tmp_path):
+    """A last row that lacks only its newline used to be cut like a torn one: a resumed `awarl estimate` had
+    already counted it done (iter_jsonl reads it), so append_jsonl's repair lost it for good."""
+    from awarl.io import append_jsonl, repair_torn_tail
+
+    p = _lines_file(tmp_path, [b'{"a": 1}\n', b'{"b": 2}'])  # rows joined with "\n", none at the end
+    assert repair_torn_tail(p) == 0 and p.read_bytes() == b'{"a": 1}\n{"b": 2}\n'
+    assert repair_torn_tail(p) == 0 and p.read_bytes() == b'{"a": 1}\n{"b": 2}\n'  # whole: left alone
+    append_jsonl(p, [{"c": 3}])
+    assert [row for _, row in iter_jsonl(p)] == [{"a": 1}, {"b": 2}, {"c": 3}]
+    # the only line, with a BOM and a CR (a file saved on Windows): a whole row too
+    bom = _lines_file(tmp_path, [b'\xef\xbb\xbf{"a": 1}\r'], "bom.jsonl")
+    assert repair_torn_tail(bom) == 0 and bom.read_bytes() == b'\xef\xbb\xbf{"a": 1}\r\n'
+    # torn rows (no closing brace, cut inside a string or a multi-byte character) and non-objects are cut
+    for tail in (b'{"b": 2', b'{"b": "x', '{"b": "é'.encode()[:-1], b"[1, 2]", b"   "):
+        t = _lines_file(tmp_path, [b'{"a": 1}\n', tail], "torn.jsonl")
+        assert repair_torn_tail(t) == len(tail) and t.read_bytes() == b'{"a": 1}\n', tail
+
+
+def test_finish_interrupted_append_leaves_a_sibling_files_journals_alone(tmp_path):
+    """The journal of `x.jsonl.append-5` (`.x.jsonl.append-5.append-0`) was taken as x.jsonl's own: x.jsonl was
+    cut to 0 and overwritten with the sibling's batch. Its journal's temp file was deleted too."""
+    from awarl import io
+
+    p, q = tmp_path / "x.jsonl", tmp_path / "x.jsonl.append-5"
+    io.append_jsonl(p, [{"keep": 1}, {"keep": 2}])
+    sibling = io._append_journal(q, 0)
+    io.atomic_write_bytes(sibling, b'{"other": 1}\n')  # q's interrupted append
+    sibling_tmp = tmp_path / f".{sibling.name}.abc123_x.tmp"  # q's journal, its own write cut
+    sibling_tmp.write_bytes(b"{")
+    own_tmp = tmp_path / f".{io._append_journal(p, 0).name}.abc123_x.tmp"
+    own_tmp.write_bytes(b"{")
+    assert io.finish_interrupted_append(p) == 0
+    assert p.read_bytes() == b'{"keep": 1}\n{"keep": 2}\n'
+    assert sibling.read_bytes() == b'{"other": 1}\n' and sibling_tmp.exists() and not own_tmp.exists()
+    # the sibling's own resume still finds and completes its batch
+    assert io.finish_interrupted_append(q) == 1 and q.read_bytes() == b'{"other": 1}\n' and not sibling.exists()
+
+
+def test_atomic_write_folder_gives_folders_a_folder_mode(tmp_path):
+    """Every entry of the folder used to get the file mode (0644): a subfolder lost its x bits and could not be
+    entered by its owner (non-root) or anyone."""
+    import os
+    import stat
+    import tempfile
+
+    from awarl.io import FILE_MODE, atomic_write_folder
+
+    umask = os.umask(0)
+    os.umask(umask)
+    dir_mode = 0o777 & ~umask  # what a plain mkdir gives
+
+    def fill(tmp):
+        (tmp / "sub" / "deeper").mkdir(parents=True)
+        (tmp / "sub" / "w.bin").write_bytes(b"x")
+        fd, private = tempfile.mkstemp(dir=tmp / "sub" / "deeper")  # 0600, as a library's temp-file write
+        os.close(fd)
+        os.rename(private, tmp / "sub" / "deeper" / "v.bin")
+        (tmp / "INFO.json").write_text("{}")
+
+    atomic_write_folder(tmp_path / "model", "INFO.json", fill)
+    mode = lambda *parts: stat.S_IMODE(os.stat(tmp_path.joinpath("model", *parts)).st_mode)  # noqa: E731
+    assert mode() == mode("sub") == mode("sub", "deeper") == dir_mode and dir_mode & stat.S_IXUSR
+    assert mode("INFO.json") == mode("sub", "w.bin") == mode("sub", "deeper", "v.bin") == FILE_MODE
+    assert (tmp_path / "model" / "sub" / "w.bin").read_bytes() == b"x"

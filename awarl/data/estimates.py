@@ -15,7 +15,6 @@ Questions are keyed by (dataset, qid): ids are only unique within a dataset (Sea
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections import Counter
@@ -25,7 +24,7 @@ from typing import Any
 
 from awarl.data.types import QAExample, example_key
 from awarl.estimation import estimate_p, success_estimate
-from awarl.io import DataError, iter_jsonl
+from awarl.io import DataError, iter_jsonl, loads_json
 from awarl.metrics import Outcome
 
 log = logging.getLogger(__name__)
@@ -44,12 +43,20 @@ def estimates_path(estimate_out: str | None, run_dir: str, *, train_file: str | 
 
 def estimates_record(estimates_file: str | os.PathLike) -> dict[str, Any]:
     """The settings record beside a p_i file (`awarl estimate`'s), or {} without a readable one (an older
-    awarl wrote none)."""
-    try:
-        data = json.loads(settings_path(estimates_file).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    awarl wrote none; an unreadable or malformed one is logged, naming the file, and read as none)."""
+    path = settings_path(estimates_file)
+    if not path.is_file():
         return {}
-    return data if isinstance(data, dict) else {}
+    try:
+        # loads_json: a record nested too deeply reads as malformed, not as a RecursionError traceback
+        data = loads_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        log.warning("%s: unreadable settings record (%s); read as none", path, e)
+        return {}
+    if not isinstance(data, dict):
+        log.warning("%s: settings record is not a JSON object (%s); read as none", path, type(data).__name__)
+        return {}
+    return data
 
 
 def estimates_model(record: dict[str, Any]) -> str | None:
@@ -118,11 +125,54 @@ def row_samples(row: dict, definition: str = "share_of_k") -> float | None:
     return float(answered if answered > 0 else k)
 
 
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _row_problem(row: dict) -> str | None:
+    """Why an estimate row cannot be used (None when it can): the fields every row needs (qid, dataset,
+    p_i in [0, 1]) and the counts where it has them. `k`, `correct` and `outcomes` are optional (a
+    hand-made or older file may carry p_i alone), but present they must be what `estimate_row` writes:
+    K >= 1, 0 <= correct <= K, outcome counts (keys of OUTCOME_KEYS, missing ones 0) summing to at most
+    K, their `correct` equal to the row's. Checked on reading, so a bad row is refused naming its line,
+    not later in `join_p` / `row_p` with an error that names neither file nor line."""
+    missing = [k for k in ("qid", "dataset", "p_i") if k not in row]
+    if missing:
+        return f"estimate row lacks {missing}"
+    p = row["p_i"]
+    if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0.0 <= p <= 1.0:
+        return f"p_i must be a number in [0, 1], got {p!r}"
+    k = row.get("k")
+    if "k" in row and (not _count(k) or k < 1):
+        return f"key 'k': expected an integer >= 1, got {k!r:.40}"
+    correct = row.get("correct")
+    if "correct" in row and (not _count(correct) or (k is not None and correct > k)):
+        return f"key 'correct': expected an integer in [0, {'k' if k is None else k}], got {correct!r:.40}"
+    if "outcomes" in row:
+        outcomes = row["outcomes"]
+        if not isinstance(outcomes, dict):
+            return f"key 'outcomes': expected an object of counts, got {type(outcomes).__name__}"
+        unknown = sorted(set(outcomes) - set(OUTCOME_KEYS))
+        if unknown:
+            return f"key 'outcomes': unknown outcome(s) {unknown}; expected {list(OUTCOME_KEYS)}"
+        bad = {o: n for o, n in outcomes.items() if not _count(n)}
+        if bad:
+            return f"key 'outcomes': counts must be integers >= 0, got {bad!r:.80}"
+        if k is not None and sum(outcomes.values()) > k:
+            return f"key 'outcomes': counts sum to {sum(outcomes.values())}, more than k={k}"
+        if correct is not None and outcomes.get(Outcome.CORRECT.value, 0) != correct:
+            return (f"key 'outcomes': {outcomes.get(Outcome.CORRECT.value, 0)} correct, but the row's "
+                    f"'correct' is {correct}")
+    return None
+
+
 def read_estimates(path: str | os.PathLike) -> dict[str, dict]:
     """Rows of an estimate file keyed by example_key(dataset, qid); a later row for the same question wins.
 
-    A torn last line (a killed writer) is skipped with a warning; any other malformed row is an error that
-    names the file and line."""
+    A torn last line (a killed writer; not a JSON object) is skipped with a warning, and `repair_torn_tail`
+    cuts it before the next append. A whole last row that lacks only its newline is a row like any other
+    (that repair completes it, so a resume that counted it done keeps it). Any other malformed row
+    (`_row_problem`) is an error that names the file and line."""
     path = Path(path)
     if not path.exists():
         return {}
@@ -132,12 +182,9 @@ def read_estimates(path: str | os.PathLike) -> dict[str, dict]:
     torn_line = data.count(b"\n") + 1 if data and not data.endswith(b"\n") else None
     errors: list[str] = []
     for n, row in iter_jsonl(path, on_error="skip", errors=errors):
-        missing = [k for k in ("qid", "dataset", "p_i") if k not in row]
-        if missing:
-            raise DataError(f"{path}:{n}: estimate row lacks {missing}")
-        p = row["p_i"]
-        if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0.0 <= p <= 1.0:
-            raise DataError(f"{path}:{n}: p_i must be a number in [0, 1], got {p!r}")
+        problem = _row_problem(row)
+        if problem:
+            raise DataError(f"{path}:{n}: {problem}")
         out[example_key(str(row["dataset"]), str(row["qid"]))] = row
     for e in errors:
         # Only the last line may be torn by a kill; a bad line in the middle is corruption.

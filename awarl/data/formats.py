@@ -22,6 +22,7 @@ and the record index / line number. Conventions shared by all formats:
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,14 @@ def _str_id(value: Any, key: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int)) or str(value) == "":
         raise RecordError(f"key {key!r}: expected a non-empty string id, got {value!r}")
     return str(value)
+
+
+def _question(rec: Any) -> str:
+    """The record's question, stripped; a blank one is malformed like an empty id (nothing to ask the model)."""
+    question = _get(rec, "question", str).strip()
+    if not question:
+        raise RecordError("key 'question': empty")
+    return question
 
 
 def _answers(first: Any, aliases: Any, key: str) -> list[str]:
@@ -172,7 +181,12 @@ def _musique_paragraphs(raw: Any, key: str = "paragraphs") -> list[Paragraph]:
         title, text = p.get("title"), p.get("paragraph_text")
         if not isinstance(title, str) or not isinstance(text, str):
             raise RecordError(f"key {key!r}[{i}]: needs string 'title' and 'paragraph_text'")
-        context.append(Paragraph(title=title, text=text.strip(), is_supporting=bool(p.get("is_supporting"))))
+        # Absent (a split whose support is hidden) is not supporting; anything but a bool is refused, as
+        # `answerable` is: bool("false") is True, which would make the paragraph gold evidence.
+        supporting = p.get("is_supporting")
+        if supporting is not None and not isinstance(supporting, bool):
+            raise RecordError(f"key {key!r}[{i}].is_supporting: expected a bool, got {supporting!r:.40}")
+        context.append(Paragraph(title=title, text=text.strip(), is_supporting=bool(supporting)))
     return context
 
 
@@ -241,7 +255,7 @@ def _title_sentence_record(rec: Any, dataset: str, keys: tuple[str, ...], notes:
     return QAExample(
         id=_str_id(_get(rec, "_id", (str, int)), "_id"),
         dataset=dataset,
-        question=_get(rec, "question", str).strip(),
+        question=_question(rec),
         answers=_answers(_get(rec, "answer", (str, int, float), optional=True), None, "answer"),
         supporting_facts=sfs,
         context=_title_sentence_context(_get(rec, "context", (list, dict)), {t for t, _ in sfs}),
@@ -268,7 +282,7 @@ def convert_musique(rec: Any, dataset: str | None = None, notes: list[str] | Non
     return QAExample(
         id=_str_id(_get(rec, "id", (str, int)), "id"),
         dataset=dataset or "musique",
-        question=_get(rec, "question", str).strip(),
+        question=_question(rec),
         answers=_answers(_get(rec, "answer", (str, int, float), optional=True),
                          _get(rec, "answer_aliases", list, optional=True), "answer_aliases"),
         answerable=True if answerable is None else answerable,
@@ -311,7 +325,7 @@ def convert_flashrag(rec: Any, dataset: str | None = None, notes: list[str] | No
     return QAExample(
         id=_str_id(_get(rec, "id", (str, int)), "id"),
         dataset=dataset or "flashrag",
-        question=_get(rec, "question", str).strip(),
+        question=_question(rec),
         answers=_answers(None, _get(rec, "golden_answers", list), "golden_answers"),
         supporting_facts=sfs,
         context=context,
@@ -330,7 +344,7 @@ def convert_searchr1(rec: Any, dataset: str | None = None, notes: list[str] | No
     return QAExample(
         id=_str_id(_get(rec, "id", (str, int)), "id"),
         dataset=dataset or (source if isinstance(source, str) and source else "searchr1"),
-        question=_get(rec, "question", str).strip(),
+        question=_question(rec),
         answers=_answers(None, _get(rec, "golden_answers", list), "golden_answers"),
         supporting_facts=sfs,
         context=context,
@@ -356,10 +370,14 @@ def _unified_paragraph(p: Any, i: int) -> Paragraph:
 def convert_unified(rec: Any, dataset: str | None = None, notes: list[str] | None = None) -> QAExample:
     """Our own unified JSONL (`QAExample.to_dict()` lines). Strict: a malformed field means the file is not
     what `awarl data prepare` wrote, so it costs the record."""
-    _get(rec, "question", str)
+    _question(rec)
     _get(rec, "dataset", str)
     _str_id(_get(rec, "id", (str, int)), "id")
-    _get(rec, "answers", list, optional=True)
+    # Strings only, as `awarl data prepare` writes them: from_dict's str() would make a null the gold answer
+    # "None", a nested list "['Rush']", true "True".
+    for i, a in enumerate(_get(rec, "answers", list, optional=True) or []):
+        if not isinstance(a, str):
+            raise RecordError(f"key 'answers'[{i}]: expected a string, got {type(a).__name__}")
     # Checked here because from_dict would coerce silently: bool("false") is True, dict("ab") is an error
     # without the key's name.
     _get(rec, "answerable", bool, optional=True)
@@ -392,8 +410,11 @@ _SPLIT_NAMES = {"train", "dev", "test", "val", "validation", "eval"}
 def _flashrag_dataset(path: Path) -> str | None:
     """FlashRAG ships <dataset>/<split>.jsonl; our samples are named <dataset>_<split>N.jsonl."""
     stem = path.stem.split(".")[0]
-    if stem.lower() in _SPLIT_NAMES and path.parent.name:
-        return path.parent.name
+    # The folder of the absolute path: `dev.jsonl` read inside hotpotqa/ has no parent name as given. Made
+    # absolute lexically (abspath), not resolved: a Hub cache file is a link into blobs/, named by its hash.
+    folder = Path(os.path.abspath(path)).parent.name
+    if stem.lower() in _SPLIT_NAMES and folder:
+        return folder
     return stem.split("_")[0] or None
 
 

@@ -85,8 +85,9 @@ def set_aside_bad_lines(path: Path, correctness: str, phrases: list[str] | None 
     before a resume: each goes to REJECTED next to it (`{"file", "line", "problem", "text"}`), the file is
     rewritten without them (atomically; the other lines byte for byte), and their questions count as not
     done, so they are generated again instead of being dropped from the report. A batch a kill interrupted
-    is completed first, and a partial last line (no newline at its end: its write was cut off) cut. Returns
-    one message per line set aside, saying what was found."""
+    is completed first, and a partial last line (its write was cut off) cut; a whole last row that lacks only
+    its newline is completed and kept (`repair_torn_tail`). Returns one message per line set aside, saying
+    what was found."""
     if not path.exists():
         return []
     finish_interrupted_append(path)
