@@ -127,6 +127,8 @@ def test_a_rerun_under_other_settings_is_refused_finished_or_not(tmp_path, tiny_
     assert record["sampling"]["temperature"] == 1.0 and record["k"] == 2
     assert record["model"]["name"] == str(tiny_dir) and record["retrieval"]["index"]["kind"] == "bm25"
     rows_before = out.read_text()
+    resolved = out.parent / "estimate" / "resolved_config.yaml"
+    resolved_before = resolved.read_text()
     for key, value, named in [("estimate", {"k": 2, "temperature": 0.7}, "sampling.temperature: 1.0 -> 0.7"),
                               ("agent", {**base["agent"], "max_turns": 2}, "agent:"),
                               ("retrieval", {**base["retrieval"], "topk": 3}, "retrieval.topk: 2 -> 3")]:
@@ -134,6 +136,7 @@ def test_a_rerun_under_other_settings_is_refused_finished_or_not(tmp_path, tiny_
             run_estimate(config_from_dict({**base, key: value}))
         assert named in str(e.value) and "set estimate.out to another file" in str(e.value)
         assert out.read_text() == rows_before
+        assert resolved.read_text() == resolved_before  # before: overwritten with the refused settings
     # another k is not a conflict: those rows are sampled again (docs/training.md)
     seen: list[int] = []
     run_estimate(config_from_dict({**base, "estimate": {"k": 1}}), on_batch=seen.append)
@@ -141,6 +144,24 @@ def test_a_rerun_under_other_settings_is_refused_finished_or_not(tmp_path, tiny_
     # a file from an awarl that kept no record is trusted, as eval does with an older manifest
     settings_path(out).unlink()
     run_estimate(config_from_dict({**base, "estimate": {"k": 1, "temperature": 0.7}}))
+
+
+def test_an_unanswerable_question_gets_p_0_whatever_answer_its_record_keeps(tmp_path, tiny_dir, index):
+    """MuSiQue-Full's `answerable: false` records keep the answer strings of the question they were made
+    from; answering them was counted correct, so p_i said "answer" where only abstaining is right."""
+    import dataclasses
+
+    from awarl.data.estimates import read_estimates
+    from awarl.data.loaders import load_examples
+
+    exs = load_examples(HOTPOT, format="hotpotqa", limit=2, seed=0).examples
+    exs[1] = dataclasses.replace(exs[1], answerable=False)
+    script = write_script(tmp_path / "script.jsonl", {e.question: e.answers[0] for e in exs})
+    out = run_estimate(config_from_dict(cfg_dict(tmp_path, tiny_dir, index, backend="scripted",
+                                                 script=str(script))), examples=exs)
+    rows = read_estimates(out)
+    assert rows[f"hotpotqa/{exs[0].id}"]["p_i"] == 1.0
+    assert rows[f"hotpotqa/{exs[1].id}"]["p_i"] == 0.0 and rows[f"hotpotqa/{exs[1].id}"]["outcomes"]["wrong"] == 2
 
 
 def ex(i: str, ds: str = "nq") -> QAExample:

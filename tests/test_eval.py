@@ -367,12 +367,15 @@ def test_resume_repairs_torn_line_and_refuses_other_settings(tmp_path, tiny_dir,
     assert res["n"] == 3 and res["per_dataset"]["hotpotqa"]["correct"] == 3
     assert json.loads((out / "manifest.json").read_text())["generated_now"] == 1
 
-    # Other sampling settings or another template on the same folder: refused, nothing appended.
+    # Other sampling settings or another template on the same folder: refused, nothing appended, and the
+    # folder's resolved config still the one the predictions were made under (before: overwritten first).
+    resolved = (out / "resolved_config.yaml").read_text()
     with pytest.raises(ValueError, match=r"sampling\.temperature: 0\.0 -> 0\.7"):
         run(["eval.temperature=0.7"])
     with pytest.raises(ValueError, match="template"):
         run(["agent.template=search-r1"])
     assert pred.read_text().count("\n") == 3
+    assert (out / "resolved_config.yaml").read_text() == resolved
     run()  # the same settings still resume (nothing left to generate)
     assert json.loads((out / "manifest.json").read_text())["generated_now"] == 0
 
@@ -381,3 +384,56 @@ def test_eval_cli_rejects_bad_limit(tmp_path, capsys):
     assert main(["eval", "--limit", "0", "--out", str(tmp_path / "x")]) == 2
     assert "--limit must be >= 1" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_an_unanswerable_question_is_wrong_when_answered_and_abstain_when_refused(tmp_path, tiny_dir,
+                                                                                  shipped_bm25_dir):
+    """MuSiQue-Full's `answerable: false` questions keep the answer strings of the question they were made
+    from. Before, those strings were the gold answers: answering them scored correct (RA-F1 1.0) and the
+    reward paid for it. Now any answer is wrong and abstaining is an abstention, in eval and in a re-score."""
+    from transformers import AutoTokenizer
+
+    from awarl.retrieval import load_index
+    from awarl.stages.score import score_file
+
+    src = (shipped_data_dir() / SHIPPED_DEV["musique"]).read_text(encoding="utf-8").splitlines()[:2]
+    recs = [json.loads(line) for line in src]
+    recs[1]["answerable"] = False
+    recs[1]["paragraphs"] = [p for p in recs[1]["paragraphs"] if not p["is_supporting"]]
+    data = tmp_path / "musique_full.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    script = tmp_path / "script.jsonl"
+
+    def answers(first: str, second: str) -> None:
+        script.write_text("".join(json.dumps({"question": r["question"], "turns": [f"<answer> {a} </answer>"]}) + "\n"
+                                  for r, a in zip(recs, [first, second], strict=True)))
+
+    tok, retriever = AutoTokenizer.from_pretrained(tiny_dir), load_index(shipped_bm25_dir)
+    cfg = load_config(None, ["generation.backend=scripted", f"generation.script={script}", "run.seed=1",
+                             "metrics.bootstrap_samples=0", f"data.eval=[{{path: '{data}', format: musique}}]"])
+    kept = recs[1]["answer"]
+    answers(recs[0]["answer"], kept)
+    res = run_eval(cfg, tmp_path / "answered", model=str(tiny_dir), tokenizer=tok, retriever=retriever)
+    rows = {r["id"]: r for r in map(json.loads, (tmp_path / "answered" / "predictions.jsonl").read_text().splitlines())}
+    assert rows[recs[0]["id"]]["outcome"] == "correct" and "answerable" not in rows[recs[0]["id"]]
+    assert rows[recs[1]["id"]]["outcome"] == "wrong"
+    assert rows[recs[1]["id"]]["answers"] == [] and rows[recs[1]["id"]]["answerable"] is False
+    assert res["per_dataset"]["musique"]["precision"] == 0.5  # was 1.0: the kept answer scored correct
+    rescored = score_file(tmp_path / "answered" / "predictions.jsonl", tmp_path / "rescored", cfg)
+    assert rescored["per_dataset"]["musique"]["wrong"] == 1
+
+    answers(recs[0]["answer"], "not enough information")
+    res = run_eval(cfg, tmp_path / "refused", model=str(tiny_dir), tokenizer=tok, retriever=retriever)
+    per = res["per_dataset"]["musique"]
+    assert (per["correct"], per["abstain"], per["wrong"]) == (1, 1, 0) and per["precision"] == 1.0
+
+
+def test_under_judge_correctness_an_answer_to_an_unanswerable_question_needs_no_verdict():
+    """The grader is never asked when there is no gold answer (the answer is wrong), so such a line has no
+    judge_correct; before, a resume took it as unscorable and generated it again, every time."""
+    from awarl.stages.score import line_problem
+
+    row = {"id": "q1", "dataset": "musique", "question": "Who?", "prediction": "Stanley", "answers": [],
+           "answerable": False, "valid": True, "outcome": "wrong"}
+    assert line_problem(row, "judge", ["not enough information"]) is None
+    assert "judge_correct" in line_problem({**row, "answers": ["Stanley"]}, "judge", ["not enough information"])

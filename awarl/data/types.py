@@ -42,6 +42,14 @@ class QAExample:
     context: list[Paragraph] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)  # raw extra fields of the source record
 
+    @property
+    def gold_answers(self) -> list[str]:
+        """The answers a prediction is scored against: none for an unanswerable question (MuSiQue-Full's
+        `answerable: false`, whose record keeps the answer strings of the question it was made from), so
+        that any answer to it is wrong and abstaining is the right move. Every scorer reads this, never
+        `answers` directly."""
+        return list(self.answers) if self.answerable else []
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["supporting_facts"] = [list(sf) for sf in self.supporting_facts]

@@ -126,11 +126,11 @@ def critic_summaries(runs: Sequence[ResearchRun], reports: Sequence[ResearchRepo
 def research_record(ex: QAExample, run: ResearchRun, report: ResearchReport, metrics: MetricsConfig,
                     phrases: Sequence[str], grade: Grade | None = None) -> dict[str, Any]:
     """One predictions.jsonl line of the critic loop."""
-    outcome = answer_outcome(report.answer, ex.answers, metrics, phrases, valid=True, grade=grade)
+    outcome = answer_outcome(report.answer, ex.gold_answers, metrics, phrases, valid=True, grade=grade)
     searches = [q for s in report.sub_questions for q in s["searches"]]
     return {
         "id": ex.id, "dataset": ex.dataset, "question": ex.question, "prediction": report.answer,
-        "answers": ex.answers, "valid": True, "outcome": outcome.value, **graded_fields(grade),
+        "answers": ex.gold_answers, "valid": True, "outcome": outcome.value, **graded_fields(grade),
         "trajectory": {"searches": searches, "citations": [],
                        "num_turns": sum(s["attempts"] for s in report.sub_questions)},
         "research": report.model_dump(mode="json"),
@@ -146,7 +146,7 @@ def critic_loop_rows(engine: RolloutEngine, judge: Judge | None, grader: AnswerG
     loop_judge = loop_judge if loop_judge is not None else make_loop_judge(cfg, reuse=judge)
     runs = make_runs(cfg.research, batch, planner, phrases, seed=seed)
     reports = loop_reports(runs, engine, loop_judge, cfg.research, temperature=temperature, top_p=top_p, seed=seed)
-    grades = grade_answers(grader, [(ex.question, rep.answer, True, ex.answers) for ex, rep in zip(batch, reports,
+    grades = grade_answers(grader, [(ex.question, rep.answer, True, ex.gold_answers) for ex, rep in zip(batch, reports,
                                                                                                strict=True)], phrases)
     summaries = critic_summaries(runs, reports, judge, loop_judge, label, cfg.reward.inferred_weight)
     rows = []

@@ -57,7 +57,6 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
 
     out = estimates_path(cfg.estimate.out, cfg.run.out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
-    save_resolved(cfg, out.parent / "estimate")
     examples = examples if examples is not None else load_train_examples(cfg.data, cfg.run.seed)
     k = cfg.estimate.k
     model = model if model is not None else (cfg.estimate.model or cfg.train.model)
@@ -69,6 +68,7 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
     refuse_mixed_settings(record, out, settings, holder=str(out), what="p_i estimates",
                           remedy=f"set estimate.out to another file, or delete {out} and {record.name} to estimate "
                                  "again")
+    save_resolved(cfg, out.parent / "estimate")  # after the check: a refused rerun leaves the record as it was
     finish_interrupted_append(out)  # a batch a kill interrupted is completed before what is done is read
     done = {key for key, row in read_estimates(out).items() if row.get("k") == k}
     todo = [ex for ex in examples if example_key(ex.dataset, ex.id) not in done]
@@ -103,11 +103,11 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
             if len(trajs) != len(questions):
                 raise RuntimeError(f"rollout engine returned {len(trajs)} trajectories for {len(questions)} "
                                    "requests")
-            grades = grade_trajectories(grader, questions, trajs, [ex.answers for ex in batch for _ in range(k)],
+            grades = grade_trajectories(grader, questions, trajs, [ex.gold_answers for ex in batch for _ in range(k)],
                                         engine.abstention_phrases)
             rows = []
             for i, ex in enumerate(batch):
-                outcomes = [trajectory_outcome(t.parsed, ex.answers, cfg.metrics, engine.abstention_phrases, g).value
+                outcomes = [trajectory_outcome(t.parsed, ex.gold_answers, cfg.metrics, engine.abstention_phrases, g).value
                             for t, g in zip(trajs[i * k:(i + 1) * k], grades[i * k:(i + 1) * k], strict=True)]
                 rows.append(estimate_row(ex, outcomes))
             append_jsonl(out, rows)

@@ -82,7 +82,7 @@ def single_pass_rows(engine: Any, judge: Any, grader: Any, batch: list[QAExample
     gets the answer of an uninterrupted run); its line with the grader's verdict and the critic's summary."""
     seeds = [question_seed(seed, ex.dataset, ex.id) for ex in batch]
     trajs = engine.run([ex.question for ex in batch], temperature=temperature, top_p=top_p, seed=seeds)
-    grades = grade_trajectories(grader, [ex.question for ex in batch], trajs, [ex.answers for ex in batch],
+    grades = grade_trajectories(grader, [ex.question for ex in batch], trajs, [ex.gold_answers for ex in batch],
                                 engine.abstention_phrases)
     rows = [trajectory_record(ex, t, cfg, engine.abstention_phrases, g)
             for ex, t, g in zip(batch, trajs, grades, strict=True)]
@@ -154,7 +154,6 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    save_resolved(cfg, out)
     eval_set = load_eval_set(cfg.data, cfg.eval, cfg.run.seed, datasets, limit)
     if not eval_set.examples:
         raise ValueError("no evaluation questions: check eval.datasets / data.eval")
@@ -176,6 +175,8 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
         manifest = build_manifest(cfg, eval_set, model_identity(ref, getattr(engine.backend, "model", None)),
                                   retriever_identity(retriever), {"status": "running"})
         check_resumable(out, manifest)
+        # Only now: a refused resume must leave the folder's record of its settings as the run made it.
+        save_resolved(cfg, out)
         atomic_write_json(out / MANIFEST, manifest)
         set_aside = set_aside_bad_lines(pred_path, cfg.metrics.correctness, engine.abstention_phrases)
         regrade_failed(pred_path, grader, cfg, engine.abstention_phrases)

@@ -35,13 +35,14 @@ def trajectory_record(ex: QAExample, traj: Any, cfg: AwarlConfig, phrases: list[
 
     `phrases`: the engine's abstention phrases, `grade`: the LLM grader's verdict (see trajectory_outcome)."""
     p = traj.parsed
-    outcome = trajectory_outcome(p, ex.answers, cfg.metrics, phrases, grade)
+    outcome = trajectory_outcome(p, ex.gold_answers, cfg.metrics, phrases, grade)
     return {
         "id": ex.id,
         "dataset": ex.dataset,
         "question": ex.question,
         "prediction": p.answer,
-        "answers": ex.answers,
+        "answers": ex.gold_answers,
+        **({} if ex.answerable else {"answerable": False}),
         "valid": p.valid,
         "outcome": outcome.value,
         **graded_fields(grade),

@@ -110,9 +110,10 @@ def line_problem(row: Any, correctness: str, phrases: list[str] | None = None) -
     if jc is not None and not isinstance(jc, bool):
         return f"key 'judge_correct': expected true, false or null, got {jc!r}"
     pred = row["prediction"]
-    # Only a real answer needs the judge's verdict: abstentions and blank/invalid answers have an outcome
-    # without one (classify_outcome never consults judge_correct for them).
-    needs_verdict = (pred is not None and pred.strip() and row.get("valid", True)
+    # Only a real answer to a question with gold answers needs the judge's verdict: abstentions, blank/invalid
+    # answers and answers to an unanswerable question (no gold: wrong) have an outcome without one
+    # (classify_outcome never consults judge_correct for them).
+    needs_verdict = (pred is not None and pred.strip() and row.get("valid", True) and answers
                      and not is_abstention(pred, phrases or []))
     if correctness == "judge" and jc is None and needs_verdict:
         return "correctness=judge but the line has no 'judge_correct' verdict"

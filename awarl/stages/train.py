@@ -100,7 +100,7 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
         log.warning("%d of %d training questions have no p_i in %s; the reward uses reward.default_p=%.3g "
                     "for them", missing, len(examples), path, cfg.reward.default_p)
     rows = [{"prompt": ex.question, "qid": example_key(ex.dataset, ex.id), "dataset": ex.dataset,
-             "question": ex.question, "answers": list(ex.answers), "p_i": p, "p_n": n,
+             "question": ex.question, "answers": ex.gold_answers, "p_i": p, "p_n": n,
              "gold_evidence": _evidence_json(ex)}
             for ex, p, n in zip(examples, ps, ns, strict=True)]
     known = [p for p in ps if p is not None]

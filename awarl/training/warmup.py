@@ -43,10 +43,10 @@ def teacher_turns(template: Template, ex: QAExample, passages: list[Any], abstai
     tags = template.tags
     search = f"{tags.open('search')} {ex.question} {tags.close('search')}"
     numbered = [(i + 1, p.title, p.text, p.id) for i, p in enumerate(passages)]
-    golds = [g for g in (normalize_answer(a) for a in ex.answers) if g]
+    golds = [g for g in (normalize_answer(a) for a in ex.gold_answers) if g]
     support = next((n for n, title, text, _ in numbered
                     if any(f" {g} " in f" {normalize_answer(title + ' ' + text)} " for g in golds)), None)
-    answer = f"{tags.open('answer')} {ex.answers[0] if support else abstain_phrase} {tags.close('answer')}"
+    answer = f"{tags.open('answer')} {ex.gold_answers[0] if support else abstain_phrase} {tags.close('answer')}"
     if support and template.citations:
         answer = f"{tags.open('cite')} {support} {tags.close('cite')}\n{answer}"
     # No leading newline: the information block already ends with one, and a tiny model that learns
