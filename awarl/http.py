@@ -123,17 +123,20 @@ def capped_request(http: Any, method: str, url: str, *, timeout_s: float, max_by
 
 
 def retry_after_s(value: str | None) -> float | None:
-    """Seconds a `Retry-After` header asks to wait (delta-seconds or an HTTP date); None if absent/invalid."""
+    """Seconds a `Retry-After` header asks to wait (delta-seconds or an HTTP date); None if absent/invalid.
+
+    Delta-seconds are ASCII digits (RFC 9110): `str.isdigit` also takes "²" or "٣", which `float` refuses or
+    reads as a number no server meant, so a malformed header is ignored rather than raised."""
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
         return float(value)
-    try:
+    try:  # an HTTP date; a year or zone offset out of range overflows
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        return max(0.0, when.timestamp() - time.time()) if when is not None else None
+    except (TypeError, ValueError, OverflowError, IndexError):
         return None
-    return max(0.0, when.timestamp() - time.time()) if when is not None else None
 
 
 def retry_delay(attempt: int, backoff_s: float, retry_after: float | None, max_retry_after_s: float) -> float:

@@ -17,13 +17,14 @@ from awarl.http import (
     RetryPolicy,
     capped_request,
     deadline_client,
+    retry_after_s,
     send_with_retries,
 )
 
 
 def endpoint_app(seen: dict[str, list[float]]):  # noqa: ANN201 - an ASGI app
-    """POST /seq answers 429 (Retry-After: 1), then 503, then 200; /down always 503; /missing 404; /big a
-    200 of 10 kB. `seen[path]` gets the arrival time of every request."""
+    """POST /seq answers 429 (Retry-After: 1), then 503, then 200; /down always 503, /odd too with a malformed
+    `Retry-After: ²`; /missing 404; /big a 200 of 10 kB. `seen[path]` gets the arrival time of every request."""
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse, Response
 
@@ -39,6 +40,8 @@ def endpoint_app(seen: dict[str, list[float]]):  # noqa: ANN201 - an ASGI app
             return Response(status_code=503)
         if path == "missing":
             return Response(status_code=404)
+        if path == "odd":  # a Retry-After that is no number of seconds a float can read
+            return Response(status_code=503, headers={"Retry-After": "\u00b2"})
         return JSONResponse({"n": n, "pad": "x" * (10_000 if path == "big" else 0)})
 
     return app
@@ -93,3 +96,27 @@ def test_what_is_not_retried_and_what_runs_out(endpoint) -> None:
         send_with_retries(lambda: capped_request(http, "POST", url, timeout_s=1.0, max_bytes=100),
                           RetryPolicy(1, 0.01, 1.0))
     assert e.value.attempts == 2 and e.value.last.startswith("ConnectError")
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "3\u00b2", "\u0663", "\uff15", "1.5", "-3", "soon", " ", "",
+                                   "Wed, 21 Oct 99999999999 07:28:00 GMT", "Wed, 21 Oct 2015 07:28:00 +9999999999999"])
+def test_a_malformed_retry_after_reads_as_absent(value: str) -> None:
+    # "²", "٣" (Arabic-Indic 3) and "５" (fullwidth 5) pass str.isdigit(); float() refuses the first and reads
+    # the others as numbers no server meant; an HTTP date's year or zone offset can overflow
+    assert retry_after_s(value) is None
+
+
+def test_retry_after_reads_seconds_and_dates() -> None:
+    import email.utils
+
+    assert retry_after_s(" 7 ") == 7.0 and retry_after_s("0") == 0.0
+    assert retry_after_s("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # in the past: at once
+    assert 3000 < retry_after_s(email.utils.formatdate(time.time() + 3600, usegmt=True)) <= 3600
+
+
+def test_a_malformed_retry_after_is_retried_with_the_backoff(endpoint) -> None:
+    send, seen = endpoint
+    waits: list[tuple[int, str, float]] = []
+    with pytest.raises(RetriesExhausted, match=r"no answer after 3 attempt\(s\): HTTP 503"):
+        send_with_retries(send("odd"), RetryPolicy(2, 0.01, 60.0), on_retry=lambda *a: waits.append(a))
+    assert waits == [(1, "HTTP 503", 0.01), (2, "HTTP 503", 0.02)] and len(seen["odd"]) == 3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -160,6 +161,66 @@ def test_dense_hnsw_agrees_with_flat(tmp_path: Path, wiki18_tiny: Path, dense_in
     assert [[p.id for p in r] for r in hnsw.search(queries, 3)] == [[p.id for p in r] for r in flat.search(queries, 3)]
 
 
+@pytest.mark.slow
+def test_dense_blank_queries_get_no_passages(dense_index: Path) -> None:
+    """As with BM25 (and the HTTP client): an embedding of nothing would rank the corpus by chance."""
+    dense = load_index(dense_index)
+    q = "American lobbyist for a pharmaceutical company"
+    got = dense.search(["", q, "   \n\t", q], 3)
+    assert got[0] == [] and got[2] == [] and len(got[1]) == 3
+    alone = dense.search([q], 3)[0]  # the others are answered in line (scores up to the batch's float noise)
+    for row in (got[1], got[3]):
+        assert [p.id for p in row] == [p.id for p in alone]
+        assert [p.score for p in row] == pytest.approx([p.score for p in alone], abs=1e-5)
+    assert dense.search(["", " "], 3) == [[], []] and dense.search([q], 0) == [[]]
+
+
+@pytest.mark.slow
+def test_dense_and_bm25_passages_keep_the_corpus_contents(dense_index: Path, wiki18_tiny: Path) -> None:
+    """Every retriever hands back the corpus line's `contents` as it is (wiki-18's unquoted titles too), with
+    the title and text split from it."""
+    rows = corpus_rows(wiki18_tiny)
+    unquoted = [r for r in rows if not r["contents"].startswith('"')]
+    assert unquoted  # lines 30, 32 and 33 of the sample
+    corpus = {r["id"]: r["contents"] for r in rows}
+    dense = load_index(dense_index)
+    bm25 = load_index(build_index(wiki18_tiny, "bm25", dense_index.parent / "bm25-tiny", show_progress=False))
+    queries = [own_text_query(r["contents"], 20) for r in unquoted]
+    for retriever in (dense, bm25):
+        hits = [p for row in retriever.search(queries, 3) for p in row]
+        assert {r["id"] for r in unquoted} <= {p.id for p in hits}
+        for p in hits:
+            want = Passage.from_contents(p.id, corpus[p.id])
+            assert (p.contents, p.title, p.text) == (corpus[p.id], want.title, want.text)
+
+
+def test_ivfpq_trains_the_cells_its_sample_was_sized_for() -> None:
+    """The training sample holds 64 vectors for each intended cell; training must not size the cells again from
+    the sample (4096 cells by default would become 2048)."""
+    from awarl.retrieval.dense import VectorIndexBuilder, default_nlist
+
+    rng = np.random.default_rng(0)
+    vecs = rng.standard_normal((10_000, 8)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    vb = VectorIndexBuilder(8, "ivfpq", pq_m=1, expected=1000, use_gpu=False)  # 128 cells, a 10,000 sample
+    vb.add(vecs[:6000])
+    assert vb.index is None  # still holding the sample
+    vb.add(vecs[6000:])
+    index = vb.finish()
+    assert index.nlist == vb.settings["nlist"] == default_nlist(1000) == 128  # not from the sample: min(512, 256)
+
+    from awarl.retrieval.dense import ivf_cells, trained_nlist
+
+    default = VectorIndexBuilder(8, "ivfpq", pq_m=1, use_gpu=False)
+    assert default._train_size == 64 * 4096 and trained_nlist(default._cells, default._train_size) == 4096
+    assert ivf_cells(None, None) == 4096 and ivf_cells(300, 10**9) == 300 and ivf_cells(None, 21_000_000) == 16384
+    assert trained_nlist(4096, 1000) == 1000 // 39  # a sample too small for the cells trains fewer
+    # a corpus smaller than the sample is trained on whole, its cells sized by its own count (4 * sqrt(n))
+    small = VectorIndexBuilder(8, "ivfpq", pq_m=1, use_gpu=False)
+    small.add(vecs[:5000])
+    assert small.finish().nlist == min(default_nlist(5000), 5000 // 39) == 128
+
+
 # ---------------------------------------------------------------------------------------- streaming
 @pytest.mark.slow
 def test_bm25_build_memory_does_not_scale_with_corpus_text(tmp_path: Path) -> None:
@@ -289,6 +350,26 @@ def test_malformed_corpus_line_named_and_nothing_left_behind(tmp_path: Path, wik
         build_index(bad, "bm25", tmp_path / "idx", show_progress=False)
 
 
+def test_a_lone_surrogate_in_a_corpus_line_is_named(tmp_path: Path, wiki18_tiny: Path) -> None:
+    """`\\ud83d` (half an emoji's surrogate pair) is valid JSON but has no UTF-8 form: the build stops with
+    FILE:LINE, as for any malformed line, not with a bare UnicodeEncodeError, and leaves nothing behind."""
+    lines = wiki18_tiny.read_text(encoding="utf-8").splitlines()
+    bad = tmp_path / "bad.jsonl"
+    cut = json.dumps({"id": "9", "contents": '"Emoji"\ncut in half \ud83d here'})  # ensure_ascii: a \ud83d escape
+    assert "\\ud83d" in cut
+    bad.write_text("\n".join(lines[:2] + [cut] + lines[2:5]) + "\n")
+    with pytest.raises(DataError, match=r"bad\.jsonl:3: contents is not valid Unicode: lone surrogate"):
+        build_index(bad, "bm25", tmp_path / "idx", show_progress=False)
+    bad.write_text("\n".join(lines[:3] + [json.dumps({"id": "x\udc00", "contents": '"T"\ntext'})]) + "\n")
+    with pytest.raises(DataError, match=r"bad\.jsonl:4: id is not valid Unicode"):
+        build_index(bad, "bm25", tmp_path / "idx", show_progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]  # no partial index or temp folder
+    # a whole pair (an escaped emoji) is fine
+    bad.write_text("\n".join(lines[:3] + [json.dumps({"id": "e", "contents": '"T"\nsmile \U0001F600'})]) + "\n")
+    assert load_index(build_index(bad, "bm25", tmp_path / "idx", show_progress=False)).docstore.get(3).text \
+        == "smile \U0001F600"
+
+
 def test_existing_index_not_overwritten_by_default(bm25_index: Path, wiki18_tiny: Path, tmp_path: Path) -> None:
     idx = copy_index(bm25_index, tmp_path / "i")
     with pytest.raises(RetrievalIndexError, match="already exists"):
@@ -348,6 +429,24 @@ def test_load_retriever_builds_once_then_reuses(tmp_path: Path, wiki18_tiny: Pat
     assert RetrievalClient("http://127.0.0.1:9/retrieve/").base_url == "http://127.0.0.1:9"
     with pytest.raises(RetrievalClientError, match="cannot reach the retrieval server at http://127.0.0.1:9"):
         load_retriever(RetrievalConfig(kind="server", server_url="http://127.0.0.1:9/", wait_s=0))
+
+
+def test_load_retriever_warns_when_the_config_names_another_corpus(bm25_index: Path, wiki18_small: Path,
+                                                                   wiki18_tiny: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """An existing index is loaded as it is: a config whose retrieval.corpus is another corpus says so."""
+    with caplog.at_level(logging.WARNING, logger="awarl.retrieval.index"):
+        r = load_retriever(RetrievalConfig(kind="bm25", index_dir=str(bm25_index), corpus=str(wiki18_tiny)))
+    assert r.meta["passage_count"] == 300  # the index of the 300-passage corpus, not rebuilt
+    said = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert len(said) == 1, said
+    assert f"retrieval.corpus={wiki18_tiny}" in said[0] and str(wiki18_small.resolve()) in said[0]
+    assert str(bm25_index) in said[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="awarl.retrieval.index"):  # its own corpus: nothing to say
+        load_retriever(RetrievalConfig(kind="bm25", index_dir=str(bm25_index), corpus=str(wiki18_small)))
+        load_retriever(RetrievalConfig(kind="bm25", index_dir=str(bm25_index)))
+    assert not [rec for rec in caplog.records if rec.levelno >= logging.WARNING]
 
 
 def test_gzip_corpus_builds_the_same_index_and_is_verified(tmp_path: Path, wiki18_small: Path,

@@ -43,6 +43,28 @@ def test_answers_match_direct_calls(bm25) -> None:
         assert health["queries_served"] == 7 and health["requests_served"] == 2
 
 
+def test_served_contents_are_the_corpus_lines_verbatim(bm25, wiki18_small: Path) -> None:
+    """Search-R1's server returns the corpus document unchanged: `contents` is the line's own, not one rebuilt
+    from title and text (wiki-18 has unquoted titles: `Apus\\nhas ...`, not `"Apus"\\nhas ...`)."""
+    corpus = {r["id"]: r["contents"] for r in map(json.loads, wiki18_small.read_text(encoding="utf-8").splitlines())}
+    unquoted = [pid for pid, c in corpus.items() if not c.startswith('"')]
+    assert len(unquoted) >= 5  # the sample's first 300 lines hold some
+    assert all(bm25.docstore.get(i).contents == corpus[bm25.docstore.get(i).id] for i in range(len(bm25.docstore)))
+    queries = [" ".join(corpus[pid].split()[:12]) for pid in unquoted]
+    with serve_app(make_app(bm25)) as url:
+        scored = httpx.post(url + "/retrieve", json={"queries": queries, "topk": 5, "return_scores": True}).json()
+        bare = httpx.post(url + "/retrieve", json={"queries": queries, "topk": 5}).json()
+        served = [h["document"] for row in scored["result"] for h in row] + [d for row in bare["result"] for d in row]
+        assert unquoted[0] in {d["id"] for d in served}
+        assert all(d["contents"] == corpus[d["id"]] for d in served)
+        # the client reads them back as the same passages (title and text split as the agent shows them)
+        got = RetrievalClient(url, retries=0).search(queries, 5)
+    assert got == bm25.search(queries, 5)
+    for p in (p for row in got for p in row):
+        want = Passage.from_contents(p.id, corpus[p.id])
+        assert (p.title, p.text, p.contents) == (want.title, want.text, corpus[p.id])
+
+
 @pytest.mark.slow
 def test_dense_answers_match_direct_calls(dense_index: Path) -> None:
     dense = load_index(dense_index)

@@ -128,6 +128,8 @@ def misbehaving_app(state: SimpleNamespace):  # noqa: ANN201 - an ASGI app
         state.hits += 1
         if state.mode == "retry-after" and state.hits == 1:
             return Response(b'{"detail": "busy"}', status_code=503, headers={"Retry-After": "1"})
+        if state.mode == "bad-retry-after" and state.hits == 1:  # "²": str.isdigit() says yes, float() no
+            return Response(b'{"detail": "busy"}', status_code=503, headers={"Retry-After": "\u00b2"})
         answer = json.dumps({"result": [[{"document": {"id": "1", "contents": '"T"\nx' * (
             200_000 if state.mode == "flood" else 1)}, "score": 1.0}]]}).encode()
         if state.mode != "trickle-body":
@@ -189,3 +191,39 @@ def test_retry_after_is_honoured(bad_endpoint) -> None:
     assert time.perf_counter() - t0 >= 0.95  # waited the server's 1 s, not the 0.01 s backoff
     assert retry_after_s("7") == 7.0 and retry_after_s("soon") is None and retry_after_s(None) is None
     assert retry_after_s("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past: at once
+
+
+def test_a_malformed_retry_after_is_ignored_not_raised(bad_endpoint) -> None:
+    """A 503 whose Retry-After is "²" is retried after the usual backoff (the header reads as absent), and the
+    call never escapes as a bare ValueError the rollout engine does not catch."""
+    handler, url = bad_endpoint
+    handler.mode = "bad-retry-after"
+    t0 = time.perf_counter()
+    [[p]] = RetrievalClient(url, retries=1, backoff_s=0.01).search(["q"], 1)
+    assert p.id == "1" and handler.hits == 2 and time.perf_counter() - t0 < 5
+    handler.hits = 0
+    with pytest.raises(RetrievalClientError, match="no answer after 1 attempts"):
+        RetrievalClient(url, retries=0).search(["q"], 1)
+
+
+@pytest.mark.slow
+def test_health_discloses_no_absolute_path_in_the_settings(tmp_path: Path, wiki18_tiny: Path) -> None:
+    """A dense index built with a local model folder (`--model /abs/path`) records that path; /health names
+    the folder only, as it does the corpus."""
+    from conftest import head_lines
+
+    from awarl.retrieval import build_index
+    from awarl.retrieval.dense import DEFAULT_MODEL, resolve_model_path
+
+    model = resolve_model_path(DEFAULT_MODEL)
+    assert Path(model).is_absolute()
+    corpus = head_lines(wiki18_tiny, tmp_path / "c5.jsonl", 5)
+    dense = load_index(build_index(corpus, "dense", tmp_path / "idx", model=model, show_progress=False,
+                                   device="cpu"), device="cpu")
+    assert dense.meta["settings"]["model"] == model
+    with serve_app(make_app(dense)) as url:
+        r = httpx.get(url + "/health")
+    assert r.status_code == 200
+    assert str(Path(model).parent) not in r.text and str(tmp_path) not in r.text and '"/' not in r.text
+    assert r.json()["meta"]["settings"]["model"] == Path(model).name
+    assert r.json()["meta"]["corpus"] == "c5.jsonl"

@@ -85,6 +85,21 @@ def default_nlist(n: int) -> int:
     return int(min(65536, max(16, 2 ** round(math.log2(4 * math.sqrt(max(n, 1)))))))
 
 
+DEFAULT_IVF_PASSAGES = 1_000_000  # the corpus size an IVF-PQ build assumes when it is not told (4096 cells)
+
+
+def ivf_cells(nlist: int | None, expected: int | None) -> int:
+    """The IVF cells a build aims for: `nlist`, else `default_nlist` of the expected passage count (4096
+    when it is not known). The training sample is sized for these cells (64 vectors a cell)."""
+    return int(nlist) if nlist else default_nlist(expected or DEFAULT_IVF_PASSAGES)
+
+
+def trained_nlist(cells: int, n_train: int) -> int:
+    """The cells trained on `n_train` vectors: the intended `cells`, but no more than the sample can train
+    (a cell needs ~39 training points: a corpus smaller than the sample gets fewer)."""
+    return max(1, min(cells, n_train // 39))
+
+
 def default_pq_m(dim: int) -> int:
     """PQ sub-quantizers: 64 bytes a vector where the dimension allows (768-d e5: 12 dims per code)."""
     for m in (64, 48, 32, 24, 16, 12, 8, 6, 4, 3, 2, 1):
@@ -197,12 +212,13 @@ class VectorIndexBuilder:
         elif index_type == "flat":
             self.index = faiss.IndexFlatIP(dim)
         else:
-            self._nlist, self._pq_m = nlist, pq_m or default_pq_m(dim)
+            self._pq_m = pq_m or default_pq_m(dim)
             if dim % self._pq_m:
                 raise ValueError(f"pq_m={self._pq_m} must divide the embedding dimension {dim}")
             self._nprobe = nprobe
-            cells = nlist or default_nlist(expected or 1_000_000)
-            self._train_size = train_size or max(10_000, 64 * cells)
+            self._nlist, self._expected = nlist, expected
+            self._cells = ivf_cells(nlist, expected)
+            self._train_size = train_size or max(10_000, 64 * self._cells)
             self.index = None
         if self.use_gpu and self.index is not None and index_type == "flat":
             self.index = to_gpu(self.index)
@@ -214,10 +230,11 @@ class VectorIndexBuilder:
         self._pending.append(vecs)
         self._pending_n += len(vecs)
         if self._pending_n >= self._train_size:
-            self._train()
+            self._train(whole_corpus=False)
 
-    def _train(self) -> None:
-        """Train IVF-PQ on the held vectors (all of them if the corpus is smaller than the sample)."""
+    def _train(self, whole_corpus: bool) -> None:
+        """Train IVF-PQ on the held vectors (all of them if the corpus is smaller than the sample: then its
+        size is known, and sizes the cells where neither nlist nor the expected size was given)."""
         import faiss
 
         sample = np.concatenate(self._pending) if self._pending else np.zeros((0, self.dim), np.float32)
@@ -225,8 +242,11 @@ class VectorIndexBuilder:
         n = len(sample)
         if n == 0:
             raise ValueError("cannot build a dense index from an empty corpus")
-        # a cell needs ~39 training points, a PQ codebook 256 (8 bits) or 2**bits for small samples
-        nlist = min(self._nlist or default_nlist(max(n, 1)), max(1, n // 39))
+        # the cells the sample was sized for (not default_nlist of the sample: 64 vectors a cell make it 2x
+        # fewer at 4096), capped by what the sample trains (a cell needs ~39 training points); a PQ codebook
+        # needs 256 (8 bits), or 2**bits for small samples
+        cells = ivf_cells(self._nlist, self._expected or n) if whole_corpus else self._cells
+        nlist = trained_nlist(cells, n)
         nbits = 8 if n >= 256 * 39 else max(1, min(8, int(math.log2(max(2, n // 39)))))
         quantizer = faiss.IndexFlatIP(self.dim)
         index = faiss.IndexIVFPQ(quantizer, self.dim, nlist, self._pq_m, nbits, faiss.METRIC_INNER_PRODUCT)
@@ -242,7 +262,7 @@ class VectorIndexBuilder:
         import faiss
 
         if not self._trained:
-            self._train()
+            self._train(whole_corpus=True)
         index = self.index
         if self.use_gpu and hasattr(faiss, "index_gpu_to_cpu") and "Gpu" in type(index).__name__:
             index = faiss.index_gpu_to_cpu(index)
@@ -279,10 +299,15 @@ class DenseRetriever:
         self.docstore = docstore
 
     def search(self, queries: list[str], k: int) -> list[list[Passage]]:
-        if not queries or k <= 0:
-            return [[] for _ in queries]
-        vecs = embed(self.encoder, list(queries), self.settings.get("query_prefix", ""),
+        """Like BM25: a blank query (or k <= 0) gets no passages (an embedding of nothing would rank the
+        whole corpus by chance); the others are embedded and searched in one batch."""
+        out: list[list[Passage]] = [[] for _ in queries]
+        todo = [i for i, q in enumerate(queries) if q.strip()] if k > 0 else []
+        if not todo:
+            return out
+        vecs = embed(self.encoder, [queries[i] for i in todo], self.settings.get("query_prefix", ""),
                      int(self.settings.get("batch_size", 64)))
         scores, idx = self.index.search(vecs, min(k, self.index.ntotal))
-        return [[self.docstore.get(int(i), float(s)) for s, i in zip(srow, irow, strict=True) if i >= 0]
-                for srow, irow in zip(scores, idx, strict=True)]
+        for i, srow, irow in zip(todo, scores, idx, strict=True):
+            out[i] = [self.docstore.get(int(j), float(s)) for s, j in zip(srow, irow, strict=True) if j >= 0]
+        return out

@@ -49,6 +49,18 @@ def passage_contents(obj: dict[str, Any], where: str) -> tuple[str, str]:
     return str(pid), contents
 
 
+def _check_unicode(pid: str, contents: str, where: str) -> None:
+    """A lone surrogate (`\\ud83d`: valid JSON, e.g. an emoji cut in half) has no UTF-8 form: the docstore
+    and the tokenizers cannot take it."""
+    for name, value in (("id", pid), ("contents", contents)):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise DataError(f"{where}: {name} is not valid Unicode: lone surrogate {value[e.start]!r} at "
+                            f"character {e.start} (a \\u escape of half a surrogate pair); fix or drop the "
+                            "line") from None
+
+
 class _HashingReader(io.RawIOBase):
     """A binary file whose bytes are hashed and counted as they are read (one pass for sha256 and progress)."""
 
@@ -103,7 +115,10 @@ class CorpusReader:
             if not isinstance(obj, dict):
                 raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
             self.line = n
-            yield passage_contents(obj, where)
+            pid, contents = passage_contents(obj, where)
+            if b"\\ud" in raw or b"\\uD" in raw:  # only a JSON escape can carry a lone surrogate
+                _check_unicode(pid, contents, where)
+            yield pid, contents
 
 
 class DocstoreWriter:
@@ -154,10 +169,11 @@ class Docstore:
         return len(self.offsets) - 1
 
     def get(self, i: int, score: float = 0.0) -> Passage:
-        pid, title, text = self._parsed(int(i))
-        return Passage(pid, title, text, score)
+        """Passage `i`, its `contents` exactly as stored (the corpus line's, for a `{"id", "contents"}` corpus)."""
+        pid, title, text, raw = self._parsed(int(i))
+        return Passage(pid, title, text, score, raw)
 
-    def _read(self, i: int) -> tuple[str, str, str]:
+    def _read(self, i: int) -> tuple[str, str, str, str | None]:
         start, end = int(self.offsets[i]), int(self.offsets[i + 1])
         try:
             raw = self._map[start:end] if self._map is not None else os.pread(self._fd, end - start, start)
@@ -166,7 +182,7 @@ class Docstore:
         except (ValueError, KeyError, TypeError) as e:  # a docstore edited in place keeps its size
             raise DataError(f"{self.path}: passage {i} (bytes {start}-{end}) is corrupt ({type(e).__name__}: "
                             f"{e}); rebuild the index") from None
-        return p.id, p.title, p.text
+        return p.id, p.title, p.text, p.raw_contents
 
     def get_many(self, hits: list[tuple[int, float]]) -> list[Passage]:
         """Passages of (index, score) hits, in order."""

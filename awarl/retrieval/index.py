@@ -439,6 +439,25 @@ def load_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True, devi
     return retriever
 
 
+def warn_if_other_corpus(corpus: Path, index_dir: Path, meta: dict[str, Any]) -> bool:
+    """Log a warning (and return True) when `corpus` (retrieval.corpus) is not the size of the corpus the index
+    was built from: an existing index is loaded as it is, so a config naming another corpus would otherwise
+    search the old one without a word. One stat, no hashing (wiki-18 is 14 GB): a same-size other file
+    passes, and the corpus at the recorded path is checked by its hash when loading (retrieval.verify_corpus)."""
+    recorded = meta.get("corpus_bytes")
+    try:
+        size = corpus.stat().st_size
+    except OSError:
+        return False  # no corpus to compare: the index is self-contained
+    if recorded is None or size == int(recorded):
+        return False
+    log.warning("retrieval.corpus=%s (%d bytes) is not the corpus index %s was built from (%s, %d bytes); "
+                "searching the index as it is (to index retrieval.corpus, point retrieval.index_dir at a new "
+                "folder or rebuild with `awarl index build --overwrite`)", corpus, size, index_dir,
+                meta.get("corpus"), int(recorded))
+    return True
+
+
 def load_retriever(cfg: RetrievalConfig) -> Retriever:
     """The retriever a run config asks for: an index (built from `cfg.corpus` if absent) or the HTTP client."""
     from awarl.config import ConfigError
@@ -461,6 +480,8 @@ def load_retriever(cfg: RetrievalConfig) -> Retriever:
         log.info("building %s index %s from %s", cfg.kind, index_dir, cfg.corpus)
         build_index(cfg.corpus, cfg.kind, index_dir, duplicate_ids=cfg.duplicate_ids, **settings)
     retriever = load_index(index_dir, verify_corpus=cfg.verify_corpus, mmap=cfg.mmap, workers=cfg.workers)
+    if cfg.corpus:
+        warn_if_other_corpus(Path(cfg.corpus), index_dir, retriever.meta)
     kind = retriever.meta["kind"]
     if kind != cfg.kind:
         raise ConfigError(f"retrieval.kind: {cfg.kind} but {index_dir} is a {kind} index")

@@ -28,7 +28,7 @@ import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from types import SimpleNamespace
 from typing import Any
 
@@ -118,11 +118,29 @@ def format_result(results: list[list[Passage]], return_scores: bool) -> dict[str
     return {"result": [[doc(p) for p in row] for row in results]}
 
 
+def _is_absolute_path(value: str) -> bool:
+    """A local path that names where things lie on the server's disk: `/...`, `~...` or `C:\\...`."""
+    return value.startswith(("/", "~")) or PureWindowsPath(value).is_absolute()
+
+
+def _without_paths(value: Any) -> Any:
+    """`value` with every absolute path in it (at any depth of dicts and lists) cut to its last part."""
+    if isinstance(value, dict):
+        return {k: _without_paths(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_paths(v) for v in value]
+    if isinstance(value, str) and _is_absolute_path(value):
+        path = PurePosixPath(value) if value.startswith(("/", "~")) else PureWindowsPath(value)
+        return path.name
+    return value
+
+
 def public_meta(meta: dict[str, Any]) -> dict[str, Any]:
-    """The index meta without absolute paths (the corpus is named by its file name; its sha256 identifies it)."""
-    out = dict(meta)
-    if isinstance(out.get("corpus"), str) and out["corpus"]:
-        out["corpus"] = Path(out["corpus"]).name
+    """The index meta without absolute paths: the corpus is named by its file name (its sha256 identifies it),
+    and every other path-valued field (`settings.model`: a local model folder) by its final folder name."""
+    out = _without_paths(dict(meta))
+    if isinstance(meta.get("corpus"), str) and meta["corpus"]:
+        out["corpus"] = Path(meta["corpus"]).name
     return out
 
 

@@ -2,28 +2,49 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
+
+
+def _split_contents(contents: str) -> tuple[str, str]:
+    """(title, text) of a corpus `contents`: its first line, unquoted, and the rest; no title without a line."""
+    title, sep, text = contents.partition("\n")
+    if not sep:
+        return "", contents
+    return title.strip().strip('"'), text
 
 
 @dataclass(frozen=True)
 class Passage:
+    """A passage: its title and text (what the agent's template shows), and its corpus `contents` as stored.
+
+    `raw_contents` is the corpus line's `contents` verbatim where it is not the rebuilt `"title"\\ntext`
+    (wiki-18 has unquoted titles, other corpora lines without a title); None otherwise, and dropped when it
+    does not split into this title and text (a `dataclasses.replace` of the text), so two passages with the
+    same contents compare equal however they were made."""
+
     id: str
     title: str
     text: str
     score: float = 0.0
+    raw_contents: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        raw = self.raw_contents
+        if raw is not None and (raw == f'"{self.title}"\n{self.text}'
+                                or _split_contents(raw) != (self.title, self.text)):
+            object.__setattr__(self, "raw_contents", None)
 
     @property
     def contents(self) -> str:
-        """The corpus line's `contents` field: `"Title"\\ntext` (wiki-18 / Search-R1 format)."""
-        return f'"{self.title}"\n{self.text}'
+        """The corpus line's `contents` field, as stored in the index (Search-R1's server returns it
+        unchanged); `"Title"\\ntext` (wiki-18 / Search-R1 format) for a passage made from title and text."""
+        return self.raw_contents if self.raw_contents is not None else f'"{self.title}"\n{self.text}'
 
     @classmethod
     def from_contents(cls, pid: str, contents: str, score: float = 0.0) -> Passage:
-        title, sep, text = contents.partition("\n")
-        if not sep:
-            return cls(str(pid), "", contents, score)
-        return cls(str(pid), title.strip().strip('"'), text, score)
+        title, text = _split_contents(contents)
+        return cls(str(pid), title, text, score, contents)
 
 
 class Retriever(Protocol):
