@@ -111,3 +111,25 @@ def test_cli_errors(tmp_path, capsys):
     assert main(["compare", str(a), str(other_data), "--out", str(tmp_path / "o")]) == 2
     assert "hotpotqa/1 (a: 'q1?'; c: 'another question?'): the runs were made on different data" in \
         capsys.readouterr().err
+
+
+def test_score_and_compare_read_abstentions_with_the_templates_phrases_as_eval_does(tmp_path):
+    """A template whose prompt teaches "I cannot answer": eval classified with it (template + configured
+    phrases); `awarl score` and `awarl compare` read agent.abstention_phrases alone, so re-scoring a run under
+    its own config scored those lines as wrong answers."""
+    import yaml
+
+    from awarl.agent.templates import load_template
+    from awarl.config import load_config
+    from awarl.stages.compare import run_outcomes
+    from awarl.stages.score import score_file
+
+    tpl = load_template("awarl").model_dump(mode="json")
+    tpl.update(name="mytpl", abstention_phrases=["i cannot answer"])
+    (tmp_path / "mytpl.yaml").write_text(yaml.safe_dump(tpl))
+    cfg = load_config(None, [f"agent.template={tmp_path / 'mytpl.yaml'}", "metrics.bootstrap_samples=0"])
+    pred = _write(tmp_path / "p.jsonl", [_row("a", 1, "I cannot answer."), _row("a", 2, "Paris")])
+    per = score_file(pred, tmp_path / "out", cfg)["per_dataset"]["a"]
+    assert (per["abstain"], per["wrong"], per["correct"]) == (1, 0, 1)
+    outcomes, _, _ = run_outcomes(pred, cfg)
+    assert outcomes[("a", "1")].value == "abstain"

@@ -227,6 +227,11 @@ def test_critic_gate_turns_poorly_grounded_answers_into_abstentions():
     assert score_predictions(rows, MetricsConfig(bootstrap_samples=0, critic_gate=0.0), PHRASES)[
         "per_dataset"]["a"]["gated"] == 0
     assert "gated" not in score_predictions(rows, MetricsConfig(bootstrap_samples=0), PHRASES)["per_dataset"]["a"]
+    # a verdict the gold judge skipped (no gold evidence, gold_fallback none) is no verdict either: kept
+    # (before: KeyError 'groundedness' out of score and compare)
+    rows[4]["critic"] = {"judge": "gold", "skipped": "no gold evidence (critic.gold_fallback: none)"}
+    res = score_predictions(rows, MetricsConfig(bootstrap_samples=0, critic_gate=0.6), PHRASES)
+    assert (res["per_dataset"]["b"]["correct"], res["per_dataset"]["b"]["gated"]) == (1, 0)
 
 
 def test_predictions_without_critic_score_exactly_as_before():

@@ -179,6 +179,13 @@ def abstention_phrases(template: Template, configured: list[str]) -> list[str]:
     return list(dict.fromkeys([*template.abstention_phrases, *configured]))
 
 
+def run_abstention_phrases(agent_cfg: Any) -> list[str]:
+    """The phrases a run's config classifies abstentions with (`agent.template`'s and
+    `agent.abstention_phrases`): what `awarl eval` scored with, so `awarl score` / `awarl compare` of its
+    predictions under the same config give the same outcomes."""
+    return abstention_phrases(load_template(agent_cfg.template), list(agent_cfg.abstention_phrases))
+
+
 def _as_ids(out: Any) -> list[int]:
     # transformers 5 returns a BatchEncoding from apply_chat_template(tokenize=True); older ones a list.
     if hasattr(out, "keys"):

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.templates import run_abstention_phrases
 from awarl.config import AwarlConfig
 from awarl.io import atomic_write_json, atomic_write_text
 from awarl.metrics import Outcome, aggregate, macro_average, paired_bootstrap_delta
@@ -44,7 +45,7 @@ def run_outcomes(path: Path, cfg: AwarlConfig) -> tuple[dict[tuple[str, str], Ou
     text per (dataset, id)."""
     rows, lines, skipped = read_predictions(path)
     out, questions = {}, {}
-    for row, outcome, _ in scorable_rows(rows, cfg.metrics, list(cfg.agent.abstention_phrases),
+    for row, outcome, _ in scorable_rows(rows, cfg.metrics, run_abstention_phrases(cfg.agent),
                                          source=str(path), line_numbers=lines, skipped=skipped):
         key = (row["dataset"], str(row["id"]))
         out[key], questions[key] = outcome, row["question"]

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from awarl.agent.templates import run_abstention_phrases
 from awarl.io import DataError, iter_jsonl
 from awarl.metrics import (
     MEAN_METRICS,
@@ -135,11 +136,17 @@ def _searches(row: dict) -> list[str]:
     return out
 
 
+def has_verdict(critic: Any) -> bool:
+    """Whether a line's critic summary holds a verdict: not absent, not `failed`, not `skipped` (the gold
+    judge without gold evidence and no fallback), the only shapes without a groundedness (`_validate_critic`)."""
+    return isinstance(critic, dict) and critic.get("failed") is not True and not isinstance(critic.get("skipped"), str)
+
+
 def gated(outcome: Outcome, critic: Any, gate: float | None) -> bool:
     """True when `metrics.critic_gate` turns this answer into an abstention: an answered line whose critic
-    verdict (not failed) has groundedness below the gate. Lines without a verdict are left as they are."""
-    return (gate is not None and outcome in (Outcome.CORRECT, Outcome.WRONG) and isinstance(critic, dict)
-            and critic.get("failed") is not True and float(critic["groundedness"]) < gate)
+    verdict has groundedness below the gate. Lines without a verdict are left as they are."""
+    return (gate is not None and outcome in (Outcome.CORRECT, Outcome.WRONG) and has_verdict(critic)
+            and float(critic["groundedness"]) < gate)
 
 
 def scorable_rows(rows: list[Any], metrics_cfg: MetricsConfig, phrases: list[str], *, source: str,
@@ -298,7 +305,7 @@ def critic_summary(verdicts: list[dict]) -> dict[str, Any]:
     none), those a gold judge left to its fallback, and how many judged answers carry at least one flag. Means
     are None with nothing judged."""
     skipped = sum(isinstance(v.get("skipped"), str) for v in verdicts)
-    ok = [v for v in verdicts if v.get("failed") is not True and not isinstance(v.get("skipped"), str)]
+    ok = [v for v in verdicts if has_verdict(v)]
     out: dict[str, Any] = {"judged": len(ok), "failures": len(verdicts) - len(ok) - skipped, "skipped": skipped,
                            "fallbacks": sum(v.get("fallback") is True for v in ok)}
     for key in CRITIC_MEANS:
@@ -329,7 +336,7 @@ def score_file(path: str | os.PathLike, out_dir: str | os.PathLike | None, cfg: 
 
     path = Path(path)
     rows, lines, errors = read_predictions(path)
-    results = score_predictions(rows, cfg.metrics, list(cfg.agent.abstention_phrases), seed=cfg.run.seed,
+    results = score_predictions(rows, cfg.metrics, run_abstention_phrases(cfg.agent), seed=cfg.run.seed,
                                 source=str(path), line_numbers=lines, skipped=errors)
     if results["n"] == 0:
         skipped = results["skipped_lines"]
