@@ -281,3 +281,25 @@ def test_score_file_survives_non_utf8_and_bom(tmp_path):
     assert len(res["skipped_lines"]) == 1 and res["skipped_lines"][0].startswith(f"{pred}:5:")
     assert "utf-8" in res["skipped_lines"][0]
     assert json.loads((tmp_path / "out" / "results.json").read_text())["coverage_gaps"] == res["coverage_gaps"]
+
+
+def test_the_macro_evidence_interval_resamples_each_dataset_on_its_own_draws():
+    """Two datasets of 20 lines with complementary retrieved/missed patterns: each resample of one is the
+    other's mirror only if both are resampled at the same indices, which one seed per dataset did (the macro
+    interval was [0.5, 0.5]). Independent draws give the spread of two independent means."""
+    def ev(title: str) -> dict:
+        return {"paragraphs": [{"title": title, "passage_id": None, "sentence_ids": [], "sentences": []}],
+                "triples": [], "hops": []}
+
+    def row(i: int, ds: str, retrieved: bool) -> dict:
+        passages = [{"number": 1, "id": "w1", "title": "Gold" if retrieved else "Other"}]
+        return {"id": i, "dataset": ds, "question": "q", "prediction": "Paris", "answers": ["Paris"],
+                "gold_evidence": ev("Gold"), "trajectory": {"passages": passages, "citations": [1], "searches": []}}
+
+    rows = [row(i, "a", i % 2 == 0) for i in range(20)] + [row(i, "b", i % 2 == 1) for i in range(20)]
+    res = score_predictions(rows, MetricsConfig(bootstrap_samples=1000), PHRASES)
+    lo, hi = res["macro"]["evidence"]["ci"]["evidence_retrieved"]
+    assert res["macro"]["evidence"]["evidence_retrieved"] == 0.5
+    assert lo < 0.42 and hi > 0.58  # the sd of a mean of two independent 20-line means of p=0.5 is ~0.079
+    again = score_predictions(rows, MetricsConfig(bootstrap_samples=1000), PHRASES)
+    assert again["macro"]["evidence"]["ci"] == res["macro"]["evidence"]["ci"]  # still seeded

@@ -88,10 +88,20 @@ class EvidenceAcc:
             v["passage_agreement"].append(sum((p.number in mine) == (p.number in theirs) for p in cited) / len(cited))
 
 
-def _draws(values: list[float], n: int, seed: int) -> np.ndarray:
+def _draws(values: list[float], n: int, rng: int | np.random.Generator) -> np.ndarray:
+    """`n` bootstrap means of `values`; `rng` a seed, or one generator shared by the datasets of a macro
+    interval, so that each dataset is resampled on its own draws (one seed each would resample datasets of
+    equal size at the same indices, in lockstep, and the macro interval would come out too narrow)."""
     arr = np.asarray(values, dtype=float)
-    idx = np.random.default_rng(seed).integers(0, len(arr), size=(n, len(arr)))
+    idx = np.random.default_rng(rng).integers(0, len(arr), size=(n, len(arr)))
     return arr[idx].mean(axis=1)
+
+
+def _macro_ci(accs: dict[str, EvidenceAcc], dss: list[str], key: str, nboot: int, seed: int) -> list[float]:
+    """The interval of the unweighted mean over `dss` of `key`: resampled within each dataset, independently
+    (one generator across them, in name order, as `awarl.metrics.bootstrap_macro_ci` does)."""
+    rng = np.random.default_rng(seed)
+    return _ci(np.mean([_draws(accs[ds].values[key], nboot, rng) for ds in sorted(dss)], axis=0))
 
 
 def _ci(draws: np.ndarray) -> list[float]:
@@ -137,7 +147,7 @@ def macro_evidence(accs: dict[str, EvidenceAcc], per_dataset: dict[str, dict[str
         dss = [ds for ds in have if accs[ds].values[k]]
         out[k] = _mean([have[ds][k] for ds in dss])
         if nboot and dss:
-            out["ci"][k] = _ci(np.mean([_draws(accs[ds].values[k], nboot, seed) for ds in dss], axis=0))
+            out["ci"][k] = _macro_ci(accs, dss, k, nboot, seed)
     agreeing = {ds: s["judge_agreement"] for ds, s in have.items() if "judge_agreement" in s}
     if agreeing:
         agree: dict[str, Any] = {"judge": next(iter(agreeing.values()))["judge"],
@@ -148,7 +158,7 @@ def macro_evidence(accs: dict[str, EvidenceAcc], per_dataset: dict[str, dict[str
             dss = [ds for ds in agreeing if accs[ds].values[k]]
             agree[k] = _mean([agreeing[ds][k] for ds in dss])
             if nboot and dss:
-                agree["ci"][k] = _ci(np.mean([_draws(accs[ds].values[k], nboot, seed) for ds in dss], axis=0))
+                agree["ci"][k] = _macro_ci(accs, dss, k, nboot, seed)
         out["judge_agreement"] = agree
     return out
 
