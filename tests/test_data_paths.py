@@ -130,3 +130,19 @@ def test_one_id_with_two_questions_across_eval_files_is_refused(tmp_path):
     c.write_text(a.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
     cfg = _eval_cfg(a, c)
     assert len(load_eval_set(cfg.data, cfg.eval, cfg.run.seed).examples) == 9
+
+
+def test_the_eval_limit_is_per_dataset_over_all_its_files(tmp_path):
+    """Before: the limit went to each file, so nq split over two files got 2 x 3 questions."""
+    from awarl.data.loaders import load_examples
+    from awarl.stages.questions import load_eval_set
+
+    a, b = _split_nq(tmp_path)
+    cfg = _eval_cfg(a, b)
+    ev = load_eval_set(cfg.data, cfg.eval, cfg.run.seed, limit=3)
+    assert len(ev.examples) == 3 and ev.files == {"nq": [str(a), str(b)]}
+    assert load_eval_set(cfg.data, cfg.eval, cfg.run.seed, limit=3).examples == ev.examples  # seeded
+    # one file: the subsample a file's own limit draws, as before
+    one = _eval_cfg(a)
+    assert load_eval_set(one.data, one.eval, 5, limit=4).examples == load_examples(
+        a, format="flashrag", dataset="nq", limit=4, seed=5).examples

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from awarl.config import DataConfig, DataFile, EvalConfig
-from awarl.data.loaders import SHIPPED_DEV, load_examples
+from awarl.data.loaders import SHIPPED_DEV, load_examples, subsample
 from awarl.data.paths import resolve_data_path
 from awarl.data.types import QAExample
 from awarl.io import DataError, shipped_data_dir
@@ -55,6 +55,19 @@ class EvalSet:
     files: dict[str, list[str]] = field(default_factory=dict)
 
 
+def _per_dataset_limit(examples: list[QAExample], limit: int | None, seed: int) -> list[QAExample]:
+    """At most `limit` questions of each dataset, the seeded subsample of its questions from every file (a
+    dataset split over two data.eval files gets `limit`, not `limit` a file); one file of one dataset gets the
+    subsample `load_examples(limit=...)` draws."""
+    if limit is None:
+        return examples
+    by_ds: dict[str, list[QAExample]] = {}
+    for ex in examples:
+        by_ds.setdefault(ex.dataset, []).append(ex)
+    kept = {id(ex) for group in by_ds.values() for ex in subsample(group, limit, seed)}
+    return [ex for ex in examples if id(ex) in kept]
+
+
 def load_eval_set(data: DataConfig, evaluation: EvalConfig, seed: int, datasets: list[str] | None = None,
                   limit: int | None = None) -> EvalSet:
     """`data.eval` files when configured, else the shipped dev samples of `eval.datasets` (or `datasets`).
@@ -72,7 +85,7 @@ def load_eval_set(data: DataConfig, evaluation: EvalConfig, seed: int, datasets:
         for f in data.eval:
             path = resolve_data_path(f.path)  # hf://datasets/... files come from the Hub cache
             res = load_examples(path, format=f.format, dataset=f.dataset, on_error=data.on_error,
-                                limit=limit or f.limit, seed=seed)
+                                limit=f.limit, seed=seed)
             for msg in res.skipped:
                 log.warning("skipped: %s", msg)
             for ex in res.examples:
@@ -85,7 +98,7 @@ def load_eval_set(data: DataConfig, evaluation: EvalConfig, seed: int, datasets:
                 if str(path) not in files.setdefault(ex.dataset, []):
                     files[ex.dataset].append(str(path))
             out.extend(res.examples)
-        return EvalSet(out, files)
+        return EvalSet(_per_dataset_limit(out, limit, seed), files)
     for ds in datasets or evaluation.datasets:
         if ds not in SHIPPED_DEV:
             raise ValueError(f"unknown evaluation dataset {ds!r}; shipped: {', '.join(SHIPPED_DEV)} "
