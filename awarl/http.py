@@ -16,13 +16,13 @@
 from __future__ import annotations
 
 import email.utils
-import json
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from awarl.io import loads_json
 from awarl.upstream import httpx as upstream_httpx
 
 _deadline = threading.local()  # the running request's time.monotonic() deadline, per calling thread
@@ -100,7 +100,7 @@ class Answer:
         return self.body.decode("utf-8", errors="replace")
 
     def json(self) -> Any:
-        return json.loads(self.body)
+        return loads_json(self.body)
 
 
 def capped_request(http: Any, method: str, url: str, *, timeout_s: float, max_bytes: int,

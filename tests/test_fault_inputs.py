@@ -595,3 +595,21 @@ def test_a_malformed_passage_entry_costs_only_its_item(entry: dict, says: str) -
     bad, good = judge_citations(LexicalJudge(CriticConfig()), items, 0.5)
     assert bad.failed and says in bad.error and "passages of item 0[0]" in bad.error
     assert good.score.reward == 1.0
+
+
+def test_awarl_files_nested_too_deeply_are_one_line_errors_not_tracebacks(tmp_path: Path) -> None:
+    """The reader of a checkpoint's reward state and of its completion marker used json.loads: a file nested
+    100k deep (corruption, a hand edit) was a RecursionError traceback instead of each reader's own error."""
+    from awarl.config import RewardConfig
+    from awarl.rewards.trl_reward import STATE_FILE, AwaRLReward, load_reward_state
+    from awarl.training.checkpoints import MARKER, TRAINER_STATE, checkpoint_step, incomplete_reason
+
+    deep = "[" * 100_000 + "]" * 100_000
+    ckpt = tmp_path / "checkpoint-2"
+    ckpt.mkdir()
+    for name in (STATE_FILE, MARKER, TRAINER_STATE):
+        (ckpt / name).write_text(deep)
+    with pytest.raises(ValueError, match=f"{STATE_FILE}: invalid JSON: nested too deeply"):
+        load_reward_state(AwaRLReward(RewardConfig()), ckpt)
+    assert incomplete_reason(ckpt).startswith(f"unreadable {MARKER}: nested too deeply")
+    assert checkpoint_step(ckpt) == -1

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import errno
 import importlib.metadata as md
-import json
 import logging
 import os
 import shutil
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from awarl.io import FILE_MODE, atomic_write_json, file_sha256
+from awarl.io import FILE_MODE, atomic_write_json, file_sha256, loads_json
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +243,7 @@ def read_source(folder: str | Path) -> dict[str, Any] | None:
     """The folder's awarl_source.json, or None when it has none (not a converted folder)."""
     path = Path(folder) / SOURCE_FILE
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return loads_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
 

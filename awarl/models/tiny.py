@@ -9,12 +9,11 @@ tags must survive that.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from awarl.io import DataError, atomic_write_folder, atomic_write_json, shipped_data_dir
+from awarl.io import DataError, atomic_write_folder, atomic_write_json, loads_json, shipped_data_dir
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +57,8 @@ _PROTOCOL_TEXTS: tuple[str, ...] = (
 def _json_records(path: Path) -> list:
     try:
         if path.suffix == ".jsonl":
-            return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        data = json.loads(path.read_text(encoding="utf-8"))
+            return [loads_json(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        data = loads_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise DataError(f"{path}: cannot read shipped data for the tokenizer: {e}") from None
     return data if isinstance(data, list) else [data]

@@ -9,7 +9,6 @@ Defaults k1=0.9, b=0.4 are Anserini/Pyserini's, the BM25 that Search-R1 and Flas
 
 from __future__ import annotations
 
-import json
 import queue
 import re
 from collections.abc import Callable, Sequence
@@ -254,4 +253,4 @@ def top_k(scores: np.ndarray, k: int) -> list[tuple[int, float]]:
 
 
 def read_bm25_num_docs(index_dir: Path) -> int:
-    return int(json.loads((index_dir / "params.index.json").read_text())["num_docs"])
+    return int(loads_json((index_dir / "params.index.json").read_text())["num_docs"])

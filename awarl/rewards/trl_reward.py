@@ -27,7 +27,6 @@ with `torch.distributed` whenever it is initialised. Every rank then holds ident
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -38,7 +37,7 @@ from typing import Any
 from awarl.config import RewardConfig
 from awarl.critic.gold_judge import evidence_from
 from awarl.critic.schema import Judge
-from awarl.io import atomic_write_json
+from awarl.io import atomic_write_json, loads_json
 from awarl.metrics import Outcome
 from awarl.rewards import abstention as A
 from awarl.rewards.citation import CitationItem, judge_citations, judged
@@ -395,7 +394,7 @@ def load_reward_state(reward: AwaRLReward, checkpoint_dir: str | os.PathLike) ->
         log.warning("no %s in %s: the AWA-RL reward restarts with Ē=0", STATE_FILE, checkpoint_dir)
         return False
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
+        state = loads_json(path.read_text(encoding="utf-8"))
     except ValueError as e:
         raise ValueError(f"{path}: invalid JSON: {e}") from None
     reward.load_state_dict(state, source=str(path))

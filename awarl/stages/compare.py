@@ -10,7 +10,6 @@ two γ) were evaluated on one question set.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 from awarl.agent.templates import run_abstention_phrases
 from awarl.config import AwarlConfig
-from awarl.io import atomic_write_json, atomic_write_text
+from awarl.io import atomic_write_json, atomic_write_text, loads_json
 from awarl.metrics import Outcome, aggregate, macro_average, paired_bootstrap_delta
 from awarl.stages.predictions import PREDICTIONS
 from awarl.stages.score import read_predictions, scorable_rows
@@ -71,7 +70,7 @@ def run_judges(path: Path) -> dict[str, Any]:
     the gold evidence, so the run is not comparable with one that could not)."""
     manifest_path = path.parent / "manifest.json"
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.is_file() else {}
+        manifest = loads_json(manifest_path.read_text(encoding="utf-8")) if manifest_path.is_file() else {}
     except (OSError, ValueError):
         manifest = {}
     agent = manifest.get("eval_agent") or {}

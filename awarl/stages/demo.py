@@ -32,7 +32,7 @@ from awarl.data.corpus import shipped_closed_corpus
 from awarl.data.estimates import read_estimates
 from awarl.data.loaders import load_shipped
 from awarl.data.types import example_key
-from awarl.io import atomic_write_text, repo_root
+from awarl.io import atomic_write_text, loads_json, repo_root
 from awarl.models.tiny import build_tiny_model
 from awarl.retrieval import load_index
 from awarl.stages.compare import compare_runs, write_comparison
@@ -186,14 +186,14 @@ def _warmup(cfg: AwarlConfig, init_dir: Path, warm_dir: Path, pool: list, retrie
                                   max_len=cfg.demo.warmup_max_len, abstain_phrase=cfg.agent.abstention_phrases[0])
         atomic_write_text(info_path, json.dumps(warm_info, indent=2))
     elif info_path.exists():
-        warm_info = json.loads(info_path.read_text())
+        warm_info = loads_json(info_path.read_text())
     timer.done("warm-up", t)
     return warm_info
 
 
 def _before_after(cfg: AwarlConfig, out: Path, after_path: Path) -> tuple[dict | None, dict | None]:
     """The evaluation after RL and its paired comparison with the one before (same questions), if it ran."""
-    after = json.loads(after_path.read_text()) if after_path.exists() else None
+    after = loads_json(after_path.read_text()) if after_path.exists() else None
     if after is None:
         return None, None
     comparison = compare_runs([out / "eval_before_rl", after_path.parent], cfg, names=["before RL", "after RL"])

@@ -19,7 +19,6 @@ Every stage keeps what it finished, so a rerun with the same --out continues.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import time
@@ -29,7 +28,7 @@ from typing import Any
 from awarl.config import AwarlConfig, load_config, save_resolved
 from awarl.data.estimates import read_estimates
 from awarl.data.types import example_key
-from awarl.io import atomic_write_json, atomic_write_text, repo_root
+from awarl.io import atomic_write_json, atomic_write_text, loads_json, repo_root
 from awarl.models.pretrained import pretrained_folder, read_source
 from awarl.stages.compare import compare_runs, write_comparison
 from awarl.stages.demo import (
@@ -138,7 +137,7 @@ def run_demo_real(out_dir: str | Path, config: str | Path | None = None, overrid
                         resume="latest" if newest_complete(train_dir) else None)
     timer.done("AWA-RL LoRA training + evaluation after it", t)
     after_path = train_dir / "eval" / "final" / "results.json"
-    after = json.loads(after_path.read_text()) if after_path.exists() else None
+    after = loads_json(after_path.read_text()) if after_path.exists() else None
     comparison = None
     if after is not None:
         comparison = compare_runs([out / "eval_before_rl", after_path.parent], cfg, names=["before RL", "after RL"])
@@ -152,7 +151,7 @@ def run_demo_real(out_dir: str | Path, config: str | Path | None = None, overrid
 
 def write_report(out: Path, cfg: AwarlConfig, evals: dict[str, dict | None], summary: dict, adapter: Path,
                  base: Path, timer: Timer, comparison: dict | None, dynamics: dict | None, p_dist: dict) -> Path:
-    ainfo = json.loads((adapter / ADAPTER_INFO).read_text())
+    ainfo = loads_json((adapter / ADAPTER_INFO).read_text())
     with contextlib.suppress(ValueError):
         adapter = adapter.resolve().relative_to(repo_root())
     src = read_source(base) or {}

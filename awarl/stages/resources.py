@@ -6,13 +6,13 @@ the shipped closed corpus takes seconds, so it is built once into a cache folder
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
 
 from awarl.config import AwarlConfig
 from awarl.data.corpus import shipped_closed_corpus
+from awarl.io import loads_json
 from awarl.retrieval import build_index
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ def ensure_default_retrieval(cfg: AwarlConfig) -> AwarlConfig:
     if r.index_dir:
         meta = Path(r.index_dir) / "index_meta.json"
         if meta.exists():
-            kind = json.loads(meta.read_text()).get("kind", r.kind)
+            kind = loads_json(meta.read_text()).get("kind", r.kind)
             return cfg.model_copy(update={"retrieval": r.model_copy(update={"kind": kind})})
         if not r.corpus:
             raise FileNotFoundError(f"retrieval.index_dir={r.index_dir} has no index_meta.json and no "

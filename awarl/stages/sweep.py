@@ -43,7 +43,7 @@ from awarl.config import (
     read_resolved,
     read_yaml_mapping,
 )
-from awarl.io import atomic_write_json, atomic_write_text
+from awarl.io import atomic_write_json, atomic_write_text, loads_json
 from awarl.stages.compare import compare_runs, write_comparison
 from awarl.stages.predictions import PREDICTIONS
 from awarl.training.checkpoints import newest_complete
@@ -287,7 +287,7 @@ def aggregate(spec: SweepSpec, runs: list[dict]) -> dict:
         if not path:
             rows.append({"name": r["name"], **r["point"], "status": "missing"})
             continue
-        res = json.loads(path.read_text())
+        res = loads_json(path.read_text())
         macro = res.get("macro", {})
         rows.append({"name": r["name"], **r["point"], "status": "done",
                      **{m: macro.get(m) for m in METRICS}})

@@ -11,13 +11,12 @@ AWA-RL, the online p estimates), a checkpoint without that state is refused: res
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 from pathlib import Path
 
-from awarl.io import atomic_write_json
+from awarl.io import atomic_write_json, loads_json
 from awarl.rewards.trl_reward import STATE_FILE
 
 log = logging.getLogger(__name__)
@@ -43,7 +42,7 @@ def incomplete_reason(ckpt: str | os.PathLike) -> str | None:
     if not (ckpt / TRAINER_STATE).is_file():
         return f"no {TRAINER_STATE}"
     try:
-        files = json.loads((ckpt / MARKER).read_text(encoding="utf-8"))["files"]
+        files = loads_json((ckpt / MARKER).read_text(encoding="utf-8"))["files"]
     except FileNotFoundError:
         return f"no {MARKER} (a save that did not finish, or a checkpoint of an awarl without the marker)"
     except (ValueError, KeyError, TypeError) as e:
@@ -77,7 +76,7 @@ def newest_complete(out_dir: str | os.PathLike) -> Path | None:
 def checkpoint_step(ckpt: str | os.PathLike) -> int:
     """The global step a checkpoint was saved at (its trainer_state.json), or -1 when it cannot be read."""
     try:
-        step = json.loads((Path(ckpt) / TRAINER_STATE).read_text(encoding="utf-8")).get("global_step")
+        step = loads_json((Path(ckpt) / TRAINER_STATE).read_text(encoding="utf-8")).get("global_step")
     except (OSError, ValueError, AttributeError):
         return -1
     return step if isinstance(step, int) else -1

@@ -11,7 +11,6 @@ reproduces it and `adapter_info.json` beside the adapter records its command, se
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -20,7 +19,7 @@ from typing import Any
 
 from awarl.agent.templates import Template
 from awarl.data.types import QAExample
-from awarl.io import atomic_write_folder, atomic_write_json, file_sha256
+from awarl.io import atomic_write_folder, atomic_write_json, file_sha256, loads_json
 from awarl.training.warmup import build_sequences, supervised_warmup
 
 log = logging.getLogger(__name__)
@@ -85,7 +84,7 @@ def train_protocol_adapter(base_dir: str | Path, out_dir: str | Path, examples: 
         (tmp / "README.md").unlink(missing_ok=True)  # peft's blank model card
         # The adapter names its base by what identifies the weights, not by this machine's path to them.
         cfg_path = tmp / "adapter_config.json"
-        cfg = json.loads(cfg_path.read_text())
+        cfg = loads_json(cfg_path.read_text())
         cfg["base_model_name_or_path"] = (info["base"].get("package") or {}).get("shortcut") or base.name
         atomic_write_json(cfg_path, cfg)
         atomic_write_json(tmp / ADAPTER_INFO, info)
@@ -105,7 +104,7 @@ def merge_adapter(base_dir: str | Path, adapter_dir: str | Path, out_dir: str | 
     info_path = adapter / ADAPTER_INFO
     if not (adapter / "adapter_config.json").is_file():
         raise FileNotFoundError(f"{adapter}: no adapter_config.json (not a LoRA adapter folder)")
-    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
+    info = loads_json(info_path.read_text()) if info_path.is_file() else {}
     want, have = info.get("base"), _base_identity(base)
     if want and {k: v for k, v in want.items() if k != "package"} != {k: v for k, v in have.items()
                                                                       if k != "package"}:
@@ -113,7 +112,7 @@ def merge_adapter(base_dir: str | Path, adapter_dir: str | Path, out_dir: str | 
     record = {"base": have, "adapter": str(adapter),
               "adapter_sha256": file_sha256(adapter / "adapter_model.safetensors")}
     done = out / MERGED_INFO
-    if done.is_file() and json.loads(done.read_text()).get("adapter_sha256") == record["adapter_sha256"]:
+    if done.is_file() and loads_json(done.read_text()).get("adapter_sha256") == record["adapter_sha256"]:
         return out
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
     model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
