@@ -20,7 +20,7 @@ import os
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from awarl.data.types import QAExample, example_key
 from awarl.estimation import estimate_p, success_estimate
@@ -125,7 +125,8 @@ def row_samples(row: dict, definition: str = "share_of_k") -> float | None:
     return float(answered if answered > 0 else k)
 
 
-def _count(value: Any) -> bool:
+def _count(value: Any) -> TypeGuard[int]:
+    """A count: an integer >= 0 (a bool is not one)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
