@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, DataError, FileNotFoundError, FileExistsError, NotADirectoryError, ValueError,
-            RetrievalClientError) as e:
+    except (ConfigError, DataError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
+            ValueError, RetrievalClientError) as e:
         # Bad input (a config key, a data line, a missing file, an output that would overwrite an earlier run,
         # a wrong value, an unreachable retrieval server): the message names it. The traceback is for bugs;
         # -v shows it anyway.
@@ -90,6 +90,9 @@ def _message(e: Exception) -> str:
             path = os.path.dirname(path)
         if os.path.isfile(path):
             return f"{path} is a file, where a folder is needed (an output folder, or a folder above it)"
+    if isinstance(e, IsADirectoryError):  # os.replace of an atomic write onto a folder: name the folder
+        path = e.filename2 if isinstance(e.filename2, str) else e.filename
+        return f"{path} is a folder, where a file is needed (an output file path)"
     return str(e)
 
 

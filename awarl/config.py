@@ -689,13 +689,22 @@ def load_yaml(text: str, source: str) -> Any:
         raise ConfigError(f"{source}: invalid YAML: {' '.join(str(e).split())}") from None
 
 
+def read_text_file(path: Path, what: str = "config") -> str:
+    """A config-like file's text: UTF-8, or a ConfigError naming the file and the first bad byte."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: {what} file is not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
+                          f"{e.start})") from None
+
+
 def read_yaml_mapping(path: Path, what: str = "config", extended_by: Path | None = None) -> dict:
     """A YAML file whose top level is a mapping (an empty file is {}); ConfigError naming the file otherwise.
     The one reader of run configs and sweep files."""
     if not path.is_file():
         where = f" (extended by {extended_by})" if extended_by else ""
         raise ConfigError(f"{what} file not found: {path}{where}")
-    data = load_yaml(path.read_text(), str(path)) or {}
+    data = load_yaml(read_text_file(path, what), str(path)) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     return data

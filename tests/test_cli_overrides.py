@@ -4,10 +4,14 @@ always taken literally."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from awarl.commands.common import PRECEDENCE, flag_overrides
 from awarl.config import load_config
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 LITERALS = ["/data/idx #2", "runs/2024.10", "null", "a: b", "x=y", "  padded  ", "[1, 2]", "yes"]
 
@@ -99,3 +103,57 @@ def test_an_output_folder_that_is_a_file_is_named_in_one_line(tmp_path, capsys):
     assert f"{f} is a file, where a folder is needed (an output folder, or a folder above it)" in \
         capsys.readouterr().err
     assert f.read_text() == "kept\n"
+
+
+def test_an_output_file_that_is_a_folder_is_named_in_one_line(tmp_path, capsys):
+    """Before: os.replace's IsADirectoryError was a traceback (exit 1)."""
+    from awarl.cli import main
+    from awarl.data.loaders import shipped_path
+
+    folder = tmp_path / "adir"
+    folder.mkdir()
+    assert main(["data", "prepare", str(shipped_path("hotpotqa")), "--out", str(folder)]) == 2
+    assert f"{folder} is a folder, where a file is needed" in capsys.readouterr().err
+    assert list(folder.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["adir"]
+
+
+def test_a_config_or_template_that_is_not_utf8_is_an_error_naming_the_file(tmp_path, capsys):
+    from awarl.agent.templates import load_template
+    from awarl.cli import main
+    from awarl.config import ConfigError
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"run:\n  name: caf\xe9\n")
+    assert main(["simulate", "--config", str(bad), "--steps", "10", "--seeds", "1", "--no-progress"]) == 2
+    assert f"{bad}: config file is not UTF-8 text (byte 0xe9" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=rf"{bad}: template file is not UTF-8 text"):
+        load_template(bad)
+
+
+def test_model_tiny_refuses_head_settings_that_cannot_run(tmp_path, capsys):
+    """Before: --hidden 0 was a SystemExit (exit 1, no "error:"), and --hidden 10 --heads 5 built a model
+    whose first forward failed (5 query heads over 2 key/value heads; odd head sizes for rotary)."""
+    from awarl.cli import main
+
+    out = tmp_path / "t"
+    assert main(["model", "tiny", "--out", str(out), "--hidden", "0"]) == 2
+    assert "error: --hidden must be >= 1" in capsys.readouterr().err
+    assert main(["model", "tiny", "--out", str(out), "--hidden", "10", "--heads", "5"]) == 2
+    assert "heads (5) must be divisible by its 2 key/value heads" in capsys.readouterr().err
+    assert main(["model", "tiny", "--out", str(out), "--hidden", "12", "--heads", "4"]) == 2
+    assert "hidden / heads (12 / 4 = 3) must be even" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_train_dry_run_checks_the_scripted_replay_and_the_corpus(tmp_path, capsys):
+    from awarl.cli import main
+
+    base = ["train", "--config", str(CONFIGS / "base.yaml"), "--dry-run", f"run.out_dir={tmp_path / 'r'}",
+            "generation.backend=scripted"]
+    assert main(base) == 2
+    assert "generation.backend: scripted needs generation.script, a replay file; got None" in capsys.readouterr().err
+    script = tmp_path / "script.jsonl"
+    script.write_text('{"question": "q", "turns": ["<answer> a </answer>"]}\n')
+    assert main([*base, f"generation.script={script}", "retrieval.index_dir=null",
+                 f"retrieval.corpus={tmp_path / 'none.jsonl'}"]) == 0
+    assert f"MISSING: retrieval.corpus {tmp_path / 'none.jsonl'} is no file" in capsys.readouterr().out

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from awarl.config import ConfigError, load_yaml
+from awarl.config import ConfigError, load_yaml, read_text_file
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 _PLACEHOLDER = re.compile(r"\{(number|title|text|id)\}")
@@ -167,7 +167,7 @@ def load_template(name_or_path: str | Path) -> Template:
     if not path.is_file():
         raise ConfigError(f"template {ref!r}: not a shipped template ({', '.join(available_templates())}) "
                           "and no such file")
-    data = load_yaml(path.read_text(encoding="utf-8"), str(path))
+    data = load_yaml(read_text_file(path, "template"), str(path))
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a template file must be a YAML mapping")
     data.setdefault("name", path.stem)

@@ -70,7 +70,7 @@ def _run_tiny(args: argparse.Namespace) -> int:
 
     for name in ("vocab_size", "hidden", "layers", "heads"):
         if getattr(args, name) < 1:
-            raise SystemExit(f"awarl model tiny: --{name.replace('_', '-')} must be >= 1")
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
     out = build_tiny_model(args.out, seed=args.seed, vocab_size=args.vocab_size, hidden=args.hidden,
                            layers=args.layers, heads=args.heads)
     print(out)

@@ -128,8 +128,17 @@ def build_tiny_model(out_dir: str | Path, *, seed: int = 0, vocab_size: int = 40
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
+    kv_heads = max(1, heads // 2)
     if hidden % heads:
         raise ValueError(f"hidden ({hidden}) must be divisible by heads ({heads})")
+    # Checked here, not at the first forward: the query heads are shared out over heads // 2 key/value heads,
+    # and rotary embeddings rotate pairs of a head's dimensions.
+    if heads % kv_heads:
+        raise ValueError(f"heads ({heads}) must be divisible by its {kv_heads} key/value heads (heads // 2): "
+                         "use 1, 2 or an even number")
+    if (hidden // heads) % 2:
+        raise ValueError(f"hidden / heads ({hidden} / {heads} = {hidden // heads}) must be even (rotary "
+                         "embeddings rotate pairs of dimensions)")
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not (out / TINY_INFO).is_file():
         # checked before the tokenizer is trained: the refusal should not take a minute
@@ -140,7 +149,7 @@ def build_tiny_model(out_dir: str | Path, *, seed: int = 0, vocab_size: int = 40
     pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
     cfg = Qwen2Config(
         vocab_size=n_vocab, hidden_size=hidden, intermediate_size=hidden * 4, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=max(1, heads // 2), max_position_embeddings=4096,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=4096,
         tie_word_embeddings=True, bos_token_id=None, eos_token_id=eos_id, pad_token_id=pad_id,
         rope_theta=10000.0, use_sliding_window=False,
     )

@@ -256,6 +256,9 @@ def retrieval_status(cfg: AwarlConfig) -> str:
     if r.index_dir:
         log.warning("retrieval.index_dir=%s does not exist and no retrieval.corpus to build it from", r.index_dir)
         return "MISSING: build it with `awarl index build` before launching"
+    if r.corpus and not Path(r.corpus).is_file():
+        log.warning("retrieval.corpus=%s does not exist", r.corpus)
+        return f"MISSING: retrieval.corpus {r.corpus} is no file"
     if r.corpus:
         return "index of retrieval.corpus built into the cache on first use"
     return "shipped closed corpus, built into the cache on first use"
@@ -327,6 +330,10 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
         plan["generation"]["vllm_check"] = check_vllm(cfg)
     if dry_run:
         load_template(cfg.agent.template)  # a bad template name/path fails here, not hours into a launch
+        g = cfg.generation
+        if g.backend == "scripted" and not (g.script and Path(g.script).is_file()):  # else the first rollout fails
+            raise ConfigError(f"generation.backend: scripted needs generation.script, a replay file; got "
+                              f"{g.script!r}" + ("" if g.script is None else " (no such file)"))
         check_report_to(list(t.report_to))  # so does a logger whose package is missing (e.g. wandb)
         if rows:
             build_dataset(rows)  # the dataset must build (column types), even though nothing trains
