@@ -96,6 +96,12 @@ class ConfigModel(BaseModel):
         field = cls.model_fields.get(info.field_name) if info.field_name else None
         if field is None or section_model(field.annotation) is not None:
             return value
+        if isinstance(value, bool) and get_origin(field.annotation) is Literal:
+            # YAML 1.1 reads an unquoted `off` / `on` (also no / yes) as a boolean: give a choice named
+            # off / on back its name (`reward.p_online: off`, as the docs write it)
+            name = {False: "off", True: "on"}[value]
+            if name in get_args(field.annotation):
+                return name
         if _holds(value, bool) and not admits_bool(field.annotation):
             raise ValueError(f"expected {_type_words(field.annotation)}, got a boolean ({value!r})")
         if _holds(value, float) and integers_only(field.annotation):
@@ -105,6 +111,8 @@ class ConfigModel(BaseModel):
 
 
 def _type_words(annotation: Any) -> str:
+    if get_origin(annotation) is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(annotation))
     words = {"int": "an integer", "float": "a number", "str": "a string"}
     args = [a for a in get_args(annotation) if a is not type(None)] or [annotation]
     return " or ".join(words.get(getattr(a, "__name__", ""), "numbers") for a in args)

@@ -123,3 +123,16 @@ def test_config_changes_names_every_dotted_key_that_differs():
                                         f"train.max_steps: {old['train']['max_steps']!r} -> 7"]
     # a key on one side only (a config written by another awarl version) is a change too
     assert config_changes({"a": {"b": 1}}, {"a": {"b": 1, "c": [2]}}) == ["a.c: None -> [2]"]
+
+
+def test_a_choice_named_off_is_read_from_unquoted_yaml_and_a_bad_choice_is_named(tmp_path):
+    """YAML reads an unquoted `off` as false: `reward.p_online=off` (as the docs write it) was refused with
+    "expected numbers or numbers, got a boolean"."""
+    from awarl.config import ConfigError, load_config
+
+    assert load_config(None, ["reward.p_online=off"]).reward.p_online == "off"
+    f = tmp_path / "c.yaml"
+    f.write_text("reward:\n  p_online: off\n")
+    assert load_config(str(f)).reward.p_online == "off"
+    with pytest.raises(ConfigError, match=r"reward\.p_online: .*expected one of 'off', 'ema', got a boolean"):
+        load_config(None, ["reward.p_online=yes"])

@@ -234,3 +234,45 @@ def test_marks_keep_the_articles_three_categories_and_low_confidence():
 
     assert m("grounded") is None and m("grounded", 0.3).startswith("low confidence (0.30")
     assert m("inferred").startswith("inferred: follows from p1") and m("unsupported").startswith("unsupported")
+
+
+@pytest.mark.parametrize("flag", ["Conflicting values for the founding year: z1 says 1999, z2 says 2001",
+                                  "Passages z1 and z2 give conflicting values for the founding year (1999 vs 2001)"])
+def test_a_judges_conflicting_values_flag_blocks_approval_however_it_is_worded(tiny_dir, flag):
+    """Before: only flags starting with the exact lowercase "conflicting values" blocked; an LLM judge's own
+    wording let the loop approve "1999" over a source saying 2001."""
+    from transformers import AutoTokenizer
+
+    from awarl.agent.backends.scripted import ScriptedBackend
+    from awarl.agent.rollout import RolloutEngine
+    from awarl.agent.templates import load_template
+    from awarl.config import AgentConfig
+    from awarl.critic.schema import ClaimVerification, CriticOutput
+    from awarl.research.loop import ResearchRun, run_research
+    from awarl.research.planner import DecompositionPlanner
+    from awarl.retrieval.types import Passage
+
+    q = "When was Zed Corp founded?"
+    passages = [Passage("z1", "Zed Corp history", "Zed Corp was founded in 1999."),
+                Passage("z2", "Zed Corp registry", "The registry says Zed Corp was founded in 2001.")]
+
+    class Fixed:
+        def search(self, queries: list, k: int) -> list:
+            return [passages[:k] for _ in queries]
+
+    class Judge:
+        name = "scripted"
+
+        def verify(self, items: list) -> list:
+            return [CriticOutput(verified_claims=[ClaimVerification(claim="1999", status="grounded", source_ids=["z1"],
+                                                                    confidence=0.9)],
+                                 overall_groundedness=1.0, flags=[flag]) for _ in items]
+
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    script = {q: ["<search> Zed Corp founded </search>", "<cite> 1 </cite> <answer> 1999 </answer>"]}
+    eng = RolloutEngine(ScriptedBackend(tok, script), tok, Fixed(), load_template("awarl"), AgentConfig(), topk=3)
+    run = ResearchRun(q, DecompositionPlanner(), approve_threshold=0.8, max_iterations=3,
+                      abstention_phrase="not enough information")
+    (rep,) = run_research([run], eng, Judge(), temperature=0.0, seed=0)
+    assert not rep.approved and rep.answer == "not enough information"
+    assert any("conflicting values" in g for g in rep.coverage_gaps)

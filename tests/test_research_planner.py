@@ -109,6 +109,10 @@ def test_the_reduce_combines_independent_answers():
     assert combine(Reduce(kind="same", parts=[0, 1]), two, {0: "United States", 1: "the United States"})[0] == "yes"
     assert combine(Reduce(kind="common", parts=[0, 1]), two, {0: "Rush", 1: "Rush (band)"})[0] == "Rush"
     assert combine(Reduce(kind="common", parts=[0, 1]), two, {0: "Rush", 1: "Yes"})[0] == ""
+    # whole words, not substrings (before: "actor" was shared by "contractor", "US" by "Russia")
+    assert combine(Reduce(kind="common", parts=[0, 1]), two, {0: "actor", 1: "contractor"})[0] == ""
+    assert combine(Reduce(kind="common", parts=[0, 1]), two, {0: "US", 1: "Russia"})[0] == ""
+    assert combine(Reduce(kind="common", parts=[0, 1]), two, {0: "writer", 1: "writer and journalist"})[0] == "writer"
     assert combine(Reduce(kind="pick_yes", parts=[0, 1], entities=["A", "B"]), two, {0: "no", 1: "yes"})[0] == "B"
     assert combine(Reduce(), two, {0: "x", 1: "y"})[0] == "y"  # a chain: its last hop
     assert read_date("25 December 1505") == (1505, 12, 25) and read_number("about 1.5 million") == 1.5e6

@@ -111,6 +111,7 @@ def _common(got: list[str]) -> tuple[str, str]:
     if len(set(norms)) == 1:
         return got[0], "every part gives this answer"
     shortest = min(range(len(got)), key=lambda i: len(norms[i]))
-    if norms[shortest] and all(norms[shortest] in n for n in norms):
+    # whole words: "actor" is not in "contractor", "us" not in "russia"
+    if norms[shortest] and all(f" {norms[shortest]} " in f" {n} " for n in norms):
         return got[shortest], "the answer every part contains"
     return "", f"the parts give different answers ({got}): no shared answer"

@@ -108,7 +108,9 @@ def _decide(run: ResearchRun, flags: list[str], gaps: list[str]) -> tuple[str, b
         gaps.append(f"final answer {answer!r}: {g:.2f} of its claims grounded in the sources, below the approval "
                     f"threshold {run.threshold:.2f}")
         return run.abstention, False
-    if any(f.startswith("conflicting values") for f in flags):
+    # the drift check writes "conflicting values ..."; an LLM judge words its flags freely ("Passages 2 and 3 give
+    # conflicting values for ...")
+    if any("conflicting values" in f.lower() for f in flags):
         gaps.append(f"final answer {answer!r}: the sources give conflicting values (see flags)")
         return run.abstention, False
     return answer, True
