@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from awarl.io import loads_json
+from awarl.io import ascii_digits, loads_json
 from awarl.upstream import httpx as upstream_httpx
 
 _deadline = threading.local()  # the running request's time.monotonic() deadline, per calling thread
@@ -130,7 +130,7 @@ def retry_after_s(value: str | None) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isascii() and value.isdigit():
+    if ascii_digits(value):
         return float(value)
     try:  # an HTTP date; a year or zone offset out of range overflows
         when = email.utils.parsedate_to_datetime(value)

@@ -161,8 +161,9 @@ def _append_journal(path: Path, offset: int) -> Path:
     return path.with_name(f".{path.name}.append-{offset}")
 
 
-def _digits(text: str) -> bool:
-    """A journal's offset: ASCII digits only (str.isdigit also takes digits int() refuses, such as "²")."""
+def ascii_digits(text: str) -> bool:
+    """ASCII digits only: `str.isdigit` also takes digits `int()` / `float()` refuse or misread, such as "²"
+    (a journal's offset, a Retry-After header's seconds)."""
     return text.isascii() and text.isdigit()
 
 
@@ -179,9 +180,9 @@ def finish_interrupted_append(path: str | os.PathLike) -> int:
     for stale in path.parent.glob(f".{prefix}*.tmp"):  # a journal whose own write was cut: no append began
         # atomic_write_bytes's temp name: "." + journal name + "." + mkstemp's random part (no dot) + ".tmp"
         offset, *rest = stale.name[len(head) + 1:].split(".")
-        if _digits(offset) and len(rest) == 2:
+        if ascii_digits(offset) and len(rest) == 2:
             stale.unlink(missing_ok=True)
-    journals = [j for j in path.parent.glob(prefix + "*") if _digits(j.name[len(head):])]
+    journals = [j for j in path.parent.glob(prefix + "*") if ascii_digits(j.name[len(head):])]
     done = 0
     for journal in sorted(journals, key=lambda j: int(j.name[len(head):])):
         offset = journal.name[len(head):]

@@ -39,7 +39,7 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _CATEGORICAL = {"yes", "no", "noanswer"}
 
 
-def _is_punct(ch: str) -> bool:
+def is_punct(ch: str) -> bool:
     return ch in _PUNCT or (not ch.isascii() and unicodedata.category(ch)[0] == "P")
 
 
@@ -56,7 +56,7 @@ def _strip_ends(s: str) -> str:
 def normalize_answer(s: str) -> str:
     """HotpotQA/SQuAD answer normalisation with Unicode punctuation (module docstring)."""
     s = _strip_ends(s).lower()
-    s = "".join(ch for ch in s if not _is_punct(ch))
+    s = "".join(ch for ch in s if not is_punct(ch))
     s = _ARTICLES.sub(" ", s)
     return " ".join(s.split())
 

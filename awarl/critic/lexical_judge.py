@@ -44,7 +44,7 @@ import string
 
 from awarl.config import CriticConfig
 from awarl.critic.schema import ClaimVerification, CriticInput, CriticOutput, PassageRef
-from awarl.metrics import _is_punct
+from awarl.metrics import is_punct
 
 _STOP = frozenset({
     "a", "an", "the", "and", "or", "of", "in", "on", "at", "to", "for", "from", "by", "with", "as", "is",
@@ -68,7 +68,7 @@ def _punct_to_spaces(text: str) -> str:
     """ASCII punctuation and every Unicode punctuation character (category P) to a space: the rule of
     `awarl.metrics.normalize_answer`, so an answer EM accepts tokenises as its gold would."""
     text = _ASCII_PUNCT.sub(" ", text)
-    return text if text.isascii() else "".join(" " if _is_punct(ch) else ch for ch in text)
+    return text if text.isascii() else "".join(" " if is_punct(ch) else ch for ch in text)
 
 
 def cased_tokens(text: str) -> list[str]:

@@ -66,7 +66,7 @@ def _validate_critic(critic: Any) -> str | None:
         return None
     if not isinstance(critic, dict):
         return f"key 'critic': expected an object or null, got {type(critic).__name__}"
-    if critic.get("failed") is True or isinstance(critic.get("skipped"), str):
+    if not has_verdict(critic):  # failed or skipped: no figures to check
         return None
     for key in ("coverage", "redundancy", "groundedness"):
         if key not in critic:
