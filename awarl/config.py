@@ -718,14 +718,38 @@ def read_yaml_mapping(path: Path, what: str = "config", extended_by: Path | None
     return data
 
 
-def read_config_yaml(path: Path, chain: tuple[Path, ...] = ()) -> dict:
-    """A run config file with its `extends:` chain merged in (parents first)."""
+Origins = dict[tuple[str, ...], Path]
+
+
+def _record_origins(data: dict, path: Path, origins: Origins, prefix: tuple[str, ...] = ()) -> None:
+    """Note `path` as where each key of `data` (at every depth) was set."""
+    for k, v in data.items():
+        origins[(*prefix, str(k))] = path
+        if isinstance(v, dict):
+            _record_origins(v, path, origins, (*prefix, str(k)))
+
+
+def origin_of(loc: tuple, origins: Origins) -> Path | None:
+    """The file that set the key at `loc` (a validation error's location), or the one that set its nearest
+    enclosing section; list indices are skipped (a list is set as a whole)."""
+    keys = tuple(str(p) for p in loc if not isinstance(p, int))
+    for n in range(len(keys), 0, -1):
+        if keys[:n] in origins:
+            return origins[keys[:n]]
+    return None
+
+
+def read_config_yaml(path: Path, chain: tuple[Path, ...] = (), origins: Origins | None = None) -> dict:
+    """A run config file with its `extends:` chain merged in (parents first). `origins`, when given, gets the
+    file each key was last set in (an error in a parent then names the parent, not the child)."""
     path = path.resolve()
     if path in chain:
         raise ConfigError(f"{path}: circular `extends:` ({' -> '.join(str(p) for p in chain + (path,))})")
     data = read_yaml_mapping(path, extended_by=chain[-1] if chain else None)
     parents = data.pop("extends", None)
     if parents is None:
+        if origins is not None:
+            _record_origins(data, path, origins)
         return data
     if isinstance(parents, str):
         parents = [parents]
@@ -733,7 +757,9 @@ def read_config_yaml(path: Path, chain: tuple[Path, ...] = ()) -> dict:
         raise ConfigError(f"{path}: `extends:` must be a file name or a list of file names, got {parents!r:.80}")
     merged: dict = {}
     for parent in parents:
-        merged = _deep_merge(merged, read_config_yaml(path.parent / parent, chain + (path,)))
+        merged = _deep_merge(merged, read_config_yaml(path.parent / parent, chain + (path,), origins))
+    if origins is not None:
+        _record_origins(data, path, origins)  # after the parents': the child's keys win, as in the merge
     return _deep_merge(merged, data)
 
 
@@ -796,11 +822,17 @@ def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:
     return sorted(model.model_fields)
 
 
-def format_validation_error(e: ValidationError, source: str, model: type[BaseModel] = AwarlConfig) -> str:
+def format_validation_error(e: ValidationError, source: str, model: type[BaseModel] = AwarlConfig,
+                            origins: Origins | None = None, root: Path | None = None) -> str:
+    """The errors of a config, one line per key. With `origins` (read_config_yaml's), a key set in another
+    file than `root` (an `extends:` parent) names that file."""
     lines = [f"{source}: invalid config"]
     for err in e.errors():
         loc = tuple(err["loc"])
         key = ".".join(str(p) for p in loc) or "<root>"
+        where = origin_of(loc, origins) if origins else None
+        if where is not None and where != root:
+            key += f" (set in {where})"
         if err["type"] == "extra_forbidden":
             allowed = _allowed_keys(model, loc)
             lines.append(f"  {key}: unknown key; allowed keys here: {', '.join(allowed)}")
@@ -812,23 +844,33 @@ def format_validation_error(e: ValidationError, source: str, model: type[BaseMod
     return "\n".join(lines)
 
 
-def config_from_dict(data: dict, source: str = "<config>") -> AwarlConfig:
+def config_from_dict(data: dict, source: str = "<config>", origins: Origins | None = None,
+                     root: Path | None = None) -> AwarlConfig:
+    """Validate a merged config; `origins` and `root` as in format_validation_error."""
     try:
         return AwarlConfig.model_validate(data)
     except ValidationError as e:
         hint = ("\n  (a sweep file: run it with `awarl sweep --config FILE`; its sweep.base names the run config)"
                 if isinstance(data, dict) and "sweep" in data else "")
-        raise ConfigError(format_validation_error(e, source) + hint) from None
+        raise ConfigError(format_validation_error(e, source, origins=origins, root=root) + hint) from None
 
 
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> AwarlConfig:
     """Read a YAML config (following `extends:`), apply dotted overrides, validate. Raises ConfigError."""
-    data = read_config_yaml(Path(path)) if path else {}
+    origins: Origins = {}
+    root = Path(path).resolve() if path else None
+    data = read_config_yaml(Path(path), origins=origins) if path else {}
+    for text in overrides or []:  # an overridden key is the command line's (named by `source`), not a parent's
+        parts = tuple(parse_override(text)[0])
+        for k in [k for k in origins if k[:len(parts)] == parts]:
+            del origins[k]
+        if root is not None:
+            origins[parts] = root
     data = apply_overrides(data, overrides or [])
     source = str(path) if path else "<defaults>"
     if overrides:
         source += f" + overrides {overrides}"
-    return config_from_dict(data, source)
+    return config_from_dict(data, source, origins, root)
 
 
 def config_changes(old: Any, new: Any, prefix: str = "") -> list[str]:

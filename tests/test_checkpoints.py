@@ -129,3 +129,54 @@ def test_the_override_is_a_train_flag(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     assert "--reset-reward-state" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_the_final_evaluation_is_of_the_policy_at_the_final_step_after_any_resume(two_steps, tmp_path):
+    """The final evaluation used to be identified by the base model's name alone. A run extended from 3 to 4
+    steps resumed the step-3 predictions in eval/final and reported them as its own (generated_now 0), and
+    on a finished run's resume (the checkpoint's weights loaded by path) the name changed, the resume of a
+    killed final evaluation was refused and the evaluation skipped, so a sweep run could never finish."""
+    from awarl.stages.train import run_train
+
+    cfg0, tok, backend = two_steps
+    out = tmp_path / "run"
+    shutil.copytree(Path(cfg0.run.out_dir), out)
+    final = out / "eval" / "final"
+
+    def train_to(steps: int) -> dict:
+        cfg = cfg0.model_copy(update={"run": cfg0.run.model_copy(update={"out_dir": str(out)}),
+                                      "train": cfg0.train.model_copy(update={"max_steps": steps})})
+        return run_train(cfg, resume="latest", tokenizer=tok, backend_factory=lambda t: backend)
+
+    def manifest() -> dict:
+        return json.loads((final / "manifest.json").read_text())
+
+    n_eval = cfg0.eval.limit
+    summary = train_to(3)  # trains step 3, then evaluates the live policy
+    assert "eval" in summary and manifest()["model"]["global_step"] == 3 and manifest()["generated_now"] == n_eval
+    # a kill during that evaluation: one prediction written, no results
+    pred = final / "predictions.jsonl"
+    pred.write_text(pred.read_text().splitlines()[0] + "\n")
+    (final / "results.json").unlink()
+    summary = train_to(3)  # nothing left to train: the checkpoint's weights are loaded and the evaluation resumes
+    assert "eval" in summary and (final / "results.json").is_file()
+    assert manifest()["generated_now"] == n_eval - 1 and manifest()["model"]["global_step"] == 3
+    summary = train_to(4)  # a longer run: its final policy is evaluated afresh, step 3's kept beside it
+    assert manifest()["model"]["global_step"] == 4 and manifest()["generated_now"] == n_eval
+    kept = json.loads((out / "eval" / "final.step-3" / "manifest.json").read_text())
+    assert kept["model"]["global_step"] == 3 and kept["status"] == "complete"
+
+
+@pytest.mark.slow
+def test_extending_a_finished_run_takes_its_first_extra_step_at_the_new_schedules_rate(two_steps, tmp_path):
+    """The Trainer restores the optimizer's learning rate as saved (the linear schedule's end, 0) and the
+    scheduler recomputes it only after a step: extending a 2-step run to 4 took step 3 at learning rate 0."""
+    cfg, tok, backend = two_steps
+    out = tmp_path / "run"
+    shutil.copytree(Path(cfg.run.out_dir), out)
+    summary = resume(cfg, tok, backend, out, 4, resume="latest")
+    lr = {h["step"]: h["learning_rate"] for h in summary["trainer"].state.log_history if "learning_rate" in h}
+    base = cfg.train.learning_rate
+    # linear decay over the new 4 steps, from the resumed step on: steps 3 and 4 at base x 2/4 and x 1/4
+    assert lr[3] == pytest.approx(base * 2 / 4) and lr[4] == pytest.approx(base * 1 / 4)

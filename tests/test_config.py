@@ -45,6 +45,23 @@ def test_extends_merges_deeply_and_child_wins(tmp_path):
     assert cfg.run.name == "base"
 
 
+def test_a_bad_key_in_an_extends_parent_names_the_parent_file(tmp_path):
+    """The error named only the file given on the command line, so a typo in a parent was searched for in the
+    child, where it is not."""
+    parent = write(tmp_path / "base.yaml", "reward:\n  gamam: 0.25\n  beta: 0.8\ntrain:\n  max_steps: -1\n")
+    child = write(tmp_path / "child.yaml", "extends: base.yaml\nreward:\n  p_min: 2\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(child)
+    lines = str(e.value).splitlines()
+    assert lines[0] == f"{child}: invalid config"
+    assert any(ln.strip().startswith(f"reward.gamam (set in {parent.resolve()}): unknown key") for ln in lines)
+    assert any(ln.strip().startswith(f"train.max_steps (set in {parent.resolve()}):") for ln in lines)
+    assert any(ln.strip().startswith("reward.p_min: ") for ln in lines)  # the child's own key: no note
+    with pytest.raises(ConfigError) as e:  # overridden on the command line: the override's, not the parent's
+        load_config(child, ["train.max_steps=-2"])
+    assert any(ln.strip().startswith("train.max_steps: ") for ln in str(e.value).splitlines())
+
+
 def test_multiple_parents_and_cycle(tmp_path):
     write(tmp_path / "a.yaml", "reward:\n  gamma: 0.3\n")
     write(tmp_path / "b.yaml", "reward:\n  p_min: 0.2\n")

@@ -386,6 +386,20 @@ def test_eval_cli_rejects_bad_limit(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize("bad, says", [(["--template", "nope"], "template 'nope'"),
+                                       (["--datasets", "nope"], "unknown evaluation dataset 'nope'"),
+                                       (["--model", "/nonexistent/model"], "model folder not found")])
+def test_a_bad_eval_argument_leaves_no_empty_out_folder(tmp_path, tiny_dir, shipped_bm25_dir, capsys, bad, says):
+    """Each was refused with exit 2, but after --out had been created: an empty folder was left behind (and a
+    bad template was only noticed after the model loaded)."""
+    args = {"--model": str(tiny_dir), "--index": str(shipped_bm25_dir)}
+    args.update(dict(zip(bad[::2], bad[1::2], strict=True)))
+    assert main(["eval", "--out", str(tmp_path / "o" / "run"), "--limit", "1",
+                 *[x for kv in args.items() for x in kv]]) == 2
+    assert says in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
 def test_an_unanswerable_question_is_wrong_when_answered_and_abstain_when_refused(tmp_path, tiny_dir,
                                                                                   shipped_bm25_dir):
     """MuSiQue-Full's `answerable: false` questions keep the answer strings of the question they were made

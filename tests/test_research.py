@@ -141,6 +141,28 @@ def test_a_step_that_never_searched_is_a_query_failure_not_a_coverage_gap(tok, s
     assert report.query_failures[0].startswith(HOP1 + ": the executor never searched in 2 attempt(s)")
 
 
+def test_a_step_two_links_behind_a_query_failure_is_a_query_failure_too(tok, server_url, example):
+    """Only a step blocked directly by a query failure was counted one: step 3, waiting on step 2, itself
+    waiting on step 1 that never searched, was reported as a coverage gap (the sources lack it)."""
+    from awarl.critic.lexical_judge import LexicalJudge
+    from awarl.research.loop import ResearchRun, run_research
+    from awarl.research.planner import DecompositionPlanner
+    from awarl.research.schema import Plan, SubQuestion
+
+    class Chain(DecompositionPlanner):
+        def decompose(self, question, example=None):
+            return Plan(steps=[SubQuestion(index=0, text=HOP1), SubQuestion(index=1, text="capital of #1?", depends_on=[0]),
+                               SubQuestion(index=2, text="Who founded #2?", depends_on=[1])])
+
+    cfg, engine = engine_for(tok, server_url, {HOP1: ["<cite> 1 </cite> <answer> Zebra Crossing Borough </answer>"]},
+                             **{"research.max_iterations": 2})
+    run = ResearchRun(example.question, Chain(), approve_threshold=0.8, max_iterations=2,
+                      abstention_phrase="not enough information", example=example)
+    (report,) = run_research([run], engine, LexicalJudge(cfg.critic), temperature=0.0)
+    assert report.coverage_gaps == [] and len(report.query_failures) == 3
+    assert "which waited in turn on step 1" in report.query_failures[2]
+
+
 def test_the_requery_names_every_search_tried_by_every_earlier_attempt(tok, server_url, example):
     script = {HOP1: ["<search> Van Hook Township </search>", "<cite> 1 </cite> <answer> Zebra Crossing Borough </answer>"],
               HOP1 + " (Not supported": ["<search> zebra borough </search>",
@@ -327,3 +349,24 @@ def test_a_dead_planner_endpoint_fails_before_any_model_loads(tok, tmp_path):
                              "critic.timeout_s=2"])
     with pytest.raises(ValueError, match="research planner"):
         make_planner(cfg, tmp_path, check=True)
+
+
+def test_a_sub_question_that_writes_hash_k_waits_for_step_k_even_when_depends_on_omits_it(tmp_path):
+    """The LLM planner read only `depends_on`: a reply with "capital of #1?" and depends_on [] ran that step
+    first (both are roots), searching for "#1" unfilled."""
+    import json
+
+    from awarl.config import load_config
+    from awarl.research.records import make_planner
+
+    def reply(body: dict) -> dict:
+        out = {"sub_questions": [{"question": HOP1, "depends_on": []},
+                                 {"question": "capital of #1?", "depends_on": []},
+                                 {"question": "Who founded #2 (not #3 or #9)?", "depends_on": [3]}]}
+        return chat_answer(json.dumps(out))
+
+    with serve_app(fake_chat_app(reply, models=["planner-llm"])) as url:
+        cfg = load_config(None, ["research.planner=openai", f"research.planner_base_url={url}/v1",
+                                 "research.planner_model=planner-llm"])
+        plan = make_planner(cfg, tmp_path / "cache", check=True).decompose("What is the seat of ...?")
+    assert [s.depends_on for s in plan.steps] == [[], [0], [1]]  # a #k to itself or later is no dependency

@@ -118,6 +118,23 @@ def test_the_reduce_combines_independent_answers():
     assert read_date("25 December 1505") == (1505, 12, 25) and read_number("about 1.5 million") == 1.5e6
 
 
+def test_a_date_is_read_where_it_first_appears_and_an_imprecise_one_leaves_the_pick_undecided():
+    """read_date took the first *format* that matched anywhere, not the first date in the text: "1912 (died
+    14 March 1983)" read 1983, so "who was born earlier" could approve the wrong person; and a bare year
+    counted as earlier than any full date of the same year (1983 < 14 March 1983)."""
+    assert read_date("1912 (died 14 March 1983)") == (1912, 0, 0)
+    assert read_date("born 14 March 1983 in Leeds, died 2001-05-03") == (1983, 3, 14)
+    assert read_date("March 5, 2001 (aged 40)") == (2001, 3, 5) and read_date("2001-05-03") == (2001, 5, 3)
+    two = [SubQuestion(index=0, text="When was Ann Ray born?"), SubQuestion(index=1, text="When was Bo Tell born?")]
+    earlier = Reduce(kind="pick", parts=[0, 1], entities=["Ann Ray", "Bo Tell"], value="date", order="min")
+    assert combine(earlier, two, {0: "1912 (died 14 March 1983)", 1: "2 June 1950"})[0] == "Ann Ray"
+    for a, b in (("1983", "14 March 1983"), ("March 1983", "14 March 1983"), ("14 March 1983", "1983")):
+        answer, why = combine(earlier, two, {0: a, 1: b})
+        assert answer == "" and "not precise enough" in why, (a, b)
+    assert combine(earlier, two, {0: "March 1983", 1: "14 April 1983"})[0] == "Ann Ray"  # months decide
+    assert combine(earlier, two, {0: "1982", 1: "14 March 1983"})[0] == "Ann Ray"  # years decide
+
+
 @pytest.fixture(scope="module")
 def tok(tiny_dir):
     from transformers import AutoTokenizer

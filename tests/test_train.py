@@ -475,3 +475,23 @@ def test_lora_run_saves_a_merged_full_model(tmp_path, tiny_dir, closed_index, tr
         got = merged(input_ids=ids).logits
         assert not torch.allclose(base(input_ids=ids).logits, got)  # the adapters changed the weights
     assert torch.allclose(live, got, atol=1e-5)
+
+
+def test_too_few_questions_for_one_generation_batch_is_refused_before_training(tmp_path, tiny_dir, closed_index,
+                                                                             train_examples):
+    """TRL samples a generation batch as per-device batch x gradient accumulation x processes / group size
+    distinct questions and drops one it cannot fill: 4 questions with a batch of 8 x 4 / 2 = 16 trained 0 steps
+    and wrote the untrained model as final/, without an error (only 4 x 2 < 8 was checked)."""
+    from awarl.config import ConfigError
+    from awarl.stages.train import run_train
+
+    cfg = make_cfg(tmp_path, tiny_dir, closed_index, train__num_generations=2, train__per_device_train_batch_size=8,
+                   train__gradient_accumulation_steps=4)
+    write_estimates(cfg, train_examples, [0.0, 0.9, 0.5, 0.2])
+    with pytest.raises(ConfigError, match=r"only 4 training question\(s\), but one generation batch takes 16"):
+        run_train(cfg, dry_run=True)
+    with pytest.raises(ConfigError, match="takes 16 distinct"):
+        run_train(cfg)
+    assert not Path(cfg.run.out_dir).exists()  # refused before anything was written
+    ok = make_cfg(tmp_path, tiny_dir, closed_index, train__num_generations=2, train__per_device_train_batch_size=8)
+    assert run_train(ok, dry_run=True)["steps"]["questions_per_step"] == 4  # 8 x 1 / 2: four questions suffice

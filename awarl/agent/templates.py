@@ -130,18 +130,30 @@ class Template(_Frozen):
 
     def defang(self, text: str) -> str:
         """Break protocol tags inside retrieved text (`<answer>` -> `< answer>`), so a passage can never
-        close the information block or inject an answer. The original text stays in the trajectory's
-        `passages`; only what the model sees is changed."""
+        close the information block or inject an answer, and passage headers (`[7] Title:` -> `[ 7] Title:`),
+        so it cannot add a number the model was never shown to those it may cite (the parser reads the
+        shown numbers from the headers: a fake one hid a citation fault). The original text stays in the
+        trajectory's `passages`; only what the model sees is changed."""
         names = "|".join(re.escape(n) for n in self.tags.roles())
-        return re.sub(rf"<(/?)({names})>", r"< \1\2>", text)
+        text = re.sub(rf"<(/?)({names})>", r"< \1\2>", text)
+        before, after = self._header_literals()
+        if not before and not after:  # a format with bare numbers: a header cannot be told from text
+            return text
+        return self.passage_number_pattern().sub(
+            lambda m: f"{before} {m.group(1)}{after}" if before else f"{m.group(1)} {after}", text)
+
+    def _header_literals(self) -> tuple[str, str]:
+        """The passage format's literal text right before and right after `{number}` (up to the neighbouring
+        placeholders): what marks a number as a passage header."""
+        before, after = self.information.passage.split("{number}", 1)
+        before = _PLACEHOLDER.split(before)[-1].lstrip()
+        after = re.split(r"\{(?:number|title|text|id)\}", after, maxsplit=1)[0]
+        return before, after
 
     def passage_number_pattern(self) -> re.Pattern[str]:
         """Regex (group 1 = the number) matching a passage header inside an information block, derived
         from the passage format: the literal text around `{number}` up to the next placeholder."""
-        fmt = self.information.passage
-        before, after = fmt.split("{number}", 1)
-        before = _PLACEHOLDER.split(before)[-1].lstrip()
-        after = re.split(r"\{(?:number|title|text|id)\}", after, maxsplit=1)[0]
+        before, after = self._header_literals()
         return re.compile(re.escape(before) + r"(\d+)" + re.escape(after))
 
 

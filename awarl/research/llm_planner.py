@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from awarl.critic.openai_judge import OpenAIJudge
-from awarl.research.planner import one_step, requery_text
+from awarl.research.planner import hop_refs, one_step, requery_text
 from awarl.research.reduce import combine
 from awarl.research.schema import ExecutorResult, Plan, Reduce, SubQuestion
 
@@ -92,8 +92,10 @@ class LLMPlanner:
             return one_step(question)
         steps = []
         for i, st in enumerate(plan.sub_questions):
-            deps = sorted({d - 1 for d in st.depends_on if 0 < d <= i})  # only earlier steps: no cycles
-            steps.append(SubQuestion(index=i, text=st.question.strip(), depends_on=deps))
+            # only earlier steps (no cycles); a #k the text writes counts even when depends_on leaves it out,
+            # or the step would run before step k with "#k" unfilled in its search
+            deps = {d - 1 for d in st.depends_on if 0 < d <= i} | hop_refs(st.question, i)
+            steps.append(SubQuestion(index=i, text=st.question.strip(), depends_on=sorted(deps)))
         return Plan(steps=steps, reduce=Reduce(kind="llm"), rule="llm")
 
     def requery(self, text: str, result: ExecutorResult, unsupported: Sequence[str],

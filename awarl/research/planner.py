@@ -40,6 +40,12 @@ def render_hop(text: str) -> str:
     return f"{relation} of {entity}?"
 
 
+def hop_refs(text: str, index: int) -> set[int]:
+    """The earlier steps (0-based) that step `index`'s text refers to as `#k` (1-based): it runs after them
+    and asks with their answers filled in. A `#k` to itself or a later step is no dependency (no cycles)."""
+    return {int(k) - 1 for k in _HOP_REF.findall(text) if 0 < int(k) <= index}
+
+
 def fill(text: str, answers: dict[int, str]) -> str:
     """`#k` replaced by the answer found for step k (1-based, as MuSiQue writes them)."""
     return _HOP_REF.sub(lambda m: answers.get(int(m.group(1)) - 1, m.group(0)), text)
@@ -64,8 +70,7 @@ def musique_plan(example: Any) -> Plan | None:
         return None
     steps = []
     for i, t in enumerate(texts):
-        deps = sorted({int(k) - 1 for k in _HOP_REF.findall(t) if 0 < int(k) <= i})
-        steps.append(SubQuestion(index=i, text=render_hop(t), depends_on=deps))
+        steps.append(SubQuestion(index=i, text=render_hop(t), depends_on=sorted(hop_refs(t, i))))
     return Plan(steps=steps, rule="musique_decomposition")
 
 

@@ -32,16 +32,27 @@ _MULT = {"thousand": 1e3, "k": 1e3, "million": 1e6, "m": 1e6, "billion": 1e9, "b
 
 
 def read_date(text: str) -> tuple[int, int, int] | None:
-    """(year, month, day) of the first date in the text (0 for a missing month or day; BC years negative)."""
-    for form in _DATE_FORMS:
-        m = form.search(text)
-        if m is None:
-            continue
-        g = m.groupdict()
-        year = int(g["year"]) * (-1 if g.get("bc") else 1)
-        month = int(g["mnum"]) if g.get("mnum") else _MONTHS.get((g.get("month") or "").lower().rstrip("."), 0)
-        return year, month, int(g.get("day") or 0)
-    return None
+    """(year, month, day) of the first date in the text (0 for a missing month or day; BC years negative).
+    First by position: "1912 (died 14 March 1983)" is 1912, though the full date is the more specific
+    form; of the forms that start at the same place, the longest ("14 March 1983", not "14")."""
+    found = [m for form in _DATE_FORMS if (m := form.search(text)) is not None]
+    if not found:
+        return None
+    m = min(found, key=lambda m: (m.start(), -len(m.group(0))))
+    g = m.groupdict()
+    year = int(g["year"]) * (-1 if g.get("bc") else 1)
+    month = int(g["mnum"]) if g.get("mnum") else _MONTHS.get((g.get("month") or "").lower().rstrip("."), 0)
+    return year, month, int(g.get("day") or 0)
+
+
+def _undecided(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:
+    """Whether two read dates cannot be ordered: the same year where one lacks the month, or the same month
+    where one lacks the day (1983 against 14 March 1983 is either order)."""
+    if a[0] != b[0]:
+        return False
+    if not a[1] or not b[1]:
+        return True
+    return a[1] == b[1] and (not a[2] or not b[2])
 
 
 def read_number(text: str) -> float | None:
@@ -100,6 +111,8 @@ def _pick(reduce: Reduce, parts: list[int], got: list[str]) -> tuple[str, str]:
     best = (min if reduce.order == "min" else max)(values)  # type: ignore[type-var]
     if values.count(best) > 1:
         return "", f"the parts give the same {reduce.value} ({got})"
+    if reduce.value == "date" and any(_undecided(best, v) for v in values if v != best):  # type: ignore[arg-type]
+        return "", f"the dates are not precise enough to order ({got})"
     i = values.index(best)
     word = {"date": {"min": "earliest", "max": "latest"}, "number": {"min": "smallest", "max": "largest"}}
     detail = " vs ".join(f"{e} ({a})" for e, a in zip(reduce.entities, got, strict=True))

@@ -44,14 +44,30 @@ def _gaps(run: ResearchRun) -> tuple[list[str], list[str]]:
             kind, text = step_outcome(s)
             kind_of[s.sub.index] = kind
             (failures if kind == "query" else gaps).append(text)
+    by_index = {s.sub.index: s for s in run.steps}
     for s in run.steps:
         if not s.done:  # cannot happen with a planner whose dependencies point backwards; said if it does
             gaps.append(f"{s.sub.text}: not researched (its dependencies never resolved)")
         elif s.blocked_by is not None:
+            root = _blocking_root(s, by_index)
             text = (f"{s.sub.text}: not researched, it needs the answer of step {s.blocked_by + 1}, which the sources "
-                    "did not support")
-            (failures if kind_of.get(s.blocked_by) == "query" else gaps).append(text)
+                    "did not support" if root == s.blocked_by else
+                    f"{s.sub.text}: not researched, it needs the answer of step {s.blocked_by + 1}, which waited in "
+                    f"turn on step {root + 1}, which the sources did not support")
+            # a step behind a query failure, however many links behind, is a query failure too
+            (failures if kind_of.get(root) == "query" else gaps).append(text)
     return gaps, failures
+
+
+def _blocking_root(step: Step, by_index: dict[int, Step]) -> int:
+    """The exhausted step at the end of `step`'s chain of blocked dependencies (step 3 blocked by step 2,
+    itself blocked by step 1: step 1)."""
+    root, seen = step.blocked_by, {step.sub.index}
+    while root is not None and root not in seen and (nxt := by_index.get(root)) is not None \
+            and nxt.blocked_by is not None:
+        seen.add(root)
+        root = nxt.blocked_by
+    return root if root is not None else step.sub.index
 
 
 def _statements(run: ResearchRun) -> list[Statement]:

@@ -60,6 +60,14 @@ def model_identity(model_ref: str, model: Any = None) -> dict[str, Any]:
     return ident
 
 
+def policy_identity(base_model: str, global_step: int) -> dict[str, Any]:
+    """The identity of a training run's live policy: the model it was trained from and the optimizer step
+    its weights are at. The step is part of the resume fingerprint: the final evaluation of a run extended
+    from step 2 to 3 is another policy's, not a continuation of step 2's (kill -9 and resume reproduce the
+    weights at a step, so a killed evaluation of step N resumes on the policy it started with)."""
+    return {**model_identity(base_model), "global_step": global_step}
+
+
 def _canonical_sha256(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
 
@@ -140,7 +148,8 @@ def _fingerprint(m: dict) -> dict[str, Any]:
     legitimate), the question limit and dataset list (only the requested questions are scored), the critic."""
     model, sampling, retrieval = m.get("model") or {}, m.get("sampling") or {}, m.get("retrieval") or {}
     fp = {"model.name": model.get("name"), "model.revision": model.get("revision"),
-          "model.files_sha256": model.get("files_sha256"), "template": m.get("template"),
+          "model.files_sha256": model.get("files_sha256"), "model.global_step": model.get("global_step"),
+          "template": m.get("template"),
           "template_sha256": m.get("template_sha256"), "agent": m.get("agent"), "seed": m.get("seed"),
           # an older manifest has no eval_agent: it was a single-pass run
           "eval_agent": m.get("eval_agent") or {"kind": "single_pass"},

@@ -25,6 +25,7 @@ from typing import Any
 
 from awarl.agent.backends.base import question_seed
 from awarl.agent.rollout import RolloutEngine
+from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig, save_resolved
 from awarl.critic import check_endpoints, critic_cache_dir, make_judge
 from awarl.critic.correctness import close_grader, grade_trajectories, make_answer_grader
@@ -146,14 +147,17 @@ def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfi
 
 def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokenizer: Any = None,
              retriever: Any = None, datasets: list[str] | None = None, limit: int | None = None,
-             on_batch: Callable[[int], None] | None = None) -> dict:
+             on_batch: Callable[[int], None] | None = None, model_ident: dict | None = None) -> dict:
     """Evaluate `model` (default: cfg.train.model; a path, hub id or loaded model object) and score it.
+
+    `model_ident` names the model in the manifest (and so in the resume check) when its name and files do
+    not say which weights these are: training passes its live policy's (`policy_identity`).
 
     Writes DIR/predictions.jsonl, DIR/manifest.json, DIR/resolved_config.yaml, DIR/results.{json,md,png}.
     Returns the results dict of the scorer.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    load_template(cfg.agent.template)  # a bad template fails here, before any model loads
     eval_set = load_eval_set(cfg.data, cfg.eval, cfg.run.seed, datasets, limit)
     if not eval_set.examples:
         raise ValueError("no evaluation questions: check eval.datasets / data.eval")
@@ -172,10 +176,14 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
             tokenizer = load_tokenizer(ref, "--model / train.model")
         retriever = retriever if retriever is not None else load_retriever(cfg.retrieval)
         engine = RolloutEngine.from_config(cfg, tokenizer, retriever, model=model)
-        manifest = build_manifest(cfg, eval_set, model_identity(ref, getattr(engine.backend, "model", None)),
+        ident = model_ident if model_ident is not None else \
+            model_identity(ref, getattr(engine.backend, "model", None))
+        manifest = build_manifest(cfg, eval_set, ident,
                                   retriever_identity(retriever), {"status": "running"})
         check_resumable(out, manifest)
-        # Only now: a refused resume must leave the folder's record of its settings as the run made it.
+        # Only now: a refused resume must leave the folder's record of its settings as the run made it, and
+        # a bad --model / --datasets / --template must leave no empty --out folder behind.
+        out.mkdir(parents=True, exist_ok=True)
         save_resolved(cfg, out)
         atomic_write_json(out / MANIFEST, manifest)
         set_aside = set_aside_bad_lines(pred_path, cfg.metrics.correctness, engine.abstention_phrases)

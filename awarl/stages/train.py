@@ -37,11 +37,12 @@ from awarl.data.estimates import (
 )
 from awarl.data.evidence import gold_evidence
 from awarl.data.types import QAExample, example_key
-from awarl.io import DataError, atomic_write_text
+from awarl.io import DataError, atomic_write_text, loads_json
 from awarl.models.loading import load_tokenizer
 from awarl.retrieval import load_retriever
 from awarl.rewards.strategies import strategy
 from awarl.rewards.trl_reward import AwaRLReward, load_reward_state
+from awarl.stages.eval_manifest import MANIFEST, policy_identity
 from awarl.stages.evaluate import run_eval
 from awarl.stages.questions import load_train_examples
 from awarl.stages.resources import ensure_default_retrieval
@@ -141,6 +142,21 @@ def build_reward(cfg: AwarlConfig, rows: list[dict]) -> Any:
     p_table = {r["qid"]: r["p_i"] for r in rows if r["p_i"] is not None}
     n_table = {r["qid"]: r["p_n"] for r in rows if r["p_i"] is not None and r.get("p_n") is not None}
     return AwaRLReward(cfg.reward, judge, p_table, n_table)
+
+
+def check_enough_questions(n_questions: int, cfg: AwarlConfig, n_procs: int) -> None:
+    """ConfigError unless one generation batch can be filled. TRL samples each batch as distinct questions,
+    `per_device_train_batch_size × gradient_accumulation_steps × processes / num_generations` of them, and
+    drops a batch it cannot fill: with fewer questions it trains 0 steps without a word and the run writes
+    its untrained base model as final/."""
+    t = cfg.train
+    need = t.per_device_train_batch_size * t.gradient_accumulation_steps * n_procs // t.num_generations
+    if n_questions < need:
+        raise ConfigError(
+            f"only {n_questions} training question(s), but one generation batch takes {need} distinct ones "
+            f"(train.per_device_train_batch_size {t.per_device_train_batch_size} x gradient_accumulation_steps "
+            f"{t.gradient_accumulation_steps} x {n_procs} process(es) / num_generations {t.num_generations}): "
+            "TRL would train 0 steps; add training questions (data.train) or make the batch smaller")
 
 
 def world_size() -> int:
@@ -274,21 +290,51 @@ def print_plan(plan: dict) -> None:
 
 
 def evaluate_policy(cfg: AwarlConfig, model: Any, tokenizer: Any, retriever: Any, out_dir: str | Path,
-                    *, limit: int | None = None) -> dict:
-    """Greedy (eval.temperature) run of the live policy on the held-out questions (data.eval files, else the
-    shipped dev samples of eval.datasets), scored with awarl.metrics; returns the scorer's results
-    (macro RA-F1 in results["macro"]["ra_f1"]). Uses transformers on the given model object."""
+                    *, step: int, limit: int | None = None) -> dict:
+    """Greedy (eval.temperature) run of the live policy, at optimizer step `step`, on the held-out questions
+    (data.eval files, else the shipped dev samples of eval.datasets), scored with awarl.metrics; returns the
+    scorer's results (macro RA-F1 in results["macro"]["ra_f1"]). Uses transformers on the given model object.
+    An evaluation in `out_dir` of the policy at another step is moved aside first (`set_aside_other_step`)."""
     import torch
 
+    set_aside_other_step(Path(out_dir), step)
     eval_cfg = cfg.model_copy(update={"generation": cfg.generation.model_copy(update={"backend": "hf"})})
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
             return run_eval(eval_cfg, out_dir, model=model, tokenizer=tokenizer, retriever=retriever,
-                            limit=limit if limit is not None else cfg.eval.limit)
+                            limit=limit if limit is not None else cfg.eval.limit,
+                            model_ident=policy_identity(cfg.train.model, step))
     finally:
         model.train(was_training)
+
+
+def set_aside_other_step(out_dir: Path, step: int) -> Path | None:
+    """Rename `out_dir` to `<name>.step-<N>` when it holds an evaluation of the policy at another step N (a
+    resumed run that trains further evaluates its new final policy in eval/final; the old one is kept, not
+    resumed as if it were the same policy). A folder whose manifest names no step (an earlier awarl) is
+    moved aside too, as `<name>.step-unknown`: which weights it scored cannot be told. Returns the new path."""
+    manifest = out_dir / MANIFEST
+    if not manifest.is_file():
+        return None
+    try:
+        old = loads_json(manifest.read_text(encoding="utf-8"))
+        old_step = old["model"]["global_step"]
+    except (ValueError, OSError, KeyError, TypeError):
+        old_step = None
+    if old_step == step:
+        return None
+    tag = "unknown" if old_step is None else str(old_step)
+    target = out_dir.with_name(f"{out_dir.name}.step-{tag}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = out_dir.with_name(f"{out_dir.name}.step-{tag}.{n}")
+    out_dir.rename(target)
+    log.warning("%s held the evaluation of the policy at step %s, not %d: kept as %s", out_dir, tag, step,
+                target.name)
+    return target
 
 
 def _eval_metrics(results: dict, prefix: str = "eval") -> dict[str, float]:
@@ -322,10 +368,10 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
         log.info("LoRA + vLLM server: TRL merges the adapters before each weight sync")
     cpu = on_cpu()
     rows, info = training_rows(cfg, strict=not dry_run, examples=examples)
-    if not dry_run and len(rows) * t.num_generations < t.per_device_train_batch_size:
-        raise ConfigError(f"only {len(rows)} training question(s): fewer completions than one device batch")
     reward = build_reward(cfg, rows)
     plan = make_plan(cfg, info, reward, cpu=cpu, n_procs=world_size())
+    if rows or not dry_run:  # a dry run of a config whose questions come at launch has none yet
+        check_enough_questions(len(rows), cfg, world_size())
     if dry_run or plan["device"]["use_vllm"]:  # before any weights load
         plan["generation"]["vllm_check"] = check_vllm(cfg)
     if dry_run:
@@ -372,7 +418,7 @@ def keep_config_of_resumed_run(out: Path, cfg: AwarlConfig, ckpt: Path) -> list[
 def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, grader: Any, *, ckpt: Path | None,
            model: Any, tokenizer: Any, retriever: Any, final_eval: bool, backend_factory: Any,
            extra_callbacks: list, on_trainer: Any) -> dict:
-    from awarl.training.callbacks import PeriodicEval, RewardStateCallback
+    from awarl.training.callbacks import PeriodicEval, RewardStateCallback, ScheduleFromResumedStep
 
     out = Path(cfg.run.out_dir)
     for note in plan["device"]["forced"]:
@@ -400,11 +446,11 @@ def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, grader: 
     holder: dict[str, Any] = {}
 
     def periodic_eval(_model: Any, step: int) -> None:
-        res = _eval_live(cfg, holder["trainer"], tokenizer, retriever, out / "eval" / f"step-{step}")
+        res = _eval_live(cfg, holder["trainer"], tokenizer, retriever, out / "eval" / f"step-{step}", step)
         if res is not None:
             holder["trainer"].log(_eval_metrics(res))
 
-    callbacks = [RewardStateCallback(reward), *extra_callbacks]
+    callbacks = [RewardStateCallback(reward), ScheduleFromResumedStep(), *extra_callbacks]
     if cfg.eval.every_steps:
         callbacks.append(PeriodicEval(cfg.eval.every_steps, periodic_eval))
     # A checkpoint already at max_steps: the Trainer would still run one more step on resume (its stop check
@@ -443,7 +489,7 @@ def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, grader: 
                                "train_loss": training_loss, "reward_state": reward.state_dict(),
                                "trainer": trainer, "reward": reward}
     if final_eval:
-        res = _eval_live(cfg, trainer, tokenizer, retriever, out / "eval" / "final")
+        res = _eval_live(cfg, trainer, tokenizer, retriever, out / "eval" / "final", trainer.state.global_step)
         if res is not None:
             summary["eval"] = _eval_metrics(res)
             trainer.log(summary["eval"])
@@ -469,7 +515,8 @@ def _save_merged(trainer: Any, final_dir: Path) -> None:
     trainer.accelerator.wait_for_everyone()
 
 
-def _eval_live(cfg: AwarlConfig, trainer: Any, tokenizer: Any, retriever: Any, out_dir: Path) -> dict | None:
+def _eval_live(cfg: AwarlConfig, trainer: Any, tokenizer: Any, retriever: Any, out_dir: Path,
+               step: int) -> dict | None:
     """Evaluate the trainer's current policy on the main process; the others wait (inside the unwrap
     context, so ZeRO-3 parameter gathering stays collective)."""
     from trl.models import unwrap_model_for_generation
@@ -480,7 +527,7 @@ def _eval_live(cfg: AwarlConfig, trainer: Any, tokenizer: Any, retriever: Any, o
                                      gather_deepspeed3_params=trainer.args.ds3_gather_for_generation) as m:
         if acc.is_main_process:
             try:
-                res = evaluate_policy(cfg, m, tokenizer, retriever, out_dir)
+                res = evaluate_policy(cfg, m, tokenizer, retriever, out_dir, step=step)
                 log.info("eval (%s): macro RA-F1 %.4f", out_dir.name, res.get("macro", {}).get("ra_f1", float("nan")))
             except (ValueError, FileNotFoundError) as e:  # no eval data must not kill a finished training run
                 log.warning("evaluation skipped: %s", e)

@@ -64,3 +64,24 @@ class PeriodicEval(TrainerCallback):
         step = state.global_step
         if self.every_steps and step % self.every_steps == 0 and step < state.max_steps:
             self.run_eval_fn(model, step)
+
+
+class ScheduleFromResumedStep(TrainerCallback):
+    """On a resume, sets each optimizer group's learning rate to what this run's schedule gives at the resumed
+    step. The Trainer restores the optimizer's learning rate as the checkpoint saved it, and the scheduler
+    recomputes it only after the next step: a finished run extended to more steps (a longer train.max_steps)
+    took its first extra step at the old schedule's end value, 0 for the linear default, sampling and scoring a
+    batch and moving Ē for no update. An ordinary resume is unchanged: the value is the one restored."""
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        from torch.optim.lr_scheduler import LambdaLR
+
+        opt, sched = kwargs.get("optimizer"), kwargs.get("lr_scheduler")
+        sched = getattr(sched, "scheduler", sched)  # accelerate's AcceleratedScheduler wraps the torch one
+        if state.global_step == 0 or opt is None or not isinstance(sched, LambdaLR):
+            return
+        # LambdaLR's own rule (get_lr): base_lr * lambda(step), with this run's lambdas (built for its max_steps)
+        lrs = [base * lam(sched.last_epoch) for base, lam in zip(sched.base_lrs, sched.lr_lambdas, strict=True)]
+        for group, lr in zip(opt.param_groups, lrs, strict=True):
+            group["lr"] = lr
+        sched._last_lr = lrs  # what the Trainer logs as learning_rate
