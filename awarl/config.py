@@ -331,6 +331,9 @@ class RewardConfig(Section):
 
     @model_validator(mode="after")
     def _cap_inside_clip(self) -> RewardConfig:
+        if self.r_correct <= self.r_wrong:  # the reward's answer value (p·r_correct + (1−p)·r_wrong) would
+            # not rise with p; the run failed at its first reward step, after the models had loaded
+            raise ValueError(f"reward.r_correct ({self.r_correct:g}) must exceed reward.r_wrong ({self.r_wrong:g})")
         cap = self.r_correct - self.r_ref_margin if self.r_ref_margin is not None else None
         floor = self.r_wrong + self.r_ref_floor_margin if self.r_ref_floor_margin is not None else None
         if cap is not None and cap < self.r_clip[0]:

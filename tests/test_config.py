@@ -153,3 +153,13 @@ def test_a_choice_named_off_is_read_from_unquoted_yaml_and_a_bad_choice_is_named
     assert load_config(str(f)).reward.p_online == "off"
     with pytest.raises(ConfigError, match=r"reward\.p_online: .*expected one of 'off', 'ema', got a boolean"):
         load_config(None, ["reward.p_online=yes"])
+
+
+@pytest.mark.parametrize("over", [["reward.r_correct=0", "reward.r_ref_margin=null", "reward.r_ref_floor_margin=null"],
+                                  ["reward.r_correct=0.5", "reward.r_wrong=0.5", "reward.r_ref_margin=null",
+                                   "reward.r_ref_floor_margin=null"]])
+def test_a_correct_answer_must_pay_more_than_a_wrong_one(over):
+    """With the refusal cap and floor off, r_correct <= r_wrong passed validation (and a dry run); the run then
+    raised at its first reward step, after the models had loaded and rollouts were generated."""
+    with pytest.raises(ConfigError, match=r"reward\.r_correct \([\d.]+\) must exceed reward\.r_wrong"):
+        load_config(None, over)

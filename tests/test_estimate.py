@@ -131,7 +131,11 @@ def test_a_rerun_under_other_settings_is_refused_finished_or_not(tmp_path, tiny_
     resolved_before = resolved.read_text()
     for key, value, named in [("estimate", {"k": 2, "temperature": 0.7}, "sampling.temperature: 1.0 -> 0.7"),
                               ("agent", {**base["agent"], "max_turns": 2}, "agent:"),
-                              ("retrieval", {**base["retrieval"], "topk": 3}, "retrieval.topk: 2 -> 3")]:
+                              ("retrieval", {**base["retrieval"], "topk": 3}, "retrieval.topk: 2 -> 3"),
+                              # before: any of em / f1 / cover_em passed as "recomputable", but a row keeps counts,
+                              # not answers, so a rerun graded the rest by another rule
+                              ("metrics", {"correctness": "cover_em"}, "correctness: {'rule': 'em'"),
+                              ("metrics", {"correctness": "f1", "f1_threshold": 0.3}, "'rule': 'f1'")]:
         with pytest.raises(ValueError, match="holds p_i estimates made with other settings") as e:
             run_estimate(config_from_dict({**base, key: value}))
         assert named in str(e.value) and "set estimate.out to another file" in str(e.value)
@@ -144,6 +148,26 @@ def test_a_rerun_under_other_settings_is_refused_finished_or_not(tmp_path, tiny_
     # a file from an awarl that kept no record is trusted, as eval does with an older manifest
     settings_path(out).unlink()
     run_estimate(config_from_dict({**base, "estimate": {"k": 1, "temperature": 0.7}}))
+
+
+def test_a_kill_during_the_first_append_is_replayed_before_the_settings_check(tmp_path, tiny_dir, index):
+    """The settings check skipped an empty rows file and ran before the journal's replay: after a kill during
+    the first append, a rerun at another temperature was not refused and counted the replayed rows done."""
+    from awarl.data.estimates import settings_path
+    from awarl.data.loaders import load_examples
+
+    exs = load_examples(HOTPOT, format="hotpotqa", limit=3, seed=0).examples
+    script = write_script(tmp_path / "script.jsonl", {e.question: e.answers[0] for e in exs})
+    base = cfg_dict(tmp_path, tiny_dir, index, backend="scripted", script=str(script))
+    out = run_estimate(config_from_dict(base))
+    first = out.read_text().splitlines(keepends=True)[0]
+    # the state a kill inside the first batch's append leaves: its journal written, the rows file empty
+    (out.parent / f".{out.name}.append-0").write_text(first)
+    out.write_text("")
+    with pytest.raises(ValueError, match=r"sampling\.temperature: 1\.0 -> 0\.0"):
+        run_estimate(config_from_dict({**base, "estimate": {"k": 2, "temperature": 0.0}}))
+    assert out.read_text() == first  # the journaled batch completed, as made
+    assert json.loads(settings_path(out).read_text())["sampling"]["temperature"] == 1.0
 
 
 def test_an_unanswerable_question_gets_p_0_whatever_answer_its_record_keeps(tmp_path, tiny_dir, index):
@@ -253,6 +277,8 @@ def _row(**over):
      r"key 'outcomes': counts sum to 5, more than k=4"),
     ({"outcomes": {"correct": 2, "wrong": 0, "abstain": 0, "invalid": 2}},
      r"key 'outcomes': 2 correct, but the row's 'correct' is 1"),
+    # p_i against its own counts (accepted before: share_of_k trained on 0.9, among_answered on the counts)
+    ({"p_i": 0.9}, r"p_i is 0\.9, but the row's counts give correct/k = 1/4 = 0\.25"),
 ])
 def test_read_estimates_refuses_malformed_counts_naming_file_and_line(tmp_path, over, problem):
     """k / correct / outcomes were not checked on reading: a bad row loaded, then failed in join_p (training)
@@ -271,6 +297,9 @@ def test_read_estimates_takes_what_the_writer_and_older_files_hold(tmp_path):
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
     est = read_estimates(p)
     assert len(est) == 5
+    p.write_text(json.dumps({"qid": "e", "dataset": "nq", "p_i": 0.9, "k": 4, "outcomes": {"correct": 2}}) + "\n")
+    with pytest.raises(DataError, match=r"p_i is 0\.9, but the row's counts give correct/k = 2/4"):
+        read_estimates(p)  # the counts without a 'correct' key
     assert join_p([ex(q) for q in "abcde"], est) == ([0.0, 0.25, 0.5, 0.5, 0.5], 0)
     ps, missing = join_p([ex(q) for q in "abe"], est, "among_answered")  # the rows with outcome counts
     assert ps == [0.0, pytest.approx(1 / 3), pytest.approx(2 / 3)] and missing == 0
@@ -290,3 +319,20 @@ def test_estimates_record_of_a_deeply_nested_manifest_names_the_file(tmp_path, c
     assert f"{settings_path(est)}: unreadable settings record (nested too deeply" in caplog.text
     settings_path(est).write_text('{"status": "running"}')
     assert estimates_record(est) == {"status": "running"}
+
+
+def test_two_training_questions_under_one_id_are_refused_naming_both_files(tmp_path):
+    """Two data.train files of one dataset whose ids overlap: both questions were sampled and written under one
+    key, and training gave both the later one's p_i (and one GRPO qid)."""
+    from awarl.config import DataConfig
+    from awarl.stages.questions import load_train_examples
+
+    src = json.loads(HOTPOT.read_text())
+    a, b = dict(src[0]), {**src[1], "_id": src[0]["_id"]}
+    (tmp_path / "one.json").write_text(json.dumps([a]))
+    (tmp_path / "two.json").write_text(json.dumps([b]))
+    files = [{"path": str(tmp_path / n), "format": "hotpotqa", "dataset": "hotpotqa"} for n in ("one.json", "two.json")]
+    with pytest.raises(DataError, match=rf"hotpotqa/{a['_id']} names two questions: .*one\.json.*two\.json"):
+        load_train_examples(DataConfig.model_validate({"train": files}), 0)
+    files[1]["dataset"] = "hotpotqa_extra"  # told apart by dataset: fine
+    assert len(load_train_examples(DataConfig.model_validate({"train": files}), 0)) == 2

@@ -384,6 +384,13 @@ def test_missing_estimates_is_an_error_for_awarl_and_counted_when_partial(tmp_pa
     assert info["missing_p"] == N_TRAIN - 1 and info["with_p"] == 1
     assert [r["p_i"] for r in rows].count(None) == N_TRAIN - 1
     assert f"{N_TRAIN - 1} of {N_TRAIN} training questions have no p_i" in caplog.text
+    # a file of other questions (or an empty one) is as bad as none: it used to be a warning, and every
+    # question trained on reward.default_p
+    for other in ("", json.dumps({"qid": "x", "dataset": "hotpotqa", "p_i": 0.5}) + "\n"):
+        Path(cfg.estimate.out).write_text(other)
+        with pytest.raises(DataError, match=f"none of the {N_TRAIN} training questions has a p_i"):
+            training_rows(cfg)
+        assert training_rows(cfg, strict=False)[1]["missing_p"] == N_TRAIN  # a dry run warns
 
 
 def test_p_sampled_with_another_model_or_not_finished_is_named_before_training(tmp_path, tiny_dir, closed_index,

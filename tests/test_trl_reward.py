@@ -244,6 +244,32 @@ def test_state_written_before_ema_start_loads_as_zero_start(tmp_path):
     assert reward.e_ema == 0.2 and reward.e_bar == 0.2
 
 
+@pytest.mark.parametrize("over, named", [({"updates": None}, "'updates' must be an integer >= 0, got None"),
+                                         ({"updates": -5}, "'updates' must be an integer >= 0, got -5"),
+                                         ({"unknown_p_total": 1.5}, "'unknown_p_total' must be an integer"),
+                                         ({"last_stats": {"rho": None}}, "'last_stats' must be a mapping name -> number")])
+def test_a_malformed_reward_state_is_refused_naming_the_file_and_key(tmp_path, over, named):
+    """`updates: null` or a null in last_stats raised a bare TypeError out of the resume (the CLI turns only
+    ValueErrors into messages), and a negative count was taken."""
+    state = {"format": "awarl-reward-state/1", "e_bar": 0.2, "updates": 4, **over}
+    (tmp_path / STATE_FILE).write_text(json.dumps(state))
+    with pytest.raises(ValueError, match=rf"{STATE_FILE}: key {named}"):
+        load_reward_state(AwaRLReward(spec_reward()), tmp_path)
+
+
+@pytest.mark.parametrize("column, value, named", [("qid", None, r"qid\[0\] = None is not a query id"),
+                                                  ("qid", " ", r"qid\[0\] = ' ' is not a query id"),
+                                                  ("p_i", [0.5], r"p_i of query 'q0' must be a probability"),
+                                                  ("p_i", True, r"p_i of query 'q0' must be a probability")])
+def test_a_malformed_reward_column_is_a_clear_error(column, value, named):
+    """A None qid became the string "None" (every such completion one group), a list p_i raised a bare
+    TypeError, and True was read as p = 1."""
+    kw = {"outcome": ["abstain", "correct"], "qid": ["q0", "q1"], "p_i": [0.5, 0.5]}
+    kw[column] = [value, kw[column][1]]
+    with pytest.raises(ValueError, match=named):
+        AwaRLReward(spec_reward(lambda_cite=0.0))(prompts=["q"] * 2, completions=["c"] * 2, **kw)
+
+
 @pytest.mark.parametrize("strategy", ["none", "static", "bapo"])
 def test_baselines_log_no_penalty_or_smoothed_excess(strategy):
     reward = AwaRLReward(spec_reward(strategy=strategy, beta=0.0))
@@ -324,3 +350,19 @@ def test_dithered_penalty_gives_each_group_its_own_step_and_resumes(tmp_path):
     fresh = AwaRLReward(cfg)
     load_reward_state(fresh, tmp_path)
     assert fresh(**kw) == reward(**kw) and fresh.e_bar == reward.e_bar
+
+
+def test_an_online_p_of_a_query_without_an_estimate_keeps_the_prior_alone():
+    """With p_online: ema, a query on reward.default_p counts 0 samples (the prior alone); after its first
+    step its online p was read with reward.posterior_samples (8) behind it, so ρ̂ jumped (0.075 to 0)."""
+    reward = AwaRLReward(RewardConfig(p_online="ema", lambda_cite=0.0))
+    kw = dict(prompts=["x"] * 2, completions=["c"] * 2, outcome=["abstain", "abstain"], qid=["q", "q"],
+              p_i=[None, None])
+    reward(**kw)
+    first = reward.last_stats["rho_hat"]
+    assert "q" in reward.p_online and first > 0.05
+    reward(**kw)
+    assert reward.last_stats["rho_hat"] == pytest.approx(first)
+    known = AwaRLReward(RewardConfig(p_online="ema", lambda_cite=0.0), p_table={"q": 0.5}, n_table={"q": 8.0})
+    known(**kw)
+    assert known._resolve_p("q", None, None)[1] == 8.0  # a query with an estimate keeps its count

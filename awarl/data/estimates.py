@@ -16,6 +16,7 @@ Questions are keyed by (dataset, qid): ids are only unique within a dataset (Sea
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections import Counter
 from collections.abc import Sequence
@@ -164,6 +165,11 @@ def _row_problem(row: dict) -> str | None:
         if correct is not None and outcomes.get(Outcome.CORRECT.value, 0) != correct:
             return (f"key 'outcomes': {outcomes.get(Outcome.CORRECT.value, 0)} correct, but the row's "
                     f"'correct' is {correct}")
+        if correct is None:
+            correct = outcomes.get(Outcome.CORRECT.value, 0)
+    if k is not None and correct is not None and not math.isclose(p, correct / k, abs_tol=1e-9):
+        # share_of_k would read p_i (with k samples behind it) and among_answered the counts: two p's for one row
+        return f"p_i is {p!r}, but the row's counts give correct/k = {correct}/{k} = {correct / k:.6g}"
     return None
 
 

@@ -28,7 +28,12 @@ EMA_STARTS = ("zero", "bias_corrected")
 
 def check_prob(name: str, p: float) -> float:
     """`p` as a float, or a ValueError naming `name` when it is not a probability in [0, 1]."""
-    p = float(p)
+    try:
+        if isinstance(p, (bool, str)):  # float() would read True as 1.0 and "0.5" as a number
+            raise TypeError
+        p = float(p)
+    except (TypeError, ValueError):  # a list or None raised a bare TypeError out of the reward
+        raise ValueError(f"{name} must be a probability in [0, 1], got {p!r:.40}") from None
     if not (0.0 <= p <= 1.0) or math.isnan(p):
         raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
     return p

@@ -155,7 +155,9 @@ class AwaRLReward:
         count = _sample_count(f"p_n of query {qid!r}", n) if n is not None else \
             self.n_table.get(qid, float(self.cfg.posterior_samples))
         if self.cfg.p_online == "ema" and qid in self.p_online:
-            return self.p_online[qid], count, False
+            # a query that had no pre-RL estimate (default_p) keeps its count of 0, the prior alone
+            known = p is not None or qid in self.p_table
+            return self.p_online[qid], count if known else 0.0, False
         if p is not None:
             return A.check_prob(f"p_i of query {qid!r}", p), count, False
         if qid in self.p_table:
@@ -212,7 +214,12 @@ class AwaRLReward:
             except ValueError:
                 raise ValueError(f"AwaRLReward: outcome[{j}] = {o!r} is not one of "
                                  f"{[x.value for x in Outcome]}") from None
-        qids = [str(q) for q in self._column(kwargs, "qid", n, required=True)]
+        qids = []
+        for j, q in enumerate(self._column(kwargs, "qid", n, required=True)):
+            if not isinstance(q, (str, int)) or isinstance(q, bool) or not str(q).strip():
+                # None became the string "None": every such completion one GRPO group, one online p
+                raise ValueError(f"AwaRLReward: qid[{j}] = {q!r:.40} is not a query id")
+            qids.append(str(q))
         ps: list[float] = []
         ns: list[float] = []
         unknown = 0
@@ -372,12 +379,22 @@ class AwaRLReward:
         if not isinstance(p_online, Mapping):
             raise ValueError(f"{source}: key 'p_online' must be a mapping qid -> p")
         self.p_online = {str(k): A.check_prob(f"{source}: p_online[{k!r}]", v) for k, v in p_online.items()}
+        counts = {}
+        for key in ("updates", "judge_failures_total", "unknown_p_total"):
+            v = state.get(key, 0)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:  # null raised a bare TypeError
+                raise ValueError(f"{source}: key {key!r} must be an integer >= 0, got {v!r:.40}")
+            counts[key] = v
+        last = state.get("last_stats") or {}
+        if not isinstance(last, Mapping) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                    for v in last.values()):
+            raise ValueError(f"{source}: key 'last_stats' must be a mapping name -> number, got {last!r:.80}")
         self.e_bar = float(e_bar)
         self.e_ema = float(e_ema)
-        self.updates = int(state.get("updates", 0))
-        self.judge_failures_total = int(state.get("judge_failures_total", 0))
-        self.unknown_p_total = int(state.get("unknown_p_total", 0))
-        self.last_stats = {str(k): float(v) for k, v in (state.get("last_stats") or {}).items()}
+        self.updates = counts["updates"]
+        self.judge_failures_total = counts["judge_failures_total"]
+        self.unknown_p_total = counts["unknown_p_total"]
+        self.last_stats = {str(k): float(v) for k, v in last.items()}
 
 
 def save_reward_state(reward: AwaRLReward, checkpoint_dir: str | os.PathLike) -> Path:

@@ -64,12 +64,16 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
         cfg = ensure_default_retrieval(cfg)
     settings = _settings(cfg, model, retriever if retriever is not None else getattr(engine, "retriever", None))
     record = settings_path(out)
+    # First: a batch a kill interrupted is completed (its rows were made under the recorded settings), so the
+    # check below sees them; a kill during the first append left the rows file empty and the check let a
+    # rerun under other settings count them done.
+    finish_interrupted_append(out)
     # Checked before the finished-run shortcut too: a rerun with another estimate.model must not be a no-op.
+    # The correctness rule exactly: a row keeps only its outcome counts, which no other rule can re-grade.
     refuse_mixed_settings(record, out, settings, holder=str(out), what="p_i estimates",
                           remedy=f"set estimate.out to another file, or delete {out} and {record.name} to estimate "
-                                 "again")
+                                 "again", exact_grading=True)
     save_resolved(cfg, out.parent / "estimate")  # after the check: a refused rerun leaves the record as it was
-    finish_interrupted_append(out)  # a batch a kill interrupted is completed before what is done is read
     done = {key for key, row in read_estimates(out).items() if row.get("k") == k}
     todo = [ex for ex in examples if example_key(ex.dataset, ex.id) not in done]
     if len(todo) < len(examples):

@@ -142,10 +142,12 @@ def _grading(correctness: dict | None) -> str | None:
     return f"judge ({correctness.get('grader')})" if correctness.get("rule") == "judge" else "recomputable"
 
 
-def _fingerprint(m: dict) -> dict[str, Any]:
+def _fingerprint(m: dict, exact_grading: bool = False) -> dict[str, Any]:
     """What must not change between a run and its resumption (dotted key -> value; absent keys are None).
     Not included on purpose: the generation backend and batch size (finishing a run on another engine is
-    legitimate), the question limit and dataset list (only the requested questions are scored), the critic."""
+    legitimate), the question limit and dataset list (only the requested questions are scored), the critic.
+    `exact_grading`: the correctness rule and F1 threshold must match too (p_i rows keep only outcome counts,
+    which cannot be graded again; predictions keep the answer text, which the scorer re-grades)."""
     model, sampling, retrieval = m.get("model") or {}, m.get("sampling") or {}, m.get("retrieval") or {}
     fp = {"model.name": model.get("name"), "model.revision": model.get("revision"),
           "model.files_sha256": model.get("files_sha256"), "model.global_step": model.get("global_step"),
@@ -159,24 +161,30 @@ def _fingerprint(m: dict) -> dict[str, Any]:
           # An LLM grader's verdicts are stored in the lines and cannot be recomputed; em / f1 / cover_em
           # are recomputed from the answer text by the scorer, so switching among them is fine.
           "correctness": _grading(m.get("correctness"))}
+    if exact_grading and m.get("correctness"):
+        c = m["correctness"]
+        fp["correctness"] = {"rule": c.get("rule"), "grader": c.get("grader"),
+                             **({"f1_threshold": c.get("f1_threshold")} if c.get("rule") == "f1" else {})}
     for ds, d in (m.get("data") or {}).items():
         fp[f"data.{ds}.sha256"] = (d or {}).get("sha256")
     return fp
 
 
-def resume_conflicts(old: dict, new: dict) -> list[str]:
+def resume_conflicts(old: dict, new: dict, exact_grading: bool = False) -> list[str]:
     """Settings that differ between the manifest of the predictions on disk and this run. A key missing on
-    either side (an older manifest, a server without /health) is not a conflict."""
-    a, b = _fingerprint(old), _fingerprint(new)
+    either side (an older manifest, a server without /health) is not a conflict. `exact_grading` as in
+    `_fingerprint`."""
+    a, b = _fingerprint(old, exact_grading), _fingerprint(new, exact_grading)
     return [f"{k}: {a[k]!r} -> {b[k]!r}" for k in sorted(set(a) & set(b))
             if a[k] is not None and b[k] is not None and a[k] != b[k]]
 
 
 def refuse_mixed_settings(manifest_path: Path, rows_path: Path, manifest: dict, *, holder: str, what: str,
-                          remedy: str) -> None:
+                          remedy: str, exact_grading: bool = False) -> None:
     """ValueError naming the differing settings when `rows_path` already holds rows made under settings
     (recorded in `manifest_path`) other than `manifest`'s; nothing to check without rows or a record (an
-    older awarl wrote none). `holder` and `what` name them in the message, `remedy` says what to do."""
+    older awarl wrote none). `holder` and `what` name them in the message, `remedy` says what to do;
+    `exact_grading` for rows that keep grades, not answers (`_fingerprint`)."""
     if not manifest_path.is_file() or not rows_path.is_file() or rows_path.stat().st_size == 0:
         return
     try:
@@ -184,7 +192,7 @@ def refuse_mixed_settings(manifest_path: Path, rows_path: Path, manifest: dict, 
     except (ValueError, OSError) as e:
         raise ValueError(f"{manifest_path}: unreadable manifest ({e}); cannot tell whether {rows_path} was made "
                          f"with the same settings: {remedy}") from None
-    conflicts = resume_conflicts(old if isinstance(old, dict) else {}, manifest)
+    conflicts = resume_conflicts(old if isinstance(old, dict) else {}, manifest, exact_grading)
     if conflicts:
         raise ValueError(f"{holder}: holds {what} made with other settings, resuming would mix two runs "
                          f"({'; '.join(c[:300] for c in conflicts)}); {remedy}")

@@ -20,7 +20,7 @@ from awarl.config import RewardConfig
 from awarl.data.estimates import row_p, row_samples
 from awarl.rewards import abstention
 
-GAMMAS = (0.05, 0.1, 0.25, 0.5)  # the γ grid of configs/sweep_gamma.yaml
+GAMMAS = (0.02, 0.05, 0.1, 0.25, 0.5)  # the γ grid of configs/sweep_gamma.yaml
 
 
 def rho_hat(rows: Sequence[dict], reward: RewardConfig, mode: str, gamma: float,

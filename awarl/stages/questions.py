@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from awarl.config import DataConfig, DataFile, EvalConfig
 from awarl.data.loaders import SHIPPED_DEV, load_examples, subsample
 from awarl.data.paths import resolve_data_path
-from awarl.data.types import QAExample
+from awarl.data.types import QAExample, example_key
 from awarl.io import DataError, shipped_data_dir
 
 log = logging.getLogger(__name__)
@@ -22,12 +22,15 @@ def load_train_examples(data: DataConfig, seed: int, files: Sequence[DataFile] |
 
     Questions are deduplicated by their text (first occurrence wins, with a warning): the TRL rollout
     function only sees the prompt text, so two examples with the same question could not be told apart.
+    Two questions of other text under one (dataset, id) are an error naming both files: p_i, the GRPO group
+    and the reward's state are keyed by it, so one would train on the other's p_i.
     """
     files = list(data.train if files is None else files)
     if not files:
         raise DataError("no training questions: data.train lists no files")
     out: list[QAExample] = []
     seen: set[str] = set()
+    keys: dict[str, tuple[str, str]] = {}  # example_key -> (question, file)
     dup = 0
     for f in files:
         res = load_examples(resolve_data_path(f.path), format=f.format, dataset=f.dataset,
@@ -37,6 +40,12 @@ def load_train_examples(data: DataConfig, seed: int, files: Sequence[DataFile] |
             if q in seen:
                 dup += 1
                 continue
+            key = example_key(ex.dataset, ex.id)
+            if key in keys:
+                raise DataError(f"training question id {key} names two questions: {keys[key][0]!r:.80} "
+                                f"({keys[key][1]}) and {q!r:.80} ({f.path}); p_i and the reward are keyed by "
+                                "(dataset, id): give the files distinct `dataset` names or ids")
+            keys[key] = (q, f.path)
             seen.add(q)
             out.append(ex)
     if dup:

@@ -97,7 +97,15 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
     estimates = read_estimates(path)
     ps, missing = join_p(examples, estimates, cfg.reward.p_definition)
     ns = join_samples(examples, estimates, cfg.reward.p_definition)
-    if missing and needs_p and path.exists():
+    if needs_p and path.exists() and examples and missing == len(examples):
+        # as bad as no file at all: the reward would rest entirely on default_p
+        msg = (f"none of the {len(examples)} training questions has a p_i in {path} ({len(estimates)} rows): an "
+               "estimate of other questions (other data.train files, limits or run.seed); run `awarl estimate` "
+               "for this config, or set train.p_estimates")
+        if strict:
+            raise DataError(msg)
+        log.warning("%s", msg)
+    elif missing and needs_p and path.exists():
         log.warning("%d of %d training questions have no p_i in %s; the reward uses reward.default_p=%.3g "
                     "for them", missing, len(examples), path, cfg.reward.default_p)
     rows = [{"prompt": ex.question, "qid": example_key(ex.dataset, ex.id), "dataset": ex.dataset,
