@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from awarl.commands.common import add_choices_epilog
 
@@ -12,7 +13,7 @@ def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
         "sweep", help=help_text, formatter_class=argparse.RawDescriptionHelpFormatter,
         description=help_text + ".\n\nEach grid point becomes <out_dir>/<run>/config.yaml; p_i is estimated once "
         "and shared.\nIn `local` mode the runs go one after the other (a rerun skips finished runs); in `scripts` "
-        "mode\none launch script per run is written for a cluster. Finished runs are compared in\n"
+        "mode\none launch script per run is written for a cluster (--dry-run checks the runs and writes none). Finished runs are compared in\n"
         "<out_dir>/comparison.{md,json,png} (RA-F1, precision, accuracy, abstention rate per point).",
         epilog="example:\n  awarl sweep --config configs/sweep_gamma.yaml\n"
                "  awarl sweep --config configs/sweep_gamma.yaml sweep.mode=scripts   # cluster scripts\n"
@@ -37,8 +38,7 @@ def run(args: argparse.Namespace) -> int:
     if "scripts" in res:
         print("launch scripts:\n  " + "\n  ".join(res["scripts"]))
     if "comparison" in res:
-        out = res["runs"][0]["out_dir"].rsplit("/", 1)[0] if res["runs"] else "."
-        print(f"comparison: {out}/comparison.md")
+        print(f"comparison: {Path(res['out_dir']) / 'comparison.md'}")  # where aggregate wrote it: sweep.out_dir
     failed = {k: v for k, v in res.get("exit_codes", {}).items() if v}
     if failed:
         print(f"failed runs: {failed}")
