@@ -162,8 +162,9 @@ class RetrievalConfig(Section):
     max_failed_searches: int = Field(8, ge=0, description="A search that still fails after the retries (server "
                                      "unreachable, an error or malformed answer) costs only itself: it gets an "
                                      "empty information block and is counted (`failed_searches` on its "
-                                     "predictions line). This many failed searches in a row stop the run (a dead "
-                                     "server must not turn a run into empty searches); 0: the first one does.")
+                                     "predictions line). This many failed searches in a row are tolerated, the next "
+                                     "one stops the run (a dead server must not turn a run into empty searches); "
+                                     "0: the first one does.")
     wait_s: float = Field(60.0, ge=0, description="kind=server: how long a run waits at start for the server "
                           "to answer (one launched alongside may still be loading its index); then it stops "
                           "with what to do.")
@@ -443,6 +444,26 @@ class SimulateConfig(Section):
         default_factory=lambda: ["none", "static", "bapo", "awarl", "awarl_no_penalty"],
         description="Which runs to simulate: reward.strategy values (static: one run per static_values entry, "
         "awarl: one per gammas entry), and awarl_no_penalty, the ablation with P(Ē) forced to 0.")
+
+    @field_validator("gammas", "static_values", "strategies")
+    @classmethod
+    def _listed_once(cls, v: list) -> list:
+        # A repeated value ran twice under one label, and the summary merged the two as extra seeds.
+        seen: list = []
+        for x in v:
+            label = f"{x:g}" if isinstance(x, float) else str(x)
+            if label in seen:
+                raise ValueError(f"{label} is listed twice; each value is one run")
+            seen.append(label)
+        return v
+
+    @field_validator("gammas")
+    @classmethod
+    def _gamma_range(cls, v: list[float]) -> list[float]:
+        bad = [g for g in v if not 0.0 < g <= 1.0]  # refused by the reward only after the baselines had run
+        if bad:
+            raise ValueError(f"every γ must be in (0, 1], got {bad}")
+        return v
 
 
 # -------------------------------------------------------------------------------- estimate / eval

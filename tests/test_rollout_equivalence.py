@@ -252,3 +252,29 @@ def test_budget_cuts_fewer_slots_than_questions_and_static_cache_are_equal_too(m
     _, static_engine = engines(model, tok, retriever, "search-r1", slots=5, static=True, **kw)
     assert_same(ref, static_engine.run(questions, temperature=0.0))
     assert static_engine.last_stats["static"] and static_engine.last_stats["cache_length"] % 256 == 0
+
+
+def test_the_generate_fallback_ignores_a_checkpoints_logits_processors(tiny_dir, tok):
+    """transformers' generate (the path for models the slot cache cannot serve) applied the processors a
+    checkpoint's generation_config switches on (repetition_penalty, no_repeat_ngram_size, ...), which the
+    slot-cache path does not: greedy output differed, and the recorded logprobs (raw logits / T) were not
+    the distribution sampled."""
+    import copy
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()
+    prompt = tok.encode("Who was Evan Morris a lobbyist for? " * 3, add_special_tokens=False)
+    backend = HFBackend(m, tok)
+    (plain,) = backend.generate([prompt], max_new_tokens=24, temperature=0.0, stop_strings=["</answer>"])
+    first = plain.token_ids[0]
+    for name, value in (("repetition_penalty", 1.5), ("no_repeat_ngram_size", 2), ("suppress_tokens", [first]),
+                        ("bad_words_ids", [[first]]), ("sequence_bias", {(first,): -100.0})):
+        kept = copy.deepcopy(m.generation_config)
+        setattr(m.generation_config, name, value)
+        (session,) = backend.generate([prompt], max_new_tokens=24, temperature=0.0, stop_strings=["</answer>"])
+        (fallback,) = backend._generate_transformers([prompt], 24, 0.0, 1.0, ["</answer>"], None)
+        m.generation_config = kept
+        assert fallback.token_ids == session.token_ids == plain.token_ids, name
+        assert fallback.logprobs == pytest.approx(session.logprobs, abs=1e-4), name

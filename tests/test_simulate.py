@@ -285,3 +285,16 @@ def test_late_behaviour_and_the_per_seed_late_sd_of_a_summary_row():
             RunResult("x", "none", seed=1, history=flat)]
     row = summary_rows(runs)[0]
     assert row["late_sd_seeds"] == pytest.approx([0.1, 0.0]) and row["late_sd"] == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("key, values, named", [("gammas", [0.1, 0.1, 0.5], "0.1 is listed twice"),
+                                                ("static_values", [0.05, 0.050], "0.05 is listed twice"),
+                                                ("strategies", ["none", "none"], "none is listed twice"),
+                                                ("gammas", [0.0, 0.5], r"every γ must be in \(0, 1\]")])
+def test_a_simulated_value_listed_twice_or_out_of_range_is_a_config_error(key, values, named):
+    """`simulate.gammas=[0.1, 0.1, 0.5]` ran γ 0.1 twice and the summary merged the two as two seeds
+    (`seeds= 2`, ± 0.000, with simulate.seeds 1); a γ of 0 was refused only after the baselines had run."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=named):
+        SimulateConfig.model_validate({key: values})

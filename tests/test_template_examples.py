@@ -25,7 +25,8 @@ def test_examples_are_earlier_user_and_assistant_turns(tiny_dir):
     assert text.endswith("<|im_start|>assistant\n")
     tok.chat_template = None
     plain = tok.decode(render_prompt(t, "two?", tok))
-    assert plain == "Q: one?\n\n<answer> 1 </answer>\n\nQ: two?"
+    # the response follows a blank line, as in the example (the prompt used to end right after "Q: two?")
+    assert plain == "Q: one?\n\n<answer> 1 </answer>\n\nQ: two?\n\n"
 
 
 def test_an_example_without_a_response_is_a_config_error():

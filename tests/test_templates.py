@@ -120,3 +120,16 @@ def test_search_r1_adds_the_question_mark_its_checkpoints_saw():
         "who got the first nobel prize in physics")
     assert sr1.user_message("Who founded Rush?").count("Who founded Rush?") == 1  # no second mark
     assert aw.user_message("who got it").endswith("Question: who got it")  # awarl passes questions through
+
+
+def test_a_renamed_information_tag_must_be_what_the_blocks_write():
+    """`tags: {information: documents}` with the default prefix and suffix wrote `<information>` blocks that
+    the parser, reading `<documents>`, never saw: no passage counted as shown."""
+    from awarl.agent.templates import template_from_dict
+    from awarl.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"information\.prefix .* must hold <documents> and </documents>"):
+        template_from_dict({"name": "x", "user_prompt": "{question}", "tags": {"information": "documents"}})
+    ok = template_from_dict({"name": "x", "user_prompt": "{question}", "tags": {"information": "documents"},
+                             "information": {"prefix": "<documents>", "suffix": "</documents>"}})
+    assert ok.information_block([(1, "T", "x", "1")]).startswith("<documents>")

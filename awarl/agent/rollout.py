@@ -36,14 +36,20 @@ from typing import Any, Protocol
 from awarl.agent.backends import make_backend
 from awarl.agent.backends.base import Backend, Seed, stream_seed
 from awarl.agent.parser import ParsedTrajectory, parse_trajectory
-from awarl.agent.templates import Template, abstention_phrases, load_template, render_prompt
+from awarl.agent.templates import (
+    Template,
+    abstention_phrases,
+    encode_environment,
+    load_template,
+    render_prompt,
+)
 from awarl.config import AgentConfig, GenerationConfig, RetrievalConfig
 from awarl.retrieval.client import RetrievalClientError
 from awarl.retrieval.types import Passage, Retriever
 
 log = logging.getLogger(__name__)
 
-# Stop strings are short; decoding this many trailing ids always covers one.
+# Stop strings are short; decoding this many trailing ids covers one (more for a long tag name: _tail_tokens).
 _TAIL_TOKENS = 16
 
 
@@ -187,7 +193,12 @@ class RolloutEngine:
         tags = template.tags
         self.search_open, self.search_close = tags.open("search"), tags.close("search")
         self.answer_close = tags.close("answer")
+        # enough trailing ids to hold either stop string (a token is at least one character), as the backends'
+        # StopMatcher reads: a long tag name took more than 16 tokens, and its search was read as an eos
+        self._tail_tokens = max(_TAIL_TOKENS, 2 * len(self.answer_close), 2 * len(self.search_close))
         self.stop_strings = [self.search_close, self.answer_close]
+        if hasattr(backend, "use_template"):  # a replaying backend counts this template's information blocks
+            backend.use_template(template)
         # The template's phrases (what its prompt teaches) plus the run's configured ones.
         self.abstention_phrases = abstention_phrases(template, agent_cfg.abstention_phrases)
         self._tag_map = {r: getattr(tags, r) for r in ("think", "search", "information", "cite", "answer")}
@@ -251,8 +262,10 @@ class RolloutEngine:
             for s in active:
                 s.budget = self._turn_budget(s)
             turn_seed: Seed
-            if seed is None or isinstance(seed, int):
-                turn_seed = None if seed is None else seed + 7919 * turn
+            if seed is None:
+                turn_seed = None
+            elif isinstance(seed, int):  # by the trajectory's place in the call, not among those still running
+                turn_seed = [seed + 7919 * turn + i for i in running]
             else:   # each trajectory's own stream, at this turn
                 turn_seed = [stream_seed(int(seed[i]), turn) for i in running]
             gens = self.backend.generate(
@@ -362,7 +375,7 @@ class RolloutEngine:
         # The stop string need not end the text: a BPE token can complete it and carry more (`>.`, `><`,
         # `>\n\n` in Qwen's vocabulary), and the ids are kept as produced. The turn was cut at its first
         # stop string, so the one found last in the tail is the one that ended it.
-        tail = self.tokenizer.decode(ids[-_TAIL_TOKENS:], skip_special_tokens=False)
+        tail = self.tokenizer.decode(ids[-self._tail_tokens:], skip_special_tokens=False)
         at_answer, at_search = tail.rfind(self.answer_close), tail.rfind(self.search_close)
         if at_answer < 0 and at_search < 0:  # a backend reported "stop" without a stop string
             s.stop_reason = "eos"
@@ -446,7 +459,7 @@ class RolloutEngine:
             number = len(s.passages) + 1 if cumulative else j + 1
             s.passages.append({"number": number, "id": p.id, "title": p.title, "text": p.text})
             numbered.append((number, p.title, p.text, p.id))
-        block = self.tokenizer.encode(self.template.information_block(numbered), add_special_tokens=False)
+        block = encode_environment(self.tokenizer, self.template.information_block(numbered))
         left = self._left(s)
         if len(block) >= left:
             block = block[:max(left, 0)]

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from awarl.config import ConfigError, load_yaml, read_text_file
 
@@ -100,6 +100,16 @@ class Template(_Frozen):
         if "{question}" not in v:
             raise ValueError("user_prompt must contain {question}")
         return v
+
+    @model_validator(mode="after")
+    def _blocks_use_the_information_tag(self) -> Template:
+        # The parser finds information blocks by tags.information: a renamed tag with the default prefix and
+        # suffix (or the reverse) wrote blocks the parser never saw, so shown passages could not be cited.
+        opening, closing = self.tags.open("information"), self.tags.close("information")
+        if opening not in self.information.prefix or closing not in self.information.suffix:
+            raise ValueError(f"information.prefix {self.information.prefix!r} and suffix "
+                             f"{self.information.suffix!r} must hold {opening} and {closing} (tags.information)")
+        return self
 
     # ------------------------------------------------------------------ rendering
     def user_message(self, question: str) -> str:
@@ -207,6 +217,14 @@ def _as_ids(out: Any) -> list[int]:
     return [int(i) for i in out]
 
 
+def encode_environment(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of environment text (an information block) as plain text: a passage that quotes a special
+    token's string (`<|im_end|>`, `<|im_start|>`) gets the string's ordinary tokens, not the special id, which
+    would end the model's turn or open a fake one in its context (a template's own information prefix and
+    suffix are plain text too)."""
+    return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+
+
 def render_prompt(template: Template, question: str, tokenizer: Any) -> list[int]:
     """Prompt token ids: through the tokenizer's chat template (with the generation prompt) when it has
     one, else the plain text (system prompt, blank line, user message)."""
@@ -214,7 +232,8 @@ def render_prompt(template: Template, question: str, tokenizer: Any) -> list[int
         return _as_ids(tokenizer.apply_chat_template(template.messages(question), add_generation_prompt=True,
                                                      tokenize=True))
     text = "".join(f"{template.user_message(ex.question)}\n\n{ex.response}\n\n" for ex in template.examples)
-    text += template.user_message(question)
+    # laid out as the worked examples are: the response starts after a blank line
+    text += template.user_message(question) + ("\n\n" if template.examples else "")
     if template.system_prompt:
         text = f"{template.system_prompt}\n\n{text}"
     return _as_ids(tokenizer(text, add_special_tokens=True)["input_ids"])

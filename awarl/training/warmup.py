@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from awarl.agent.templates import Template, render_prompt
+from awarl.agent.templates import Template, encode_environment, render_prompt
 from awarl.data.types import QAExample
 from awarl.metrics import normalize_answer
 from awarl.retrieval.types import Retriever
@@ -63,7 +63,7 @@ def build_sequences(examples: list[QAExample], retriever: Retriever, template: T
         first, numbered, final, answered = teacher_turns(template, ex, list(passages)[:topk], abstain_phrase)
         prompt = render_prompt(template, ex.question, tokenizer)
         model1 = tokenizer.encode(first, add_special_tokens=False)
-        env = tokenizer.encode(template.information_block(numbered), add_special_tokens=False)
+        env = encode_environment(tokenizer, template.information_block(numbered))
         model2 = tokenizer.encode(final, add_special_tokens=False)
         ids = prompt + model1 + env + model2
         mask = [0] * len(prompt) + [1] * len(model1) + [0] * len(env) + [1] * len(model2)

@@ -29,6 +29,11 @@ class ScriptedBackend:
         self.eos_id = int(tokenizer.eos_token_id)
         self.calls = 0
 
+    def use_template(self, template: Any) -> None:
+        """Count the information blocks by the template's closing tag (the engine calls this: a template that
+        renames the tag, `tags: {information: documents}`, was replayed at turn 0 forever)."""
+        self.turn_marker = template.tags.close("information")
+
     @classmethod
     def from_jsonl(cls, tokenizer: Any, path: str | Path) -> ScriptedBackend:
         script: dict[str, list[str]] = {}
