@@ -360,6 +360,16 @@ def test_unified_rejects_mistyped_fields(tmp_path):
             load_examples(p, format="unified")
 
 
+def test_unified_answerable_null_is_answerable_as_when_absent(tmp_path):
+    """The reader took `"answerable": null` as absent, then from_dict's bool(None) made the question
+    unanswerable: its gold answers dropped, any answer scored wrong (MuSiQue reads null as true)."""
+    ex = load_shipped("hotpotqa", limit=1)[0].to_dict()
+    p = tmp_path / "u.jsonl"
+    p.write_text(json.dumps({**ex, "answerable": None}) + "\n")
+    (got,) = load_examples(p, format="unified").examples
+    assert got.answerable and got.gold_answers == ex["answers"]
+
+
 @pytest.mark.parametrize("answers", [[None], [["Rush"]], [{"text": "Rush"}], [True], ["Rush", 1984]])
 def test_unified_refuses_answers_that_are_not_strings(tmp_path, answers):
     """from_dict str()ed each answer: null became the gold answer "None", a nested list "['Rush']"."""

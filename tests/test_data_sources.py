@@ -294,3 +294,40 @@ def test_detection_splits_lines_only_at_newlines(tmp_path):
     p = tmp_path / "sep.jsonl"
     p.write_text(json.dumps(rec, ensure_ascii=False) + "\n", encoding="utf-8")
     assert detect_format(p) == "musique" and load_examples(p).examples[0].question.startswith("Where\u2028is")
+
+
+def test_a_parquet_row_with_a_timestamp_or_bytes_in_its_kept_metadata_is_prepared(tmp_path, capsys):
+    """pyarrow gives a timestamp column as a datetime and a binary one as bytes; kept in the metadata they made
+    `awarl data prepare` die with `TypeError: Object of type datetime is not JSON serializable`, naming no
+    record or key. They are read as JSON holds them: ISO text, UTF-8 text (hex otherwise)."""
+    import datetime
+
+    rows = pq.read_table(shipped_path("searchr1-train")).slice(0, 2).to_pylist()
+    for r in rows:
+        r["extra_info"] = {**r["extra_info"], "crawled": datetime.datetime(2024, 1, 1, 12, 0),
+                           "raw": b"\xff\x00", "note": b"ok"}
+    src = tmp_path / "ts.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src)
+    assert main(["data", "prepare", str(src), "--out", str(tmp_path / "out.jsonl")]) == 0
+    extra = json.loads((tmp_path / "out.jsonl").read_text().splitlines()[0])["metadata"]["extra_info"]
+    assert (extra["crawled"], extra["raw"], extra["note"]) == ("2024-01-01T12:00:00", "ff00", "ok")
+
+
+def test_hotpotqa_in_the_hugging_face_datasets_layout_is_read(tmp_path):
+    """HF's hotpot_qa rows name the question id `id`, not `_id`: detection failed ("cannot detect the dataset
+    format"), and with --format hotpotqa every record failed with "missing key '_id'", although formats.md
+    says its column layouts of context and supporting_facts are read."""
+    src = json.loads(shipped_path("hotpotqa").read_text())[:5]
+    hf = [{"id": r["_id"], "question": r["question"], "answer": r["answer"], "type": r["type"],
+           "level": r["level"],
+           "supporting_facts": {"title": [t for t, _ in r["supporting_facts"]],
+                                "sent_id": [i for _, i in r["supporting_facts"]]},
+           "context": {"title": [t for t, _ in r["context"]], "sentences": [s for _, s in r["context"]]}}
+          for r in src]
+    p = tmp_path / "hf.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in hf))
+    assert detect_format(p) == "hotpotqa"
+    got = load_examples(p, dataset="hotpotqa").examples
+    want = load_examples(shipped_path("hotpotqa"), dataset="hotpotqa", limit=None).examples[:5]
+    assert [(e.id, e.answers, e.supporting_facts, e.context) for e in got] == \
+        [(e.id, e.answers, e.supporting_facts, e.context) for e in want]

@@ -144,6 +144,17 @@ def test_title_key_matches_wiki18_titles_however_they_are_quoted():
             assert title_key(passage_contents(p.title, p.text).partition("\n")[0]) == p.title_key
 
 
+def test_a_title_that_starts_or_ends_with_a_quote_keeps_its_own_quotes():
+    """Every double quote at either end was stripped, not the one pair a corpus wraps a title in: the song
+    `"Heroes"` came back as `Heroes` (the TV series' title) and `"Weird Al" Yankovic` as `Weird Al" Yankovic`,
+    the titles the agent is shown."""
+    for title in ('"Heroes"', '"Weird Al" Yankovic', 'Heroes', 'The "Best" of'):
+        p = Passage.from_contents("1", passage_contents(title, "text"))
+        assert (p.title, p.text) == (title, "text")
+    # the matching key stays symmetric: a title and the corpus line that quotes it again are one article
+    assert title_key('""Heroes""') == title_key('"Heroes"')
+
+
 def test_title_key_rule():
     assert title_key("Nobody’s Hero") == title_key("Nobody's Hero") == title_key('"nobody\'s hero"')
     assert title_key("Neil_Peart") == title_key("Neil  Peart ") == "neil peart"

@@ -203,6 +203,19 @@ def test_duplicate_passage_ids_are_refused_naming_both_lines(tmp_path: Path) -> 
     assert not (tmp_path / "idx").exists() and not list(tmp_path.glob(".idx.building-*"))
 
 
+@pytest.mark.parametrize("ids, problem", [(["", "1"], r"corpus.jsonl:1: corpus record needs a non-blank \"id\""),
+                                          (["1", " 1"], r"corpus.jsonl:2: duplicate passage id '1' \(first at line 1\)")])
+def test_a_blank_id_or_one_equal_to_another_but_for_spaces_is_refused(tmp_path: Path, ids, problem) -> None:
+    """"" and " 1" were indexed beside "1": every judge compares ids stripped, so two passages answered to one
+    id and a blank one named none (retrieval.md: a line with no id stops the build)."""
+    from awarl.retrieval import build_index
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": i, "contents": f'"T{n}"\ntext {n}'}) + "\n" for n, i in enumerate(ids)))
+    with pytest.raises(DataError, match=problem):
+        build_index(corpus, "bm25", tmp_path / "idx", show_progress=False)
+
+
 def test_keep_first_indexes_each_id_once_and_reports_the_rest(tmp_path: Path) -> None:
     corpus = dup_corpus(tmp_path / "corpus.jsonl")
     rc, lines, _ = awarl_cli("index", "build", "--corpus", str(corpus), "--kind", "bm25", "--out",

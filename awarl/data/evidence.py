@@ -21,9 +21,10 @@ Matching a cited passage to the gold paragraphs:
   gold article matches its gold paragraph: the best a title can tell.
 
 `title_key` rule (conservative: it only removes differences of form, never of meaning): Unicode NFC; HTML
-entities decoded (`&amp;` is `&`); curly quotes and apostrophes made straight; one pair of double quotes
-around the whole title removed (wiki-18 quotes its titles); underscores (URL form) made spaces; whitespace
-collapsed; case folded. Disambiguation parentheses are kept: "Rush (band)" and "Rush" are different
+entities decoded (`&amp;` is `&`); curly quotes and apostrophes made straight; the double quotes at either end
+removed (wiki-18 quotes its titles, and quotes a title's own quotes again: the key of `"Heroes"` is that of
+`""Heroes""`; a Passage's title keeps its own, awarl.retrieval.types.unquote_title); underscores (URL form)
+made spaces; whitespace collapsed; case folded. Disambiguation parentheses are kept: "Rush (band)" and "Rush" are different
 articles. `base_title_key` drops one trailing parenthetical, for the loose match `match_title(...,
 loose=True)` allows only when one side has no parenthetical and a single gold paragraph has that base.
 """
@@ -48,6 +49,8 @@ _HOP_REF = re.compile(r"#(\d+)")
 def title_key(title: str) -> str:
     """Normalised title for matching the same article across corpora (rule in the module docstring). Takes
     a dataset's title, a retrieved `Passage.title`, or the raw first line of a wiki-18 `contents` alike."""
+    # every quote at the ends, not one pair: the key of a title and of the corpus line that quotes it again
+    # (`"Heroes"` and `""Heroes""`) must be one
     t = unicodedata.normalize("NFC", html.unescape(title)).translate(_QUOTES).strip().strip('"')
     return " ".join(t.replace("_", " ").split()).casefold()
 

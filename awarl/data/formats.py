@@ -252,8 +252,9 @@ def _title_sentence_record(rec: Any, dataset: str, keys: tuple[str, ...], notes:
     evidences are optional extras."""
     sfs = _optional(notes, lambda: _supporting_facts(_get(rec, "supporting_facts", (list, dict), optional=True)),
                     [])
+    key = "id" if isinstance(rec, dict) and "_id" not in rec and "id" in rec else "_id"  # HF datasets: `id`
     return QAExample(
-        id=_str_id(_get(rec, "_id", (str, int)), "_id"),
+        id=_str_id(_get(rec, key, (str, int)), key),
         dataset=dataset,
         question=_question(rec),
         answers=_answers(_get(rec, "answer", (str, int, float), optional=True), None, "answer"),
@@ -418,12 +419,20 @@ def _flashrag_dataset(path: Path) -> str | None:
     return stem.split("_")[0] or None
 
 
+def _title_sentence(rec: dict) -> bool:
+    """An official HotpotQA / 2Wiki record: `_id`, or `id` as the Hugging Face `datasets` copies name it (then
+    neither our unified nor a FlashRAG record, which have `id`, `question` and `context` too)."""
+    if rec.keys() >= _TITLE_SENTENCE:
+        return True
+    return rec.keys() >= {"id", "question", "context"} and not rec.keys() & {"dataset", "answers", "golden_answers"}
+
+
 def _is_hotpotqa(rec: dict) -> bool:
-    return rec.keys() >= _TITLE_SENTENCE and not rec.keys() & _TWOWIKI_KEYS
+    return _title_sentence(rec) and not rec.keys() & _TWOWIKI_KEYS
 
 
 def _is_2wiki(rec: dict) -> bool:
-    return rec.keys() >= _TITLE_SENTENCE and bool(rec.keys() & _TWOWIKI_KEYS)
+    return _title_sentence(rec) and bool(rec.keys() & _TWOWIKI_KEYS)
 
 
 def _is_musique(rec: dict) -> bool:

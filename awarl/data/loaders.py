@@ -9,6 +9,8 @@ JSON Lines are read with `awarl.io.iter_jsonl`'s line-length cap; a parquet file
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
 import logging
 import os
@@ -65,9 +67,32 @@ def _parquet_rows(path: Path, batch_size: int) -> Iterator[dict]:
         if pf.metadata.num_rows == 0:
             raise DataError(f"{path}: parquet file has no rows")
         for batch in pf.iter_batches(batch_size=batch_size):
-            yield from batch.to_pylist()
+            for row in batch.to_pylist():
+                yield _json_values(row)
     except (pa.ArrowException, OSError) as e:  # ArrowInvalid (no footer), OSError (corrupt pages), ...
         raise DataError(f"{path}: not a readable parquet file (truncated or corrupt?): {e}") from None
+
+
+def _json_values(value: Any) -> Any:
+    """A parquet row's values as JSON holds them, as a JSON Lines record of the same data would be: a
+    timestamp, date or time as its ISO text, bytes as UTF-8 text (hex when not UTF-8), a decimal as a float.
+    A kept metadata value that JSON cannot hold failed when the unified file was written, naming no record."""
+    if isinstance(value, dict):
+        return {k: _json_values(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_values(v) for v in value]
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return value.hex()
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    return value
 
 
 def _container(path: Path) -> str:

@@ -62,7 +62,8 @@ class QAExample:
             dataset=str(d["dataset"]),
             question=str(d["question"]),
             answers=[str(a) for a in d.get("answers", [])],
-            answerable=bool(d.get("answerable", True)),
+            # null reads as absent, as the unified reader and MuSiQue take it: answerable
+            answerable=True if d.get("answerable") is None else bool(d["answerable"]),
             supporting_facts=[(str(t), int(i)) for t, i in d.get("supporting_facts", [])],
             context=[Paragraph(**p) for p in d.get("context", [])],
             metadata=dict(d.get("metadata", {})),

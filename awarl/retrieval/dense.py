@@ -66,7 +66,11 @@ def load_encoder(model: str, device: str | None = None) -> Any:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     key = (path, device)
     if key not in _ENCODERS:
-        _ENCODERS[key] = SentenceTransformer(path, device=device)
+        try:
+            _ENCODERS[key] = SentenceTransformer(path, device=device)
+        except OSError as e:  # a hub lookup that failed (offline, or a relative folder looked up as a hub id)
+            raise FileNotFoundError(f"embedding model {model!r}: no such local folder, and loading it from the "
+                                    f"Hugging Face Hub failed ({' '.join(str(e).split())[:200]})") from None
     return _ENCODERS[key]
 
 
@@ -152,6 +156,8 @@ class DenseBuilder:
         index_type = index_type or ("hnsw" if hnsw else "flat")
         if index_type not in INDEX_TYPES:
             raise ValueError(f"unknown dense index type {index_type!r}; choose one of {', '.join(INDEX_TYPES)}")
+        if Path(model).is_dir():  # recorded absolute: a relative folder would be a hub id from any other cwd
+            model = str(Path(model).resolve())
         qp, pp = default_prefixes(model)
         self.settings: dict[str, Any] = {
             "model": model,

@@ -46,7 +46,12 @@ def passage_contents(obj: dict[str, Any], where: str) -> tuple[str, str]:
     if not isinstance(contents, str):
         raise DataError(f"{where}: corpus record needs a string \"contents\" (or \"title\"/\"text\"), "
                         f"got keys {sorted(obj)}")
-    return str(pid), contents
+    # Stripped, as every judge compares ids (awarl.data.evidence.passage_id_key): "1" and " 1" are one passage
+    # (a duplicate), and a blank id names none.
+    pid = str(pid).strip()
+    if not pid:
+        raise DataError(f"{where}: corpus record needs a non-blank \"id\", got {obj.get('id', obj.get('_id'))!r}")
+    return pid, contents
 
 
 def _check_unicode(pid: str, contents: str, where: str) -> None:

@@ -458,6 +458,15 @@ def warn_if_other_corpus(corpus: Path, index_dir: Path, meta: dict[str, Any]) ->
     return True
 
 
+def build_settings(cfg: RetrievalConfig) -> dict[str, Any]:
+    """The `build_index` settings a run config asks for (embedding model and index type of a dense index, the
+    build's memory budget of a BM25 one, what to do with duplicate ids): every index awarl builds for a run
+    config is built with them, whichever stage builds it first."""
+    settings: dict[str, Any] = ({"model": cfg.embedding_model, "index_type": cfg.dense_index}
+                                if cfg.kind == "dense" else {"memory_mb": cfg.build_memory_mb})
+    return {**settings, "duplicate_ids": cfg.duplicate_ids}
+
+
 def load_retriever(cfg: RetrievalConfig) -> Retriever:
     """The retriever a run config asks for: an index (built from `cfg.corpus` if absent) or the HTTP client."""
     from awarl.config import ConfigError
@@ -475,10 +484,8 @@ def load_retriever(cfg: RetrievalConfig) -> Retriever:
         if not cfg.corpus:
             raise ConfigError(f"retrieval.index_dir: {index_dir} holds no index and retrieval.corpus is not "
                               "set to build one from")
-        settings: dict[str, Any] = ({"model": cfg.embedding_model, "index_type": cfg.dense_index}
-                                    if cfg.kind == "dense" else {"memory_mb": cfg.build_memory_mb})
         log.info("building %s index %s from %s", cfg.kind, index_dir, cfg.corpus)
-        build_index(cfg.corpus, cfg.kind, index_dir, duplicate_ids=cfg.duplicate_ids, **settings)
+        build_index(cfg.corpus, cfg.kind, index_dir, **build_settings(cfg))
     retriever = load_index(index_dir, verify_corpus=cfg.verify_corpus, mmap=cfg.mmap, workers=cfg.workers)
     if cfg.corpus:
         warn_if_other_corpus(Path(cfg.corpus), index_dir, retriever.meta)

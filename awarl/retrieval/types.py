@@ -6,12 +6,20 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 
+def unquote_title(title: str) -> str:
+    """A title line without surrounding whitespace and one pair of double quotes around the whole of it (a
+    corpus writes `"Title"`): `""Heroes""` is the title `"Heroes"`, and `"Weird Al" Yankovic` keeps its
+    quotes (stripping every quote at the ends made them `Heroes` and `Weird Al" Yankovic`)."""
+    t = title.strip()
+    return t[1:-1] if len(t) >= 2 and t[0] == t[-1] == '"' else t
+
+
 def _split_contents(contents: str) -> tuple[str, str]:
     """(title, text) of a corpus `contents`: its first line, unquoted, and the rest; no title without a line."""
     title, sep, text = contents.partition("\n")
     if not sep:
         return "", contents
-    return title.strip().strip('"'), text
+    return unquote_title(title), text
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,17 @@ the shipped closed corpus takes seconds, so it is built once into a cache folder
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 from pathlib import Path
 
 from awarl.config import AwarlConfig
 from awarl.data.corpus import shipped_closed_corpus
-from awarl.io import loads_json
+from awarl.io import file_sha256, loads_json
 from awarl.retrieval import build_index
+from awarl.retrieval.index import build_settings
 
 log = logging.getLogger(__name__)
 
@@ -23,10 +26,22 @@ def cache_dir() -> Path:
     return Path(os.environ.get("AWARL_CACHE") or Path.home() / ".cache" / "awarl")
 
 
+def _digest(obj: object) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def shipped_samples_digest() -> str:
+    """A hash of the shipped dev samples' contents: the cached closed corpus and its indexes are named by it,
+    so other samples (AWARL_DATA_DIR, an updated data/) get their own, not the old ones."""
+    from awarl.data.loaders import SHIPPED_DEV, shipped_path
+
+    return _digest([(name, file_sha256(shipped_path(name))) for name in SHIPPED_DEV])
+
+
 def shipped_corpus(path: Path | None = None) -> Path:
     """The closed corpus of the three shipped dev samples (their own context paragraphs), built once."""
 
-    path = path or cache_dir() / "corpus" / "shipped_closed.jsonl"
+    path = path or cache_dir() / "corpus" / f"shipped_closed-{shipped_samples_digest()}.jsonl"
     if not path.exists():
         log.info("building the closed corpus of the shipped dev samples -> %s", path)
         shipped_closed_corpus(path)
@@ -57,11 +72,16 @@ def ensure_default_retrieval(cfg: AwarlConfig) -> AwarlConfig:
         if not r.corpus:
             raise FileNotFoundError(f"retrieval.index_dir={r.index_dir} has no index_meta.json and no "
                                     "retrieval.corpus is set to build it from")
-        ensure_index(Path(r.corpus), r.kind, Path(r.index_dir))
+        ensure_index(Path(r.corpus), r.kind, Path(r.index_dir), **build_settings(r))
         return cfg
     corpus = Path(r.corpus) if r.corpus else shipped_corpus()
-    tag = "shipped_closed" if not r.corpus else Path(r.corpus).stem
-    index_dir = cache_dir() / "indexes" / f"{tag}_{r.kind}"
-    ensure_index(corpus, r.kind, index_dir)
+    settings = build_settings(r)
+    # Named by what the index is of and how it is built (not the file name alone: two corpus.jsonl in other
+    # folders shared one cached index, and a dense index of another embedding model was taken as this one's);
+    # the build's memory budget changes nothing in it.
+    key = {"corpus": str(corpus.resolve()), "kind": r.kind,
+           **{k: v for k, v in settings.items() if k != "memory_mb"}}
+    index_dir = cache_dir() / "indexes" / f"{corpus.stem}-{_digest(key)}_{r.kind}"
+    ensure_index(corpus, r.kind, index_dir, **settings)
     return cfg.model_copy(update={"retrieval": r.model_copy(update={"index_dir": str(index_dir),
                                                                     "corpus": str(corpus)})})

@@ -112,10 +112,17 @@ def merge_adapter(base_dir: str | Path, adapter_dir: str | Path, out_dir: str | 
     record = {"base": have, "adapter": str(adapter),
               "adapter_sha256": file_sha256(adapter / "adapter_model.safetensors")}
     done = out / MERGED_INFO
-    if done.is_file() and loads_json(done.read_text()).get("adapter_sha256") == record["adapter_sha256"]:
-        return out
+    if done.is_file():
+        kept = loads_json(done.read_text())
+        # this adapter on these base weights (an adapter without adapter_info.json names no base of its own)
+        if kept.get("adapter_sha256") == record["adapter_sha256"] and kept.get("base") == record["base"]:
+            return out
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
-    model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    try:
+        model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    except RuntimeError as e:  # peft's size mismatch: an adapter of another architecture
+        raise ValueError(f"{adapter}: does not fit the base model {base} "
+                         f"({' '.join(str(e).split())[:300]})") from None
     tokenizer = AutoTokenizer.from_pretrained(str(base))
     def write(tmp: Path) -> None:
         model.save_pretrained(str(tmp))
