@@ -95,6 +95,20 @@ def _set_output_modes(folder: Path) -> None:
                 os.chmod(entry, DIR_MODE if name in dirs else FILE_MODE)
 
 
+def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 120) -> Path:
+    """`fig.savefig` to a temporary sibling, then renamed: an interrupted rewrite leaves the earlier picture
+    (an in-place savefig left a 6-byte file where it was). The figure is not closed here."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
+    try:
+        fig.savefig(tmp, dpi=dpi)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> int:
     """Write rows atomically; returns the row count."""
     lines = [json.dumps(r, ensure_ascii=False) for r in rows]

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from awarl.io import atomic_write_json, atomic_write_text
+from awarl.io import atomic_write_json, atomic_write_text, save_figure
 
 # (results key, column label, is a share shown as %)
 TABLE_COLUMNS: list[tuple[str, str]] = [
@@ -223,14 +223,10 @@ def plot_results(results: dict[str, Any], path: str | os.PathLike) -> Path:
     ax.legend(loc="upper right", fontsize="small")
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
     try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
+        save_figure(fig, path, dpi=120)
     finally:
         plt.close(fig)
-        tmp.unlink(missing_ok=True)
     return path
 
 

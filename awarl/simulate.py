@@ -32,7 +32,7 @@ from typing import Literal
 import numpy as np
 
 from awarl.config import AwarlConfig, RewardConfig, SimulateConfig, save_resolved
-from awarl.io import atomic_write_json, atomic_write_text
+from awarl.io import atomic_write_json, atomic_write_text, save_figure
 from awarl.metrics import Outcome, ra_f1
 from awarl.rewards import abstention as A
 from awarl.rewards.strategies import abstain_reward
@@ -552,7 +552,7 @@ def plot_curves(results: Sequence[RunResult], path: str | os.PathLike) -> None:
     axes[0, 1].legend(fontsize=7, ncol=2, loc="lower right")
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 

@@ -132,6 +132,10 @@ def test_dynamics_come_from_the_log_and_the_replay_catches_a_wrong_value():
     assert replay_error(wrong, rc) == pytest.approx(0.06)
     words = dynamics_words(dyn, {}, rc, 0.0)
     assert "from 0.00" in words and "-0.20 (from step 1)" in words and "left the dead zone" in words
+    assert "the trainer applied the formulas" in words
+    # a replay that misses says so (the sentence that it reproduced them was written whatever the error)
+    missed = dynamics_words(wrong, {}, rc, replay_error(wrong, rc))
+    assert "the trainer applied the formulas" not in missed and "misses the logged values by up to 6.0e-02" in missed
     # a baseline logs no E, Ē, P: nothing to replay, and the words say only what was logged
     base = trainer_dynamics([{k: v for k, v in _log(1, 0.2, 0.5, 0, 0, 0).items() if k[6:] not in ("E", "E_bar",
                                                                                                    "penalty")}])
@@ -159,3 +163,61 @@ def test_report_names_the_rate_the_p_i_imply_under_every_reading():
     # more samples behind the same p_i = 0: the posterior target moves towards the threshold's 1
     more = target_readings([{**r, "k": 16} for r in rows], rc)
     assert t["rho_hat"]["posterior"] < more["rho_hat"]["posterior"] < 1.0
+
+
+def test_a_demo_rerun_under_other_settings_is_refused_before_its_record_is_rewritten(tmp_path):
+    """The demo wrote resolved_config.yaml first thing, so the training stage's changed-settings check found
+    nothing: a finished γ 0.02 demo rerun with reward.gamma=0.5 trained nothing and its REPORT.md said γ 0.5."""
+    from awarl.config import ConfigError, load_config
+    from awarl.stages.demo import default_config_path, start_record
+
+    cfg = load_config(default_config_path(), [f"run.out_dir={tmp_path}"])
+    start_record(cfg, tmp_path)
+    kept = (tmp_path / "resolved_config.yaml").read_text()
+    start_record(cfg, tmp_path)  # the same settings: a rerun continues
+    other = load_config(default_config_path(), [f"run.out_dir={tmp_path}", "reward.gamma=0.5"])
+    with pytest.raises(ConfigError, match=r"holds a demo run made with other settings \(reward\.gamma: 0\.02 -> 0\.5\)"):
+        start_record(other, tmp_path)
+    assert (tmp_path / "resolved_config.yaml").read_text() == kept
+    for bad, named in ((["train.logging_steps=3"], "train.logging_steps"), (["eval.limit=null"], "eval.limit")):
+        with pytest.raises(ConfigError, match=named):
+            start_record(load_config(default_config_path(), [f"run.out_dir={tmp_path / 'x'}", *bad]), tmp_path / "x")
+
+
+def test_a_rerun_reports_what_each_stage_cost_when_it_ran(tmp_path):
+    """A rerun skips finished stages in no time, and its report showed those skips (warm-up 0.0 s)."""
+    import time
+
+    from awarl.stages.demo import Timer
+
+    first = Timer(tmp_path)
+    first.done("warm-up", time.time() - 7.7)
+    rerun = Timer(tmp_path)
+    rerun.done("warm-up", time.time())
+    assert first.rows() == ["| warm-up | 7.7 |"] and rerun.rows() == ["| warm-up | 7.7 (this rerun: 0.0) |"]
+
+
+def test_a_warm_up_cut_short_is_no_warm_up(tmp_path, tiny_dir, shipped_bm25_dir, monkeypatch):
+    """The warm-up saved the model, then the tokenizer, into model/warmup, and the demo took config.json as
+    done: a kill in between left a folder every rerun loaded (a one-token tokenizer) and failed on. Now the
+    folder is written in a temporary sibling and renamed, its info last."""
+    from transformers import AutoTokenizer
+
+    from awarl.agent.templates import load_template
+    from awarl.data.loaders import load_shipped
+    from awarl.retrieval import load_index
+    from awarl.training.warmup import WARMUP_INFO, read_warmup, warmup_to_dir
+
+    examples, index, folder = load_shipped("hotpotqa", limit=2), load_index(shipped_bm25_dir), tmp_path / "warmup"
+    kind = type(AutoTokenizer.from_pretrained(tiny_dir))
+
+    def killed(self, *a, **kw):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(kind, "save_pretrained", killed)
+        with pytest.raises(KeyboardInterrupt):
+            warmup_to_dir(tiny_dir, folder, examples, index, load_template("awarl"), topk=1, steps=1, batch_size=1)
+    assert not folder.exists() and read_warmup(folder) is None and list(tmp_path.iterdir()) == []
+    info = warmup_to_dir(tiny_dir, folder, examples, index, load_template("awarl"), topk=1, steps=1, batch_size=1)
+    assert read_warmup(folder) == info and (folder / WARMUP_INFO).is_file() and (folder / "tokenizer.json").is_file()

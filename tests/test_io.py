@@ -133,3 +133,31 @@ def test_atomic_write_folder_gives_folders_a_folder_mode(tmp_path):
     assert mode() == mode("sub") == mode("sub", "deeper") == dir_mode and dir_mode & stat.S_IXUSR
     assert mode("INFO.json") == mode("sub", "w.bin") == mode("sub", "deeper", "v.bin") == FILE_MODE
     assert (tmp_path / "model" / "sub" / "w.bin").read_bytes() == b"x"
+
+
+def test_a_plot_rewrite_cut_short_leaves_the_earlier_picture(tmp_path):
+    """compare.png, p_histogram.png, dynamics.png, the sweep's and the simulator's plots were saved in place: an
+    interrupted rewrite left a 6-byte file where the good picture was (results.png was already atomic)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from awarl.io import save_figure
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    path = save_figure(fig, tmp_path / "compare.png")
+    good = path.read_bytes()
+    assert good.startswith(b"\x89PNG")
+
+    def cut(target, **kw):
+        with open(target, "wb") as f:
+            f.write(b"\x89PNG\r\n")
+        raise KeyboardInterrupt
+
+    fig.savefig = cut
+    with pytest.raises(KeyboardInterrupt):
+        save_figure(fig, path)
+    plt.close(fig)
+    assert path.read_bytes() == good and [p.name for p in tmp_path.iterdir()] == ["compare.png"]

@@ -446,3 +446,27 @@ def test_the_scripted_backend_follows_a_renamed_information_tag(tok, bm25):
     (traj,) = RolloutEngine(backend, tok, counting, t, AgentConfig(max_turns=3), topk=3).run([q], temperature=0.0)
     assert "</documents>" in traj.response_text and counting.calls == [["Evan Morris"]]
     assert traj.stop_reason == "answer" and traj.parsed.answer == "Genentech"
+
+
+@pytest.mark.parametrize("room", [0, 12])
+def test_a_backend_context_bounds_the_trajectory_and_a_full_one_ends_it_as_token_budget(tok, bm25, room):
+    """vLLM refuses a request whose history is longer than its max_model_len and cuts a turn that runs past
+    it: a context shorter than prompt + trajectory budget crashed a rollout with a VLLMValidationError
+    traceback (a stand-in for the engine here: a scripted backend that reports the context vLLM reports)."""
+    q = "Who was Evan Morris a lobbyist for?"
+    asked: list[int] = []
+
+    class Bounded(ScriptedBackend):
+        def generate(self, prompts, *, max_new_tokens, **kw):
+            asked.append(max_new_tokens)
+            assert all(len(p) + max_new_tokens <= self.context_len for p in prompts)
+            return super().generate(prompts, max_new_tokens=max_new_tokens, **kw)
+
+    backend = Bounded(tok, {q: ["<search> Evan Morris </search>", "<answer> Genentech </answer>"]})
+    from awarl.agent.templates import render_prompt
+
+    backend.context_len = len(render_prompt(load_template("awarl"), q, tok)) + room
+    (traj,) = engine(backend, tok, bm25, max_trajectory_tokens=400).run([q], temperature=0.0)
+    assert traj.stop_reason == "token_budget" and not traj.parsed.valid
+    assert len(traj.prompt_ids) + len(traj.completion_ids) <= backend.context_len
+    assert asked == ([] if room == 0 else [room])  # a prompt that fills the context is never sent

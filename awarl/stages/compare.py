@@ -17,7 +17,7 @@ from typing import Any
 
 from awarl.agent.templates import run_abstention_phrases
 from awarl.config import AwarlConfig
-from awarl.io import atomic_write_json, atomic_write_text, loads_json
+from awarl.io import atomic_write_json, atomic_write_text, loads_json, save_figure
 from awarl.metrics import Outcome, aggregate, macro_average, paired_bootstrap_delta
 from awarl.stages.predictions import PREDICTIONS
 from awarl.stages.score import read_predictions, scorable_rows
@@ -213,7 +213,7 @@ def plot_comparison(res: dict[str, Any], path: Path) -> None:
     ax.set_title(f"macro over {', '.join(res['datasets'])} ({res['common_questions']} shared questions)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 

@@ -22,12 +22,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from awarl.agent.templates import load_template
-from awarl.config import AwarlConfig, ConfigError, load_config, save_resolved
+from awarl.config import AwarlConfig, ConfigError, config_changes, load_config, read_resolved, save_resolved
 from awarl.data.corpus import shipped_closed_corpus
 from awarl.data.estimates import read_estimates
 from awarl.data.loaders import load_shipped
@@ -43,7 +44,7 @@ from awarl.stages.questions import load_eval_set
 from awarl.stages.resources import ensure_index
 from awarl.stages.train import run_train
 from awarl.training.checkpoints import newest_complete
-from awarl.training.warmup import warmup_to_dir
+from awarl.training.warmup import WARMUP_INFO, read_warmup, warmup_to_dir
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +56,36 @@ def default_config_path() -> Path:
 
 
 class Timer:
-    def __init__(self) -> None:
+    """Seconds per stage. With `out`, the seconds of the run that did each stage's work are kept in
+    `out/stage_seconds.json`: a rerun skips finished stages in no time, and its report used to show those
+    skips (warm-up 0.0 s) as what the stages cost; `rows` gives the first run's figure and this run's."""
+
+    def __init__(self, out: Path | None = None) -> None:
         self.t0 = time.time()
         self.stages: dict[str, float] = {}
+        self.path = None if out is None else out / "stage_seconds.json"
+        self.first: dict[str, float] = {}
+        if self.path is not None and self.path.is_file():
+            try:
+                kept = loads_json(self.path.read_text(encoding="utf-8"))
+                self.first = {str(k): float(v) for k, v in kept.items()} if isinstance(kept, dict) else {}
+            except (ValueError, OSError, TypeError):
+                self.first = {}
 
     def done(self, stage: str, since: float) -> None:
         self.stages[stage] = round(time.time() - since, 1)
         log.info("[demo] %s done in %.1fs (total %.0fs)", stage, self.stages[stage], time.time() - self.t0)
+        if self.path is not None and stage not in self.first:
+            self.first[stage] = self.stages[stage]
+            atomic_write_text(self.path, json.dumps(self.first, indent=2))
+
+    def rows(self) -> list[str]:
+        """The report's table rows: the seconds of the run that did the stage, and this rerun's when other."""
+        out = []
+        for k, v in self.stages.items():
+            first = self.first.get(k, v)
+            out.append(f"| {k} | {first} |" if first == v else f"| {k} | {first} (this rerun: {v}) |")
+        return out
 
 
 def _say(msg: str) -> None:
@@ -98,6 +122,28 @@ def split_questions(cfg: AwarlConfig) -> tuple[list, list, list]:
     return pool, train, eval_set.examples
 
 
+def start_record(cfg: AwarlConfig, out: Path) -> None:
+    """Check a demo's settings, then write its resolved_config.yaml. A rerun continues the run in `out` as it
+    was made: one under other settings is refused before anything is written (the record was rewritten
+    first, so the report named settings the training never used, and a longer run mixed two). A demo's
+    dynamics replay reads one log entry per step, and its held-out split needs eval.limit."""
+    if cfg.train.logging_steps != 1:
+        raise ConfigError(f"train.logging_steps: the demo's dynamics check replays the reward step by step and "
+                          f"needs one log entry a step (1), got {cfg.train.logging_steps}")
+    if cfg.eval.limit is None:
+        raise ConfigError("eval.limit: the demo holds out this many questions per dataset for its evaluations "
+                          "and trains on the rest; null would hold out every question")
+    resolved = read_resolved(out, "whether this rerun continues the demo with its settings")
+    if resolved is not None:
+        changes = config_changes(resolved[1], cfg.model_dump(mode="json"))
+        if changes:
+            raise ConfigError(f"{out} holds a demo run made with other settings ({'; '.join(c[:200] for c in changes[:8])}"
+                              f"{' ...' if len(changes) > 8 else ''}); a rerun continues that run as it was made: "
+                              "rerun it without those changes, or use another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    save_resolved(cfg, out)
+
+
 def run_demo(out_dir: str | Path, config: str | Path | None = None, overrides: list[str] | None = None) -> dict:
     from transformers import AutoTokenizer
 
@@ -109,10 +155,9 @@ def run_demo(out_dir: str | Path, config: str | Path | None = None, overrides: l
     ov = [f"run.out_dir={out}", f"train.p_estimates={out / 'p_estimates.jsonl'}", f"train.model={warm_dir}",
           f"estimate.model={warm_dir}", f"retrieval.index_dir={index_dir}", f"retrieval.corpus={corpus}"]
     cfg = load_config(config or default_config_path(), ov + list(overrides or []))
-    out.mkdir(parents=True, exist_ok=True)
-    save_resolved(cfg, out)
+    start_record(cfg, out)
     _say(plan_text(cfg, out))
-    timer = Timer()
+    timer = Timer(out)
     init_dir, retriever = _model_and_index(cfg, out, timer)           # 1-2
     pool, train_qs, eval_qs = split_questions(cfg)
     _say(f"[demo] {len(train_qs)} training questions, {len(eval_qs)} held-out evaluation questions")
@@ -177,16 +222,18 @@ def _warmup(cfg: AwarlConfig, init_dir: Path, warm_dir: Path, pool: list, retrie
             timer: Timer) -> dict[str, Any]:
     """Step 3: supervised protocol warm-up (a random-init model never emits the tags on its own)."""
     t = time.time()
-    warm_info: dict[str, Any] = {}
-    info_path = warm_dir.parent / "warmup_info.json"
-    if not (warm_dir / "config.json").exists():
+    warm_info = read_warmup(warm_dir)  # a complete warm-up folder (written atomically, its info last)
+    if warm_info is None:
+        if warm_dir.is_dir() and any(warm_dir.iterdir()):
+            # a save a kill cut short, or an earlier awarl's folder: the warm-up is seeded, so redoing it gives
+            # the model the later stages were made with
+            log.warning("%s holds no %s (a warm-up cut short, or one by an earlier awarl): warming up again",
+                        warm_dir, WARMUP_INFO)
+            shutil.rmtree(warm_dir)
         warm_info = warmup_to_dir(init_dir, warm_dir, pool, retriever, load_template(cfg.agent.template),
                                   topk=cfg.retrieval.topk, steps=cfg.demo.warmup_steps,
                                   batch_size=cfg.demo.warmup_batch_size, lr=cfg.demo.warmup_lr, seed=cfg.run.seed,
                                   max_len=cfg.demo.warmup_max_len, abstain_phrase=cfg.agent.abstention_phrases[0])
-        atomic_write_text(info_path, json.dumps(warm_info, indent=2))
-    elif info_path.exists():
-        warm_info = loads_json(info_path.read_text())
     timer.done("warm-up", t)
     return warm_info
 
@@ -268,7 +315,7 @@ def write_demo_report(out: Path, cfg: AwarlConfig, before: dict, after: dict | N
         "Per dataset: `eval_before_rl/results.md` and `eval/final/results.md` (with 95% bootstrap CIs "
         "and the coverage gaps: questions abstained on, with the searches tried).", "",
         "## Stages", "",
-        "| stage | seconds |", "|---|---|", *[f"| {k} | {v} |" for k, v in timer.stages.items()], "",
+        "| stage | seconds |", "|---|---|", *timer.rows(), "",
         f"Warm-up: {json.dumps(warm)}", "",
         f"GRPO: {summary.get('global_step')} steps. {reward_line(rs)}", "",
         *dynamics_section(cfg, dynamics),

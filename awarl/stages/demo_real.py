@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from awarl.config import AwarlConfig, load_config, save_resolved
+from awarl.config import AwarlConfig, load_config
 from awarl.data.estimates import read_estimates
 from awarl.data.types import example_key
 from awarl.io import atomic_write_json, atomic_write_text, loads_json, repo_root
@@ -39,6 +39,7 @@ from awarl.stages.demo import (
     paired_line,
     reward_line,
     split_questions,
+    start_record,
 )
 from awarl.stages.demo_dynamics import write_dynamics
 from awarl.stages.estimate import run_estimate
@@ -98,10 +99,9 @@ def run_demo_real(out_dir: str | Path, config: str | Path | None = None, overrid
           f"estimate.model={warm_dir}", f"retrieval.index_dir={out / 'index'}",
           f"retrieval.corpus={out / 'corpus.jsonl'}"]
     cfg = load_config(config or repo_root() / DEFAULT_CONFIG, ov + list(overrides or []))
-    out.mkdir(parents=True, exist_ok=True)
-    save_resolved(cfg, out)
+    start_record(cfg, out)
     _say(plan_text(cfg, out, adapter_dir))
-    timer = Timer()
+    timer = Timer(out)
 
     t = time.time()
     base = pretrained_folder(MODEL)                                               # 1
@@ -181,7 +181,7 @@ def write_report(out: Path, cfg: AwarlConfig, evals: dict[str, dict | None], sum
         "(`p_estimates.jsonl`, `p_distribution.json`).", "",
         *p_markdown(p_dist, "p_histogram.png"),
         "## Stages", "",
-        "| stage | seconds |", "|---|---|", *[f"| {k} | {v} |" for k, v in timer.stages.items()], "",
+        "| stage | seconds |", "|---|---|", *timer.rows(), "",
         f"GRPO: {summary.get('global_step')} steps. {reward_line(summary.get('reward_state', {}))}", "",
         *dynamics_section(cfg, dynamics),
         "## Files", "",

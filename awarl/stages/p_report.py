@@ -18,6 +18,7 @@ from typing import Any
 
 from awarl.config import RewardConfig
 from awarl.data.estimates import row_p, row_samples
+from awarl.io import save_figure
 from awarl.rewards import abstention
 
 GAMMAS = (0.02, 0.05, 0.1, 0.25, 0.5)  # the γ grid of configs/sweep_gamma.yaml
@@ -78,7 +79,7 @@ def plot_histogram(dist: dict[str, Any], path: Path) -> None:
     ax.set_title(f"p_i of {dist['questions']} training questions")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 

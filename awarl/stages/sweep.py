@@ -45,7 +45,7 @@ from awarl.config import (
     read_resolved,
     read_yaml_mapping,
 )
-from awarl.io import atomic_write_json, atomic_write_text, loads_json
+from awarl.io import atomic_write_json, atomic_write_text, loads_json, save_figure
 from awarl.stages.compare import compare_runs, write_comparison
 from awarl.stages.predictions import PREDICTIONS
 from awarl.training.checkpoints import checkpoint_folders, incomplete_reason, newest_complete
@@ -466,7 +466,7 @@ def _plot(rows: list[dict], grid: dict[str, list[Any]], path: Path) -> None:
         legend_rows = -(-len(labels) // 3)
     fig.suptitle("sweep: macro metrics per run")
     fig.tight_layout(rect=(0, min(0.4, 0.035 * legend_rows + 0.01 * bool(legend_rows)), 1, 1))
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 

@@ -242,9 +242,19 @@ def vllm_engine_options(cfg: AwarlConfig) -> tuple[str, dict[str, tuple[str, Any
 
 
 def check_vllm(cfg: AwarlConfig) -> str | None:
-    """ConfigError (with the key path) for a vLLM option vLLM rejects; a note of what was checked."""
+    """ConfigError (with the key path) for a vLLM option vLLM rejects, or one awarl cannot drive; a note of
+    what was checked."""
     engine = vllm_engine_options(cfg)
-    return None if engine is None else check_engine_options(*engine)
+    note = None if engine is None else check_engine_options(*engine)  # what vLLM itself rejects, first
+    t = cfg.train
+    if t.use_vllm and t.vllm_mode == "colocate" and cfg.generation.tensor_parallel_size > 1:
+        # The ranks of a tensor-parallel engine must call generate together with the same prompts; TRL gathers
+        # them across the group, awarl's multi-turn rollout does not: each rank would run its own turns.
+        raise ConfigError(f"generation.tensor_parallel_size: {cfg.generation.tensor_parallel_size} with "
+                          "train.vllm_mode colocate is not supported (the rollout's turns are not gathered across "
+                          "the tensor-parallel group); use train.vllm_mode server (`trl vllm-serve` with its own "
+                          "tensor parallelism) or tensor_parallel_size 1")
+    return note
 
 
 def critic_plan(cfg: AwarlConfig, info: dict[str, Any]) -> dict[str, Any]:
@@ -464,14 +474,18 @@ def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, grader: 
     # A checkpoint already at max_steps: the Trainer would still run one more step on resume (its stop check
     # comes after a step), sampling and scoring a batch at learning rate 0 and moving Ē. Its weights are
     # loaded as the policy instead and nothing is trained (a plain full-weights checkpoint; others resume).
-    done = ckpt is not None and model is None and not cfg.train.lora.enabled \
-        and checkpoint_step(ckpt) >= cfg.train.max_steps and (ckpt / "model.safetensors").is_file()
+    finished = ckpt is not None and model is None and checkpoint_step(ckpt) >= cfg.train.max_steps
+    done = finished and not cfg.train.lora.enabled and (ckpt / "model.safetensors").is_file()  # type: ignore[operator]
     trainer = build_trainer(cfg, model=str(ckpt) if done else model if model is not None else cfg.train.model,
                             tokenizer=tokenizer, train_dataset=dataset, reward=reward, rollout_func=adapter,
                             callbacks=callbacks, args=args)
     holder["trainer"] = trainer
     if on_trainer is not None:
         on_trainer(trainer)
+    if finished and cfg.train.lora.enabled and ckpt is not None:
+        # LoRA: the base weights with the checkpoint's adapters are the final policy (every rerun of a finished
+        # `awarl demo-real` trained one more step through the Trainer, and moved Ē)
+        done = _load_adapters(trainer, ckpt)
     if ckpt is not None:
         load_reward_state(reward, ckpt)
         log.info("resuming from %s (Ē=%.4f after %d reward updates)", ckpt, reward.e_bar, reward.updates)
@@ -504,6 +518,25 @@ def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, grader: 
     if lora:
         _save_merged(trainer, final_dir)  # last: merging folds the adapters into the live model
     return summary
+
+
+def _load_adapters(trainer: Any, ckpt: Path) -> bool:
+    """Load a finished LoRA run's checkpoint adapters into the trainer's (freshly wrapped) policy; False when
+    they cannot be loaded that way (sharded training, another adapter layout): the Trainer resumes instead."""
+    path = ckpt / "adapter_model.safetensors"
+    if not path.is_file() or trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled:
+        return False
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    loaded = set_peft_model_state_dict(trainer.accelerator.unwrap_model(trainer.model), load_file(str(path)))
+    unexpected = getattr(loaded, "unexpected_keys", None) or []
+    missing = [k for k in getattr(loaded, "missing_keys", None) or [] if "lora_" in k]
+    if unexpected or missing:
+        log.warning("%s: adapters do not match the policy (unexpected %s, missing %s): resuming through the "
+                    "Trainer", path, unexpected[:3], missing[:3])
+        return False
+    return True
 
 
 def _save_merged(trainer: Any, final_dir: Path) -> None:

@@ -24,10 +24,14 @@ from typing import Any
 
 from awarl.agent.templates import Template, encode_environment, render_prompt
 from awarl.data.types import QAExample
+from awarl.io import atomic_write_folder, atomic_write_json, loads_json
 from awarl.metrics import normalize_answer
 from awarl.retrieval.types import Retriever
 
 log = logging.getLogger(__name__)
+
+# Written last into a warm-up model folder, with the warm-up's figures: the folder is complete.
+WARMUP_INFO = "awarl_warmup.json"
 
 
 @dataclass
@@ -159,8 +163,28 @@ def warmup_to_dir(model_dir: str | Path, out_dir: str | Path, examples: list[QAE
     log.info("warm-up on %d teacher trajectories (%d answer, %d abstain)", len(seqs), answered,
              len(seqs) - answered)
     losses = supervised_warmup(model, tokenizer, seqs, steps=steps, batch_size=batch_size, lr=lr, seed=seed)
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out_dir))
-    tokenizer.save_pretrained(str(out_dir))
-    return {"sequences": len(seqs), "left_out_too_long": long, "teacher_answered": answered, "first_loss": losses[0] if losses else None,
+    info = {"sequences": len(seqs), "left_out_too_long": long, "teacher_answered": answered,
+            "first_loss": losses[0] if losses else None,
             "final_loss": sum(losses[-10:]) / len(losses[-10:]) if losses else None, "steps": steps}
+
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        atomic_write_json(tmp / WARMUP_INFO, info)  # last: the folder is complete
+
+    # Atomic (a temporary sibling renamed): a kill between the model and the tokenizer used to leave a folder
+    # with config.json, which a rerun took as done and failed on (a tokenizer of one token).
+    atomic_write_folder(out_dir, WARMUP_INFO, fill)
+    return info
+
+
+def read_warmup(out_dir: str | Path) -> dict | None:
+    """The info of a complete warm-up folder (`WARMUP_INFO`, written last), or None when there is none."""
+    path = Path(out_dir) / WARMUP_INFO
+    if not path.is_file():
+        return None
+    try:
+        data = loads_json(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError):
+        return None
+    return data if isinstance(data, dict) else None

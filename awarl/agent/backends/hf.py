@@ -153,6 +153,8 @@ class HFBackend:
             return []
         if any(not p for p in prompts):
             raise ValueError("HFBackend.generate: empty prompt")
+        if max_new_tokens <= 0:  # no room: nothing generated ("length"), where a session still took one step
+            return [Generation([], [], "length") for _ in prompts]
         session = self.open_session(n_sequences=len(prompts), max_len=max(map(len, prompts)) + max_new_tokens,
                                     max_new_total=max_new_tokens, temperature=temperature, top_p=top_p,
                                     stop_strings=stop_strings, seed=seed)

@@ -72,11 +72,16 @@ INSTALL_HINT = ("the vLLM backend needs vLLM: `pip install 'awarl[vllm]'` (GPU; 
 LOGPROBS_MODE = "processed_logprobs"
 
 
+class VLLMNotInstalled(ImportError, ValueError):
+    """vLLM asked for (generation.backend=vllm, train.use_vllm) but not importable: an ImportError to code that
+    falls back without it, a one-line error (exit 2) to the CLI, which reports ValueErrors and not tracebacks."""
+
+
 def _import_vllm() -> Any:
     try:
         import vllm
     except ImportError as e:
-        raise ImportError(f"{INSTALL_HINT} ({e})") from None
+        raise VLLMNotInstalled(f"{INSTALL_HINT} ({e})") from None
     return vllm
 
 
@@ -189,6 +194,12 @@ class VLLMBackend:
         self._params_cls = sampling_params_cls
         self.eos = eos_ids(tokenizer, generation_config) | set(_generation_config_eos(llm))
         self.continuous = continuous
+        # The engine's context (max_model_len): the rollout keeps each request's history + budget inside it
+        # (vLLM refuses a longer prompt, and cuts a turn that runs past it).
+        config = getattr(getattr(llm, "llm_engine", None), "model_config", None) or \
+            getattr(getattr(getattr(llm, "llm_engine", None), "vllm_config", None), "model_config", None)
+        length = getattr(config, "max_model_len", None)
+        self.context_len: int | None = int(length) if isinstance(length, int) and length > 0 else None
 
     @classmethod
     def from_pretrained(cls, path_or_hub_id: str, dtype: str = "auto", gpu_memory_utilization: float = 0.85,
