@@ -809,17 +809,23 @@ def _copy_tree(value: Any) -> Any:
     return value
 
 
+def set_dotted(data: dict, parts: list[str], value: Any, what: str) -> None:
+    """Set the key at `parts` (["reward", "gamma"]) of config data to `value` as it is, making the sections
+    on the way; ConfigError naming `what` (the override or grid key) when one of them is a value."""
+    node = data
+    for p in parts[:-1]:
+        nxt = node.setdefault(p, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"{what}: {p!r} is not a section")
+        node = nxt
+    node[parts[-1]] = value
+
+
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
     data = _copy_tree(data)
     for text in overrides:
         parts, value = parse_override(text)
-        node = data
-        for p in parts[:-1]:
-            nxt = node.setdefault(p, {})
-            if not isinstance(nxt, dict):
-                raise ConfigError(f"override {text!r}: {p!r} is not a section")
-            node = nxt
-        node[parts[-1]] = value
+        set_dotted(data, parts, value, f"override {text!r}")
     return data
 
 

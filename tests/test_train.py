@@ -453,6 +453,16 @@ def test_two_process_training_with_torchrun(tmp_path, tiny_dir, closed_index, tr
     assert (tmp_path / "run" / "checkpoint-2" / "awarl_reward_state.json").is_file()
 
 
+def lora_cfg(tmp_path, tiny_dir, closed_index, train_examples):
+    """One LoRA step (rank 4 on q/v), with estimates."""
+    cfg = make_cfg(tmp_path, tiny_dir, closed_index, train__max_steps=1, train__save_steps=50,
+                   train__learning_rate=5e-2,
+                   train__lora={"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0,
+                                "target_modules": ["q_proj", "v_proj"]})
+    write_estimates(cfg, train_examples, [0.1, 0.4, 0.6, 0.9])
+    return cfg
+
+
 @pytest.mark.slow
 def test_lora_run_saves_a_merged_full_model(tmp_path, tiny_dir, closed_index, train_examples):
     """With LoRA the trainer saved only adapter files to final/, which vLLM (`awarl eval ... backend=vllm`,
@@ -462,11 +472,7 @@ def test_lora_run_saves_a_merged_full_model(tmp_path, tiny_dir, closed_index, tr
 
     from awarl.stages.train import run_train
 
-    cfg = make_cfg(tmp_path, tiny_dir, closed_index, train__max_steps=1, train__save_steps=50,
-                   train__learning_rate=5e-2,
-                   train__lora={"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0,
-                                "target_modules": ["q_proj", "v_proj"]})
-    write_estimates(cfg, train_examples, [0.1, 0.4, 0.6, 0.9])
+    cfg = lora_cfg(tmp_path, tiny_dir, closed_index, train_examples)
     tok = AutoTokenizer.from_pretrained(tiny_dir)
     backend = VariantBackend(tok, variants_for(train_examples))
     summary = run_train(cfg, tokenizer=tok, backend_factory=lambda t: backend, final_eval=False)
@@ -513,11 +519,7 @@ def test_rerunning_a_finished_lora_run_trains_nothing(tmp_path, tiny_dir, closed
 
     from awarl.stages.train import run_train
 
-    cfg = make_cfg(tmp_path, tiny_dir, closed_index, train__max_steps=1, train__save_steps=50,
-                   train__learning_rate=5e-2,
-                   train__lora={"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0,
-                                "target_modules": ["q_proj", "v_proj"]})
-    write_estimates(cfg, train_examples, [0.1, 0.4, 0.6, 0.9])
+    cfg = lora_cfg(tmp_path, tiny_dir, closed_index, train_examples)
     tok = AutoTokenizer.from_pretrained(tiny_dir)
     first = run_train(cfg, tokenizer=tok, backend_factory=lambda t: VariantBackend(tok, variants_for(train_examples)),
                       final_eval=False)

@@ -44,6 +44,7 @@ from awarl.config import (
     read_config_yaml,
     read_resolved,
     read_yaml_mapping,
+    set_dotted,
 )
 from awarl.io import atomic_write_json, atomic_write_text, loads_json, save_figure
 from awarl.stages.compare import compare_runs, write_comparison
@@ -123,14 +124,7 @@ def point_name(point: dict[str, Any]) -> str:
 def _set_key(data: dict, key: str, value: Any, what: str) -> None:
     """Set dotted `key` of config data to `value` as it is (no text round trip: a null stays null, a string
     stays a string), as an override would."""
-    parts = key.strip().split(".")
-    node = data
-    for part in parts[:-1]:
-        nxt = node.setdefault(part, {})
-        if not isinstance(nxt, dict):
-            raise ConfigError(f"{what} {key!r}: {part!r} is not a section")
-        node = nxt
-    node[parts[-1]] = value
+    set_dotted(data, key.strip().split("."), value, f"{what} {key!r}")
 
 
 def expand(spec: SweepSpec, base_dir: Path, *, finished_changed: Literal["refuse", "keep"] = "refuse"

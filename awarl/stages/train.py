@@ -88,23 +88,18 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
             log.warning("%s; every question would use reward.default_p=%.3g", msg, cfg.reward.default_p)
     record = estimates_record(path)  # read once: whether it finished, and which model sampled it
     if needs_p and path.exists() and estimates_unfinished(record):
-        msg = (f"the p_i estimate in {path} has not finished ({settings_path(path).name} says status: running): "
-               "an `awarl estimate` still writing it, or one that was stopped; rerun that estimate to finish it "
-               "before training, or every question it has not reached would train on reward.default_p")
-        if strict:
-            raise DataError(msg)
-        log.warning("%s", msg)
+        _refuse_or_warn(f"the p_i estimate in {path} has not finished ({settings_path(path).name} says status: "
+                        "running): an `awarl estimate` still writing it, or one that was stopped; rerun that "
+                        "estimate to finish it before training, or every question it has not reached would train "
+                        "on reward.default_p", strict)
     estimates = read_estimates(path)
     ps, missing = join_p(examples, estimates, cfg.reward.p_definition)
     ns = join_samples(examples, estimates, cfg.reward.p_definition)
     if needs_p and path.exists() and examples and missing == len(examples):
         # as bad as no file at all: the reward would rest entirely on default_p
-        msg = (f"none of the {len(examples)} training questions has a p_i in {path} ({len(estimates)} rows): an "
-               "estimate of other questions (other data.train files, limits or run.seed); run `awarl estimate` "
-               "for this config, or set train.p_estimates")
-        if strict:
-            raise DataError(msg)
-        log.warning("%s", msg)
+        _refuse_or_warn(f"none of the {len(examples)} training questions has a p_i in {path} ({len(estimates)} "
+                        "rows): an estimate of other questions (other data.train files, limits or run.seed); run "
+                        "`awarl estimate` for this config, or set train.p_estimates", strict)
     elif missing and needs_p and path.exists():
         log.warning("%d of %d training questions have no p_i in %s; the reward uses reward.default_p=%.3g "
                     "for them", missing, len(examples), path, cfg.reward.default_p)
@@ -126,6 +121,13 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
             "datasets": {d: sum(r["dataset"] == d for r in rows) for d in sorted({str(r["dataset"]) for r in rows})},
             "with_gold_evidence": sum(r["gold_evidence"] is not None for r in rows)}
     return rows, info
+
+
+def _refuse_or_warn(msg: str, strict: bool) -> None:
+    """A DataError for a launch, a warning for a dry run (which plans, and says what a launch would refuse)."""
+    if strict:
+        raise DataError(msg)
+    log.warning("%s", msg)
 
 
 def _evidence_json(ex: QAExample) -> str | None:
