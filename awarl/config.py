@@ -771,20 +771,17 @@ def read_config_yaml(path: Path, chain: tuple[Path, ...] = (), origins: Origins 
         raise ConfigError(f"{path}: circular `extends:` ({' -> '.join(str(p) for p in chain + (path,))})")
     data = read_yaml_mapping(path, extended_by=chain[-1] if chain else None)
     parents = data.pop("extends", None)
-    if parents is None:
-        if origins is not None:
-            _record_origins(data, path, origins)
-        return data
     if isinstance(parents, str):
         parents = [parents]
-    if not isinstance(parents, list) or not parents or not all(isinstance(p, str) and p for p in parents):
+    if parents is not None and (not isinstance(parents, list) or not parents
+                                or not all(isinstance(p, str) and p for p in parents)):
         raise ConfigError(f"{path}: `extends:` must be a file name or a list of file names, got {parents!r:.80}")
     merged: dict = {}
-    for parent in parents:
+    for parent in parents or []:
         merged = _deep_merge(merged, read_config_yaml(path.parent / parent, chain + (path,), origins))
     if origins is not None:
         _record_origins(data, path, origins)  # after the parents': the child's keys win, as in the merge
-    return _deep_merge(merged, data)
+    return _deep_merge(merged, data) if parents else data
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

@@ -319,6 +319,11 @@ def _skip_rest_of_line(f: Any, head: bytes) -> None:
             return
 
 
+def canonical_sha256(obj: Any) -> str:
+    """sha256 of plain data as canonical JSON (sorted keys): the same data, the same hash, whatever the key order."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
+
+
 def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

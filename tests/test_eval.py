@@ -80,11 +80,12 @@ def test_eval_end_to_end_with_server_resume_and_manifest(tmp_path, tiny_dir, ser
     assert manifest["retrieval"]["index"]["kind"] == "bm25"  # what the server reports on /health
     assert manifest["packages"]["torch"] and manifest["packages"]["trl"] == "1.16.0"
     assert manifest["sampling"]["temperature"] == 0.0 and manifest["template"] == "awarl"
-    from awarl.stages.eval_manifest import _canonical_sha256, template_sha256
+    from awarl.io import canonical_sha256
+    from awarl.stages.eval_manifest import template_sha256
 
     assert manifest["template_sha256"] == template_sha256("awarl") != template_sha256("search-r1")
     health_meta = manifest["retrieval"]["index"]["meta"]
-    assert manifest["retrieval"]["index"]["meta_sha256"] == _canonical_sha256(health_meta)
+    assert manifest["retrieval"]["index"]["meta_sha256"] == canonical_sha256(health_meta)
     assert health_meta["corpus_sha256"]  # the corpus hash travels with the index identity
     assert manifest["critic"]["judge"] == "gold"  # the default where the data has evidence
 

@@ -260,10 +260,9 @@ class RolloutEngine:
             running = [i for i, s in enumerate(states) if s.stop_reason is None]
             if not running:
                 break
-            for i in list(running):
+            for i in running:
                 states[i].budget = self._turn_budget(states[i])
-                if self._out_of_room(states[i]):
-                    running.remove(i)
+            running = [i for i in running if not self._out_of_room(states[i])]
             if not running:
                 break
             active = [states[i] for i in running]

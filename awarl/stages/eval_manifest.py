@@ -10,7 +10,6 @@ runs' predictions in one report. `awarl estimate` keeps the same record of its r
 from __future__ import annotations
 
 import hashlib
-import json
 import platform
 import time
 from importlib import metadata
@@ -19,7 +18,7 @@ from typing import Any
 
 from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig
-from awarl.io import file_sha256, loads_json
+from awarl.io import canonical_sha256, file_sha256, loads_json
 from awarl.stages.predictions import PREDICTIONS, critic_label
 from awarl.stages.questions import EvalSet
 from awarl.upstream import transformers as upstream_transformers
@@ -68,14 +67,10 @@ def policy_identity(base_model: str, global_step: int) -> dict[str, Any]:
     return {**model_identity(base_model), "global_step": global_step}
 
 
-def _canonical_sha256(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
-
-
 def template_sha256(template_ref: str) -> str | None:
     """Hash of the resolved template (prompt text, tags, phrases), so an edited template file is noticed."""
     try:
-        return _canonical_sha256(load_template(template_ref).model_dump(mode="json"))
+        return canonical_sha256(load_template(template_ref).model_dump(mode="json"))
     except Exception:  # noqa: BLE001 - the engine reports a bad template itself
         return None
 
@@ -210,7 +205,7 @@ def index_identity(index_dir: str | Path) -> dict:
     from awarl.retrieval.index import read_meta
 
     meta = read_meta(index_dir)
-    return {**meta, "meta_sha256": _canonical_sha256(meta)}
+    return {**meta, "meta_sha256": canonical_sha256(meta)}
 
 
 def retriever_identity(retriever: Any) -> dict | None:
@@ -220,7 +215,7 @@ def retriever_identity(retriever: Any) -> dict | None:
     if meta is not None:
         # meta_sha256 identifies the index build (corpus hash, settings, build time) without hashing
         # multi-GB index files.
-        return {**dict(meta), "meta_sha256": _canonical_sha256(dict(meta))}
+        return {**dict(meta), "meta_sha256": canonical_sha256(dict(meta))}
     if hasattr(retriever, "health"):
         try:
             health = retriever.health()
@@ -228,6 +223,6 @@ def retriever_identity(retriever: Any) -> dict | None:
             return {"server": getattr(retriever, "base_url", None), "health_error": str(e)}
         out = {"server": getattr(retriever, "base_url", None), **health}
         if isinstance(health.get("meta"), dict):
-            out["meta_sha256"] = _canonical_sha256(health["meta"])
+            out["meta_sha256"] = canonical_sha256(health["meta"])
         return out
     return None

@@ -6,15 +6,13 @@ the shipped closed corpus takes seconds, so it is built once into a cache folder
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 from pathlib import Path
 
 from awarl.config import AwarlConfig
 from awarl.data.corpus import shipped_closed_corpus
-from awarl.io import file_sha256, loads_json
+from awarl.io import canonical_sha256, file_sha256, loads_json
 from awarl.retrieval import build_index
 from awarl.retrieval.index import build_settings
 
@@ -27,7 +25,8 @@ def cache_dir() -> Path:
 
 
 def _digest(obj: object) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    """Twelve hex digits of `canonical_sha256`: enough to tell cached builds apart in a folder name."""
+    return canonical_sha256(obj)[:12]
 
 
 def shipped_samples_digest() -> str:

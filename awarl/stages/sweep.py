@@ -416,16 +416,19 @@ def plot_series(rows: list[dict], grid: dict[str, list[Any]]) -> tuple[list[Any]
     keys = list(grid)
     first, others = keys[0], keys[1:]
     numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in grid[first])
-    xs_of = {json.dumps(v, sort_keys=True, default=str): (v if numeric else i) for i, v in enumerate(grid[first])}
+    def key(v: Any) -> str:  # a grid value as a dict key (lists and dicts are values too)
+        return json.dumps(v, sort_keys=True, default=str)
+
+    xs_of = {key(v): (v if numeric else i) for i, v in enumerate(grid[first])}
     done = [r for r in rows if r["status"] == "done"]
     series: dict[str, list[tuple]] = {m: [] for m in METRICS}
     for combo in itertools.product(*(grid[k] for k in others)):
         members = [r for r in done if all(r[k] == v for k, v in zip(others, combo, strict=True))]
         if not members:
             continue
-        members.sort(key=lambda r: xs_of[json.dumps(r[first], sort_keys=True, default=str)])
+        members.sort(key=lambda r: xs_of[key(r[first])])
         label = ", ".join(f"{k.split('.')[-1]}={_fmt(v)}" for k, v in zip(others, combo, strict=True))
-        xs = [xs_of[json.dumps(r[first], sort_keys=True, default=str)] for r in members]
+        xs = [xs_of[key(r[first])] for r in members]
         for m in METRICS:
             ys = [float(r[m]) if isinstance(r.get(m), int | float) else float("nan") for r in members]
             series[m].append((label, xs, ys))

@@ -154,13 +154,18 @@ def build_reward(cfg: AwarlConfig, rows: list[dict]) -> Any:
     return AwaRLReward(cfg.reward, judge, p_table, n_table)
 
 
+def questions_per_step(t: Any, n_procs: int) -> int:
+    """Distinct questions in one generation batch (one optimizer step): completions / group size."""
+    return t.per_device_train_batch_size * t.gradient_accumulation_steps * n_procs // t.num_generations
+
+
 def check_enough_questions(n_questions: int, cfg: AwarlConfig, n_procs: int) -> None:
     """ConfigError unless one generation batch can be filled. TRL samples each batch as distinct questions,
     `per_device_train_batch_size × gradient_accumulation_steps × processes / num_generations` of them, and
     drops a batch it cannot fill: with fewer questions it trains 0 steps without a word and the run writes
     its untrained base model as final/."""
     t = cfg.train
-    need = t.per_device_train_batch_size * t.gradient_accumulation_steps * n_procs // t.num_generations
+    need = questions_per_step(t, n_procs)
     if n_questions < need:
         raise ConfigError(
             f"only {n_questions} training question(s), but one generation batch takes {need} distinct ones "
@@ -192,7 +197,7 @@ def make_plan(cfg: AwarlConfig, info: dict[str, Any], reward: Any, *, cpu: bool,
                   "standard_checkpoint_for_p": cfg.estimate.model or t.model},
         "data": info,
         "steps": {"max_steps": t.max_steps, "save_steps": t.save_steps, "eval_every_steps": cfg.eval.every_steps,
-                  "questions_per_step": completions_per_step // t.num_generations,
+                  "questions_per_step": questions_per_step(t, n_procs),
                   "epochs_approx": round(t.max_steps * completions_per_step / t.num_generations
                                          / max(info["questions"], 1), 2)},
         "batch": {"processes (this launch)": n_procs, "per_device_train_batch_size": t.per_device_train_batch_size,
