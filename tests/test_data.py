@@ -360,6 +360,51 @@ def test_unified_rejects_mistyped_fields(tmp_path):
             load_examples(p, format="unified")
 
 
+def test_unified_refuses_unknown_keys_and_offsets_outside_the_text(tmp_path):
+    """The reader ignored a misspelt top-level key (`answer` for `answers`: the record loaded without it) and
+    took any integers as sentence offsets (a negative one read a sentence from the end of the text, so the gold
+    evidence named other sentences than the source's)."""
+    ex = load_shipped("hotpotqa", limit=1)[0].to_dict()
+    para = ex["context"][0]
+    n = len(para["text"])
+    cases = {"typo": ({**ex, "contexts": ex["context"]}, r"unknown keys \['contexts'\]"),
+             "negative": (_with_starts(ex, [0, -5]), r"key 'context'\[0\]\.sentence_starts: expected non-decreasing"),
+             "past_end": (_with_starts(ex, [0, n + 1]), rf"in \[0, {n}\]"),
+             "unsorted": (_with_starts(ex, [0, 20, 10]), "non-decreasing")}
+    for name, (rec, error) in cases.items():
+        p = tmp_path / f"{name}.jsonl"
+        p.write_text(json.dumps(ex) + "\n" + json.dumps({**rec, "id": "x2"}) + "\n")
+        with pytest.raises(DataError, match=rf"{name}\.jsonl:2: unified record: .*{error}"):
+            load_examples(p, format="unified")
+        assert [e.id for e in load_examples(p, format="unified", on_error="skip").examples] == [ex["id"]]
+    # what prepare writes still loads: offsets at the text's end (an empty last sentence) and repeated ones
+    ok = tmp_path / "ok.jsonl"
+    ok.write_text(json.dumps(_with_starts(ex, [0, 0, n])) + "\n")
+    assert load_examples(ok, format="unified").examples[0].context[0].sentence_starts == [0, 0, n]
+
+
+def _with_starts(ex: dict, starts: list[int]) -> dict:
+    return {**ex, "context": [{**ex["context"][0], "sentence_starts": starts}, *ex["context"][1:]]}
+
+
+@pytest.mark.parametrize("first", ["null", "[]", "[1, 2]", "7", '"a string"'])
+def test_a_first_line_that_is_no_record_does_not_block_json_lines(tmp_path, first):
+    """A valid JSON first line that is not an object made the whole file unreadable even with on_error="skip":
+    `[]` read the file as one JSON array ("Extra data"), `null` or a number as no known container."""
+    p = tmp_path / "m.jsonl"
+    p.write_text(first + "\n" + MUSIQUE.read_text())
+    assert detect_format(p) == "musique"
+    with pytest.raises(DataError, match=r"m\.jsonl:1: .*expected a JSON object"):
+        load_examples(p)
+    res = load_examples(p, on_error="skip")
+    assert len(res.examples) == 200 and res.skipped[0].startswith(f"{p}:1:")
+    # a JSON array whose first element is no record: detected from the first that is, that element skipped
+    arr = tmp_path / "m.json"
+    arr.write_text(json.dumps([json.loads(first), *map(json.loads, MUSIQUE.read_text().splitlines())]))
+    assert detect_format(arr) == "musique"
+    assert len(load_examples(arr, on_error="skip").examples) == 200
+
+
 def test_unified_answerable_null_is_answerable_as_when_absent(tmp_path):
     """The reader took `"answerable": null` as absent, then from_dict's bool(None) made the question
     unanswerable: its gold answers dropped, any answer scored wrong (MuSiQue reads null as true)."""

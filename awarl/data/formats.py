@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -359,6 +359,12 @@ def _unified_paragraph(p: Any, i: int) -> Paragraph:
     starts = p.get("sentence_starts", [])
     if not isinstance(starts, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in starts):
         raise RecordError(f"key 'context'[{i}].sentence_starts: expected a list of character offsets")
+    # Offsets `_join_sentences` writes: non-decreasing, inside the text. Any other list would read back
+    # sentences that are not the source's (a negative offset slices from the end), and so wrong gold evidence.
+    bounds = [0, *starts, len(p["text"])]
+    if any(a > b for a, b in zip(bounds, bounds[1:], strict=False)):
+        raise RecordError(f"key 'context'[{i}].sentence_starts: expected non-decreasing offsets in "
+                          f"[0, {len(p['text'])}] (the text's length), got {starts!r:.80}")
     supporting = p.get("is_supporting", False)
     if not isinstance(supporting, bool):
         raise RecordError(f"key 'context'[{i}].is_supporting: expected a bool, got {supporting!r:.40}")
@@ -368,10 +374,17 @@ def _unified_paragraph(p: Any, i: int) -> Paragraph:
     return Paragraph(title=p["title"], text=p["text"], is_supporting=supporting, sentence_starts=list(starts))
 
 
+# The keys `QAExample.to_dict()` writes.
+_UNIFIED_FIELDS = frozenset(f.name for f in fields(QAExample))
+
+
 def convert_unified(rec: Any, dataset: str | None = None, notes: list[str] | None = None) -> QAExample:
     """Our own unified JSONL (`QAExample.to_dict()` lines). Strict: a malformed field means the file is not
     what `awarl data prepare` wrote, so it costs the record."""
     _question(rec)
+    unknown = set(rec) - _UNIFIED_FIELDS
+    if unknown:  # a typo (`answer`, `contexts`) would otherwise drop that field without a word
+        raise RecordError(f"unknown keys {sorted(unknown)} (a unified record has {sorted(_UNIFIED_FIELDS)})")
     _get(rec, "dataset", str)
     _str_id(_get(rec, "id", (str, int)), "id")
     # Strings only, as `awarl data prepare` writes them: from_dict's str() would make a null the gold answer

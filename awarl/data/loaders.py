@@ -103,13 +103,27 @@ def _container(path: Path) -> str:
     with open(path, encoding="utf-8-sig", errors="replace") as f:
         text = f.read(_HEAD_BYTES)
     stripped = text.lstrip()
-    if stripped.startswith("["):
-        return "json"
     if stripped.startswith("{"):
         return "jsonl"
     if not stripped:
         raise DataError(f"{path}: file is empty")
+    # JSON Lines may open with a value that is no record (`null`, `[]`): that line is an error of its own
+    # (skipped with on_error="skip"), not a reason to read the file as something else. A first line that is a
+    # whole JSON value with more lines after it is JSON Lines; an array spanning the file is a JSON array.
+    first_line, _, rest = stripped.partition("\n")
+    if _whole_json(first_line) and (rest.strip() or not stripped.startswith("[")):
+        return "jsonl"
+    if stripped.startswith("["):
+        return "json"
     raise DataError(f"{path}: not parquet, a JSON array or JSON Lines (starts with {stripped[:20]!r})")
+
+
+def _whole_json(line: str) -> bool:
+    try:
+        loads_json(line)
+    except ValueError:
+        return False
+    return True
 
 
 def _first_jsonl_record(path: Path, text: str) -> Any:
@@ -121,13 +135,17 @@ def _first_jsonl_record(path: Path, text: str) -> Any:
         if not line.strip():
             continue
         try:
-            return loads_json(line)
+            rec = loads_json(line)
         except ValueError as e:
             first_error = first_error or f"{path}:{n}: not valid JSON: {e}"
+            continue
+        if isinstance(rec, dict):
+            return rec
+        first_error = first_error or f"{path}:{n}: expected a JSON object, got {type(rec).__name__}"
     if len(complete) < min(len(lines), 100):
         # A line longer than the head: read on, each line under iter_jsonl's length cap.
         errors: list[str] = []
-        for n, rec in iter_jsonl(path, on_error="skip", errors=errors, objects_only=False):
+        for n, rec in iter_jsonl(path, on_error="skip", errors=errors):
             if n > 100:
                 break
             return rec
@@ -146,11 +164,13 @@ def _first_record(path: Path, container: str) -> Any:
         return _first_jsonl_record(path, text)
     body = text.lstrip()[1:].lstrip()
     try:
-        return json.JSONDecoder().raw_decode(body)[0]
+        first = json.JSONDecoder().raw_decode(body)[0]
+        if isinstance(first, dict):
+            return first
     except (ValueError, RecursionError):
         pass  # the first record is longer than the head (or the file is broken): parse it all
     data = _json_array(path)
-    return data[0] if data else None
+    return next((rec for rec in data if isinstance(rec, dict)), data[0] if data else None)
 
 
 def _json_array(path: Path) -> list:
