@@ -452,3 +452,25 @@ def test_under_judge_correctness_an_answer_to_an_unanswerable_question_needs_no_
            "answerable": False, "valid": True, "outcome": "wrong"}
     assert line_problem(row, "judge", ["not enough information"]) is None
     assert "judge_correct" in line_problem({**row, "answers": ["Stanley"]}, "judge", ["not enough information"])
+
+
+def test_a_model_folder_resumes_whatever_awarl_bookkeeping_it_gained(tmp_path, tiny_dir):
+    """A warm-up folder an earlier awarl wrote without awarl_warmup.json is warmed up again by the demo (seeded:
+    the same model) and gains that file; the model's identity hashed it, so the evaluation and the p_i estimate
+    made with the folder refused to resume and the demo could never be continued."""
+    import shutil
+
+    from awarl.stages.eval_manifest import model_identity, resume_conflicts
+    from awarl.training.warmup import WARMUP_INFO
+
+    model = tmp_path / "warmup"
+    shutil.copytree(tiny_dir, model)
+    before = {"model": model_identity(str(model))}
+    (model / WARMUP_INFO).write_text(json.dumps({"steps": 2, "final_loss": 1.5}))
+    assert WARMUP_INFO in model_identity(str(model))["files_sha256"]  # still recorded, not compared
+    assert resume_conflicts(before, {"model": model_identity(str(model))}) == []
+    # a file of the model itself still tells two models apart
+    cfg = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**cfg, "rms_norm_eps": 1e-5}))
+    conflicts = resume_conflicts(before, {"model": model_identity(str(model))})
+    assert [c.split(":")[0] for c in conflicts] == ["model.files_sha256"]

@@ -20,10 +20,17 @@ from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig
 from awarl.io import canonical_sha256, file_sha256, loads_json
 from awarl.stages.predictions import PREDICTIONS, critic_label
+from awarl.rewards.trl_reward import STATE_FILE
 from awarl.stages.questions import EvalSet
+from awarl.training.checkpoints import MARKER as CHECKPOINT_MARKER
+from awarl.training.warmup import WARMUP_INFO
 from awarl.upstream import transformers as upstream_transformers
 
 MANIFEST = "manifest.json"
+# Files awarl writes into a model folder beside the model: records of how and when it was made, not part of it.
+# A resume does not compare them: a warm-up folder an earlier awarl wrote without its info file, warmed up
+# again with the same seed, is the same model with one more file.
+BOOKKEEPING_FILES = frozenset({WARMUP_INFO, CHECKPOINT_MARKER, STATE_FILE})
 PACKAGES = ("awarl", "torch", "transformers", "trl", "datasets", "accelerate", "peft", "bm25s", "vllm",
             "sentence-transformers", "faiss-cpu")
 
@@ -144,8 +151,11 @@ def _fingerprint(m: dict, exact_grading: bool = False) -> dict[str, Any]:
     `exact_grading`: the correctness rule and F1 threshold must match too (p_i rows keep only outcome counts,
     which cannot be graded again; predictions keep the answer text, which the scorer re-grades)."""
     model, sampling, retrieval = m.get("model") or {}, m.get("sampling") or {}, m.get("retrieval") or {}
+    files = model.get("files_sha256")
+    if isinstance(files, dict):
+        files = {k: v for k, v in files.items() if k not in BOOKKEEPING_FILES}
     fp = {"model.name": model.get("name"), "model.revision": model.get("revision"),
-          "model.files_sha256": model.get("files_sha256"), "model.global_step": model.get("global_step"),
+          "model.files_sha256": files, "model.global_step": model.get("global_step"),
           "template": m.get("template"),
           "template_sha256": m.get("template_sha256"), "agent": m.get("agent"), "seed": m.get("seed"),
           # an older manifest has no eval_agent: it was a single-pass run
