@@ -221,3 +221,18 @@ def test_a_warm_up_cut_short_is_no_warm_up(tmp_path, tiny_dir, shipped_bm25_dir,
     assert not folder.exists() and read_warmup(folder) is None and list(tmp_path.iterdir()) == []
     info = warmup_to_dir(tiny_dir, folder, examples, index, load_template("awarl"), topk=1, steps=1, batch_size=1)
     assert read_warmup(folder) == info and (folder / WARMUP_INFO).is_file() and (folder / "tokenizer.json").is_file()
+
+
+def test_too_few_demo_questions_are_refused_before_anything_runs_naming_the_demo_setting(tmp_path):
+    """The batch check ran at the training stage (after warm-up, evaluations and p_i), named data.train (empty in
+    the demo configs, its questions are demo.train_questions), and the rerun with more was then refused as a run
+    under other settings."""
+    from awarl.config import ConfigError, load_config
+    from awarl.stages.demo import default_config_path, start_record
+
+    few = load_config(default_config_path(), [f"run.out_dir={tmp_path}", "demo.train_questions=1"])
+    with pytest.raises(ConfigError, match=r"only 1 training question.*add training questions \(demo\.train_questions\)"):
+        start_record(few, tmp_path)
+    assert not (tmp_path / "resolved_config.yaml").exists()
+    start_record(load_config(default_config_path(), [f"run.out_dir={tmp_path}", "demo.train_questions=8"]), tmp_path)
+    assert (tmp_path / "resolved_config.yaml").is_file()

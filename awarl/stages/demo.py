@@ -42,7 +42,7 @@ from awarl.stages.estimate import run_estimate
 from awarl.stages.evaluate import run_eval
 from awarl.stages.questions import load_eval_set
 from awarl.stages.resources import ensure_index
-from awarl.stages.train import run_train
+from awarl.stages.train import check_enough_questions, run_train
 from awarl.training.checkpoints import newest_complete
 from awarl.training.warmup import WARMUP_INFO, read_warmup, warmup_to_dir
 
@@ -126,13 +126,17 @@ def start_record(cfg: AwarlConfig, out: Path) -> None:
     """Check a demo's settings, then write its resolved_config.yaml. A rerun continues the run in `out` as it
     was made: one under other settings is refused before anything is written (the record was rewritten
     first, so the report named settings the training never used, and a longer run mixed two). A demo's
-    dynamics replay reads one log entry per step, and its held-out split needs eval.limit."""
+    dynamics replay reads one log entry per step, its held-out split needs eval.limit, and its training
+    questions must fill one generation batch."""
     if cfg.train.logging_steps != 1:
         raise ConfigError(f"train.logging_steps: the demo's dynamics check replays the reward step by step and "
                           f"needs one log entry a step (1), got {cfg.train.logging_steps}")
     if cfg.eval.limit is None:
         raise ConfigError("eval.limit: the demo holds out this many questions per dataset for its evaluations "
                           "and trains on the rest; null would hold out every question")
+    # Before the record and the stages before training: found at step 6, a rerun with more questions was
+    # refused as a run under other settings.
+    check_enough_questions(len(split_questions(cfg)[1]), cfg, 1, source="demo.train_questions")
     resolved = read_resolved(out, "whether this rerun continues the demo with its settings")
     if resolved is not None:
         changes = config_changes(resolved[1], cfg.model_dump(mode="json"))

@@ -159,11 +159,11 @@ def questions_per_step(t: Any, n_procs: int) -> int:
     return t.per_device_train_batch_size * t.gradient_accumulation_steps * n_procs // t.num_generations
 
 
-def check_enough_questions(n_questions: int, cfg: AwarlConfig, n_procs: int) -> None:
+def check_enough_questions(n_questions: int, cfg: AwarlConfig, n_procs: int, source: str = "data.train") -> None:
     """ConfigError unless one generation batch can be filled. TRL samples each batch as distinct questions,
     `per_device_train_batch_size × gradient_accumulation_steps × processes / num_generations` of them, and
     drops a batch it cannot fill: with fewer questions it trains 0 steps without a word and the run writes
-    its untrained base model as final/."""
+    its untrained base model as final/. `source`: the setting the questions come from, named in the error."""
     t = cfg.train
     need = questions_per_step(t, n_procs)
     if n_questions < need:
@@ -171,7 +171,7 @@ def check_enough_questions(n_questions: int, cfg: AwarlConfig, n_procs: int) -> 
             f"only {n_questions} training question(s), but one generation batch takes {need} distinct ones "
             f"(train.per_device_train_batch_size {t.per_device_train_batch_size} x gradient_accumulation_steps "
             f"{t.gradient_accumulation_steps} x {n_procs} process(es) / num_generations {t.num_generations}): "
-            "TRL would train 0 steps; add training questions (data.train) or make the batch smaller")
+            f"TRL would train 0 steps; add training questions ({source}) or make the batch smaller")
 
 
 def world_size() -> int:
