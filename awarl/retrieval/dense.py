@@ -36,6 +36,13 @@ def default_prefixes(model: str) -> tuple[str, str]:
     return "", ""
 
 
+def model_reference(model: str) -> str:
+    """The name an index records for its embedding model, and what a run config's `embedding_model` is compared
+    and cached by: a local folder absolute (relative, it would be another folder, or a hub id, from any other
+    working directory), anything else as given."""
+    return str(Path(model).resolve()) if Path(model).is_dir() else model
+
+
 def resolve_model_path(model: str) -> str:
     """A sentence-transformers loadable path: the bundled offline package, a local folder, or a hub id."""
     if model in (DEFAULT_MODEL, DEFAULT_MODEL.replace("-", "_")):
@@ -156,8 +163,7 @@ class DenseBuilder:
         index_type = index_type or ("hnsw" if hnsw else "flat")
         if index_type not in INDEX_TYPES:
             raise ValueError(f"unknown dense index type {index_type!r}; choose one of {', '.join(INDEX_TYPES)}")
-        if Path(model).is_dir():  # recorded absolute: a relative folder would be a hub id from any other cwd
-            model = str(Path(model).resolve())
+        model = model_reference(model)
         qp, pp = default_prefixes(model)
         self.settings: dict[str, Any] = {
             "model": model,

@@ -462,7 +462,11 @@ def build_settings(cfg: RetrievalConfig) -> dict[str, Any]:
     """The `build_index` settings a run config asks for (embedding model and index type of a dense index, the
     build's memory budget of a BM25 one, what to do with duplicate ids): every index awarl builds for a run
     config is built with them, whichever stage builds it first."""
-    settings: dict[str, Any] = ({"model": cfg.embedding_model, "index_type": cfg.dense_index}
+    from awarl.retrieval.dense import model_reference
+
+    # The model as the index records it, so that the default index's cache key and the check at load time
+    # tell two folders of one relative name apart.
+    settings: dict[str, Any] = ({"model": model_reference(cfg.embedding_model), "index_type": cfg.dense_index}
                                 if cfg.kind == "dense" else {"memory_mb": cfg.build_memory_mb})
     return {**settings, "duplicate_ids": cfg.duplicate_ids}
 
@@ -492,7 +496,7 @@ def load_retriever(cfg: RetrievalConfig) -> Retriever:
     kind = retriever.meta["kind"]
     if kind != cfg.kind:
         raise ConfigError(f"retrieval.kind: {cfg.kind} but {index_dir} is a {kind} index")
-    if kind == "dense" and retriever.meta["settings"]["model"] != cfg.embedding_model:
+    if kind == "dense" and retriever.meta["settings"]["model"] != build_settings(cfg)["model"]:
         log.warning("retrieval.embedding_model=%s but index %s was built with %s; using the index's model",
                     cfg.embedding_model, index_dir, retriever.meta["settings"]["model"])
     return retriever
