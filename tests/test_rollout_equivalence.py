@@ -280,6 +280,27 @@ def test_the_generate_fallback_ignores_a_checkpoints_logits_processors(tiny_dir,
         assert fallback.logprobs == pytest.approx(session.logprobs, abs=1e-4), name
 
 
+def test_the_generate_fallback_samples_plainly_whatever_sampling_warper_a_checkpoint_sets(tiny_dir, tok):
+    """top_h (transformers 5's TopHLogitsWarper) was missing from the neutral list: a checkpoint setting it
+    truncated what the fallback sampled, while the logprobs it recorded were raw logits / T."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()
+    prompt = tok.encode("Who was Evan Morris a lobbyist for? " * 3, add_special_tokens=False)
+    backend = HFBackend(m, tok)
+
+    def samples() -> list:
+        return [backend._generate_transformers([prompt], 6, 1.0, 1.0, [], seed)[0] for seed in range(6)]
+
+    plain = samples()
+    m.generation_config.top_h = 0.05
+    truncated = samples()
+    m.generation_config.top_h = None
+    assert [g.token_ids for g in truncated] == [g.token_ids for g in plain]
+    assert [g.logprobs for g in truncated] == [g.logprobs for g in plain]
+
+
 def test_a_turn_with_no_room_generates_nothing(model, tok):
     """generate(max_new_tokens=0) returned one token marked "length": more than the budget it was given."""
     from awarl.agent.backends.base import Generation

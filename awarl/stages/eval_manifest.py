@@ -19,8 +19,8 @@ from typing import Any
 from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig
 from awarl.io import canonical_sha256, file_sha256, loads_json
-from awarl.stages.predictions import PREDICTIONS, critic_label
 from awarl.rewards.trl_reward import STATE_FILE
+from awarl.stages.predictions import PREDICTIONS, critic_label
 from awarl.stages.questions import EvalSet
 from awarl.training.checkpoints import MARKER as CHECKPOINT_MARKER
 from awarl.training.warmup import WARMUP_INFO

@@ -12,6 +12,10 @@
   `position_ids` and `logits_to_keep`), through a PEFT wrapper, and the one it takes the KV cache under:
   `past_key_values` up to 5.23, `cache` from 5.24 (`past_key_values` is deprecated there, gone in 5.40).
 - `trainer_loggers`: the `report_to` names the Trainer knows (`integration_utils.INTEGRATION_TO_CALLBACK`).
+- `transformers.logits_processors` (a probe only): every GenerationConfig field
+  `GenerationMixin._get_logits_processor` reads is one awarl's transformers-generate fallback resets or sets
+  (awarl.agent.backends.hf `_NEUTRAL_PROCESSORS`): a new processor a checkpoint can switch on would otherwise
+  make that path sample another distribution than the logprobs it records (`top_h` did, in 5.17).
 - `commit_hash`: the hub revision a model was loaded from, for the eval manifest: `config._commit_hash` up
   to 5.17; from 5.18 the config no longer keeps it and the hub cache's snapshot folder tells.
 """
@@ -155,6 +159,25 @@ def commit_hash(model: Any, ref: str | None = None) -> str | None:
     except ValueError:   # not a hub id
         return None
     return Path(cached).parent.name if isinstance(cached, str) else None
+
+
+@shim("transformers.logits_processors", dist="transformers", checked="5.17.0",
+      reaches="GenerationMixin._get_logits_processor's generation_config fields (read from its source)")
+def _logits_processor_fields() -> str | None:
+    import re
+
+    from transformers.generation.utils import GenerationMixin
+
+    from awarl.agent.backends import hf
+
+    read = set(re.findall(r"generation_config\.(\w+)", inspect.getsource(GenerationMixin._get_logits_processor)))
+    if not read:
+        return "_get_logits_processor reads no generation_config field: its source changed shape"
+    unknown = read - set(hf._NEUTRAL_PROCESSORS) - hf._SET_PER_CALL - hf._NOT_A_PROCESSOR
+    if unknown:
+        return (f"_get_logits_processor reads {sorted(unknown)}, which the transformers-generate fallback neither "
+                f"resets (hf._NEUTRAL_PROCESSORS) nor sets")
+    return None
 
 
 @shim("transformers.commit_hash", dist="transformers", checked=CHECKED,

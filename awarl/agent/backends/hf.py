@@ -262,7 +262,13 @@ _NEUTRAL_PROCESSORS: dict[str, Any] = {
     "forced_bos_token_id": None, "forced_eos_token_id": None, "remove_invalid_values": False,
     "exponential_decay_length_penalty": None, "suppress_tokens": None, "begin_suppress_tokens": None,
     "sequence_bias": None, "guidance_scale": None, "min_p": None, "num_beams": 1, "num_return_sequences": 1,
+    "top_h": None, "watermarking_config": None,
 }
+# The other fields transformers' logits-processor builder reads: set by every call (the sampling knobs), or no
+# processor of the sampled distribution (lengths and special tokens the call sets, the KV cache). The upstream
+# probe `transformers.logits_processors` fails when the builder reads a field in neither list.
+_SET_PER_CALL = frozenset({"do_sample", "temperature", "top_k", "top_p"})
+_NOT_A_PROCESSOR = frozenset({"_eos_token_tensor", "max_length", "min_length", "use_cache"})
 
 
 def _neutral_processors() -> dict[str, Any]:
