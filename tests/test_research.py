@@ -289,6 +289,35 @@ def test_under_the_gold_judge_a_step_is_approved_when_its_hop_evidence_is_retrie
     assert run.final is not None and run.final[1].gold is not None  # the synthesis against all the evidence
 
 
+def test_a_loop_line_carries_what_the_gold_evidence_metrics_read(tok, server_url, example):
+    """A critic-loop predictions line had no gold_evidence, no passages and empty citations, so the report's
+    citation precision/recall and evidence-retrieved figures (documented for both agents) left the loop out."""
+    from awarl.config import MetricsConfig
+    from awarl.critic import make_judge
+    from awarl.research.loop import ResearchRun, run_research
+    from awarl.research.planner import DecompositionPlanner
+    from awarl.research.records import research_record
+    from awarl.stages.evidence_metrics import EvidenceAcc
+
+    script = {HOP1: ["<search> Van Hook Township </search>", "<cite> 1 </cite> <answer> Mountrail County </answer>"],
+              HOP2: ["<search> Mountrail County seat Stanley </search>", "<cite> 1 </cite> <answer> Stanley </answer>"]}
+    cfg, engine = engine_for(tok, server_url, script, **{"critic.judge": "gold"})
+    run = ResearchRun(example.question, DecompositionPlanner(), approve_threshold=0.8, max_iterations=3,
+                      abstention_phrase="not enough information", example=example)
+    (report,) = run_research([run], engine, make_judge(cfg.critic), temperature=0.0)
+    row = research_record(example, run, report, MetricsConfig(), ["not enough information"])
+    assert report.approved and row["outcome"] == "correct"
+    passages, cited = row["trajectory"]["passages"], row["trajectory"]["citations"]
+    # the two hops' first passages, cited by their numbers in the line's own list
+    assert [p["number"] for p in passages] == list(range(1, len(passages) + 1))
+    by_id = {p["id"]: p["number"] for p in passages}
+    assert sorted(cited) == sorted(by_id[p.id] for p in run.final[1].cited) and len(cited) == 2
+    assert row["gold_evidence"]["paragraphs"]
+    acc = EvidenceAcc()
+    assert acc.add(row, answered=True, correct=True) is True  # every gold paragraph retrieved
+    assert acc.values["citation_recall"] == [1.0] and acc.values["citation_precision"] == [1.0]
+
+
 def planner_app(requests: list[dict]):
     """A FAKE OpenAI-compatible planner endpoint on loopback (a real LLM cannot run here): it answers by the
     JSON schema the request names, as a model constrained by vLLM's structured outputs would."""

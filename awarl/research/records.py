@@ -12,8 +12,11 @@ from awarl.agent.backends.base import question_seed
 from awarl.agent.rollout import RolloutEngine
 from awarl.config import AgentConfig, CriticConfig, MetricsConfig, ResearchConfig, RewardConfig
 from awarl.critic.correctness import AnswerGrader, Grade, answer_outcome, grade_answers, graded_fields
+from awarl.critic.gold_judge import compact_evidence
 from awarl.critic.schema import Judge
+from awarl.data.evidence import gold_evidence
 from awarl.data.types import QAExample
+from awarl.research.critic import passage_refs
 from awarl.research.loop import ResearchRun, run_research
 from awarl.research.planner import DecompositionPlanner, Planner
 from awarl.research.schema import ResearchReport
@@ -128,10 +131,19 @@ def research_record(ex: QAExample, run: ResearchRun, report: ResearchReport, met
     """One predictions.jsonl line of the critic loop."""
     outcome = answer_outcome(report.answer, ex.gold_answers, metrics, phrases, valid=True, grade=grade)
     searches = [q for s in report.sub_questions for q in s["searches"]]
+    # Every passage the loop retrieved, numbered in order of first retrieval, and the final answer's citations by
+    # those numbers: what a single-pass line keeps, so the report's gold-evidence metrics (citation precision and
+    # recall, evidence retrieved, reading failures against retrieval gaps) cover the loop too.
+    refs = passage_refs([d for s in run.steps for a in s.attempts for d in a.passages])
+    number = {p.id: p.number for p in refs}
+    cited = [number[p.id] for p in run.final[1].cited if p.id in number] if report.approved and run.final else []
     return {
         "id": ex.id, "dataset": ex.dataset, "question": ex.question, "prediction": report.answer,
-        "answers": ex.gold_answers, "valid": True, "outcome": outcome.value, **graded_fields(grade),
-        "trajectory": {"searches": searches, "citations": [],
+        "answers": ex.gold_answers, **({} if ex.answerable else {"answerable": False}),
+        "valid": True, "outcome": outcome.value, **graded_fields(grade),
+        "gold_evidence": compact_evidence(gold_evidence(ex)),
+        "trajectory": {"searches": searches, "citations": cited,
+                       "passages": [{"number": p.number, "id": p.id, "title": p.title} for p in refs],
                        "num_turns": sum(s["attempts"] for s in report.sub_questions)},
         "research": report.model_dump(mode="json"),
     }
