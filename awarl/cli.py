@@ -20,7 +20,7 @@ from awarl.retrieval.client import RetrievalClientError
 # (module in awarl.commands, one-line help) in the order `awarl --help` shows them.
 COMMANDS: list[tuple[str, str]] = [
     ("demo", "run the whole pipeline offline on the shipped data (CPU, < 10 minutes)"),
-    ("demo-real", "the pipeline on a released checkpoint, SmolLM2-135M-Instruct (CPU, about 20 minutes)"),
+    ("demo-real", "the pipeline on a released checkpoint, SmolLM2-135M-Instruct (CPU, about 8 minutes on 2 idle cores)"),
     ("data", "prepare datasets into unified JSONL, corpora, and statistics"),
     ("index", "build a BM25 or dense passage index"),
     ("serve", "serve a retrieval index over HTTP (Search-R1 contract)"),

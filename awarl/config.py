@@ -568,7 +568,9 @@ class TrainConfig(Section):
 
 
 class DemoConfig(Section):
-    """`awarl demo` only: the offline CPU pipeline on the shipped samples (tiny model, closed corpus)."""
+    """The offline CPU demos on the shipped samples: `awarl demo` (tiny model, closed corpus) reads all of it,
+    `awarl demo-real` `train_questions`, and `awarl model protocol-adapter` the `warmup_*` settings (its LoRA
+    warm-up of a released checkpoint)."""
 
     tiny_vocab_size: int = Field(4096, ge=512, description="BPE vocabulary of the tiny model's tokenizer.")
     tiny_hidden: int = Field(128, ge=16, description="Hidden size of the tiny Qwen2 model.")

