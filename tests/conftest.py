@@ -212,13 +212,14 @@ def fake_chat_app(reply: Callable[[dict], Any], *, models: Sequence[str] = (), l
     return app
 
 
-def fake_vllm_app(tok, turn, on_request=None):  # noqa: ANN001, ANN201 - a tokenizer, callables, an ASGI app
+def fake_vllm_app(tok, turn, on_request=None, max_model_len=None):  # noqa: ANN001, ANN201 - callables, an app
     """A FAKE vLLM OpenAI server (vLLM itself needs the vLLM tier): the routes TRL 1.16's `VLLMClient` calls
     (/health, /v1/models, /v1/completions), answering each prompt with `turn(body, prompt_ids) -> text`, cut
     to the request's max_tokens, in the shape vLLM's /v1/completions gives with return_token_ids (log-prob
     -0.25 a token). `on_request(body, arrived)` is called once a request's reply is ready. Handlers are sync,
-    so FastAPI runs each request on its own worker thread."""
-    from fastapi import FastAPI
+    so FastAPI runs each request on its own worker thread. `max_model_len`: listed on /v1/models, and a request
+    whose prompt + max_tokens exceeds it refused with 400, as vLLM does."""
+    from fastapi import FastAPI, HTTPException
 
     app = FastAPI()
 
@@ -228,13 +229,15 @@ def fake_vllm_app(tok, turn, on_request=None):  # noqa: ANN001, ANN201 - a token
 
     @app.get("/v1/models")
     def models() -> dict:
-        return {"data": [{"id": "tiny-policy"}]}
+        return {"data": [{"id": "tiny-policy", **({"max_model_len": max_model_len} if max_model_len else {})}]}
 
     @app.post("/v1/completions")
     def completions(body: dict) -> dict:
         arrived = time.monotonic()
         choices = []
         for prompt in body["prompt"]:
+            if max_model_len and len(prompt) + body["max_tokens"] > max_model_len:
+                raise HTTPException(400, f"This model's maximum context length is {max_model_len} tokens")
             ids = tok.encode(turn(body, prompt), add_special_tokens=False)[: body["max_tokens"]]
             names = [f"token_id:{t}" for t in ids]
             choices.append({"prompt_token_ids": prompt, "token_ids": ids, "finish_reason": "stop",

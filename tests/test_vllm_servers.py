@@ -135,6 +135,7 @@ def test_serve_vllm_sh_rollouts_through_trls_client_equal_the_transformers_backe
         adapter = RolloutAdapter(cfg, tok, retriever, load_template(cfg.agent.template), [])
         with adapter._backend(trainer) as backend:
             assert isinstance(backend, VLLMServerBackend)
+            assert backend.context_len == 2048   # the server's --max-model-len, read from its /v1/models
             engine = RolloutEngine.from_config(cfg, tok, retriever, backend=backend)
             got = engine.run(questions, temperature=0.0)
             assert engine.last_stats["engine"] == "continuous"   # one request in flight per trajectory

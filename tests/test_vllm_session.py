@@ -296,3 +296,34 @@ def test_server_session_keeps_one_request_per_trajectory_in_flight(tiny_dir, shi
         assert rows[1]["body"]["prompt"][0][: len(rows[0]["body"]["prompt"][0])] == rows[0]["body"]["prompt"][0]
     # the per-turn fallback: one request per turn for both, no seed (it would be shared by the prompts)
     assert len(log) == 2 and all(len(r["body"]["prompt"]) == 2 and "seed" not in r["body"] for r in log)
+
+
+def test_a_server_backend_is_bounded_by_the_context_the_server_lists(tiny_dir, shipped_bm25_dir, monkeypatch, caplog):
+    """The server backend had no context length: a trajectory whose history grew past the server's
+    max_model_len got a 400 for its turn, which failed the whole generation round (the colocated engine's
+    turns were bounded). It now reads max_model_len from /v1/models, and a full trajectory ends as token_budget."""
+    import trl.generation.vllm_client as vc
+    from transformers import AutoTokenizer
+
+    from awarl.agent.backends.vllm import VLLMServerBackend, served_context_len
+    from awarl.agent.rollout import RolloutEngine
+    from awarl.agent.templates import load_template, render_prompt
+    from awarl.config import load_config
+    from awarl.retrieval import load_index
+
+    monkeypatch.setattr(vc, "is_vllm_available", lambda: True)   # TRL's client refuses to start without vLLM
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    cfg = load_config(None, ["agent.max_turns=4", "retrieval.topk=3", "agent.max_trajectory_tokens=2048"])
+    question = "Which river flows through the city?"
+    room = len(render_prompt(load_template(cfg.agent.template), question, tok)) + 200  # less than one search's passages
+    searches = fake_vllm_app(tok, lambda body, prompt: "<search> capital of France </search>", max_model_len=room)
+    with serve_app(searches) as url:
+        backend = VLLMServerBackend(url, tok, connection_timeout=5)
+        assert backend.context_len == room
+        eng = RolloutEngine(backend, tok, load_index(shipped_bm25_dir), load_template(cfg.agent.template),
+                            cfg.agent, cfg.retrieval.topk)
+        (traj,) = eng.run([question], temperature=0.0)
+    assert traj.stop_reason == "token_budget" and len(traj.prompt_ids) + len(traj.completion_ids) <= room
+    with serve_app(fake_vllm_app(tok, lambda body, prompt: "")) as url:   # a server that lists no length
+        assert served_context_len(url) is None and "lists no max_model_len" in caplog.text
+    assert served_context_len("http://127.0.0.1:9", timeout_s=2) is None   # nothing listening: no bound, a warning

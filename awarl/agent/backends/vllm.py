@@ -384,6 +384,34 @@ class EngineSession(_RequestSession):
         return self.summary()
 
 
+def served_context_len(base_url: str, timeout_s: float = 30.0) -> int | None:
+    """The context length a vLLM server serves its model with, as its `/v1/models` lists it (`max_model_len`,
+    vLLM's OpenAI server and so `trl vllm-serve`); None when the server lists none or cannot be asked (then
+    the rollout is bounded by its own budgets only)."""
+    import httpx
+
+    from awarl.http import capped_request, deadline_client
+    from awarl.io import loads_json
+
+    url = f"{base_url.rstrip('/')}/v1/models"
+    try:
+        with deadline_client(timeout_s) as http:
+            answer = capped_request(http, "GET", url, timeout_s=timeout_s, max_bytes=1 << 20)
+        listing = loads_json(answer.body.decode("utf-8")) if answer.status_code == 200 else None
+    except (httpx.HTTPError, ValueError) as e:  # ResponseTooLarge and a non-UTF-8 or non-JSON body are ValueErrors
+        log.warning("%s: could not read the served max_model_len (%s); turns are bounded by the agent's budgets "
+                    "only", url, e)
+        return None
+    cards = listing.get("data") if isinstance(listing, dict) else None
+    card = cards[0] if isinstance(cards, list) and cards and isinstance(cards[0], dict) else {}
+    length = card.get("max_model_len")
+    if isinstance(length, int) and not isinstance(length, bool) and length > 0:
+        return length
+    log.warning("%s lists no max_model_len: turns are bounded by the agent's budgets only (a turn past the "
+                "server's context fails its generation round)", url)
+    return None
+
+
 class VLLMServerBackend:
     """The Backend interface over a `trl vllm-serve` server, through TRL's own `VLLMClient` (a client of our
     own per process, for generation only: weight syncing stays with TRL's client). `continuous`: open
@@ -392,11 +420,15 @@ class VLLMServerBackend:
 
     def __init__(self, base_url: str, tokenizer: Any, *, generation_config: Any = None,
                  connection_timeout: float = 240.0, client: Any = None, continuous: bool = True,
-                 max_concurrency: int = 64) -> None:
+                 max_concurrency: int = 64, context_len: int | None = None) -> None:
         if client is None:
             from trl.generation.vllm_client import VLLMClient
 
-            client = VLLMClient(base_url=base_url, connection_timeout=connection_timeout)
+            client = VLLMClient(base_url=base_url, connection_timeout=connection_timeout)  # waits for the server
+            # The server's context (its max_model_len): the rollout keeps each request's history + budget
+            # inside it, as for an in-process engine; a turn past it failed the whole generation round.
+            context_len = served_context_len(base_url) if context_len is None else context_len
+        self.context_len: int | None = context_len
         self.client = client
         self.tokenizer = tokenizer
         self.eos = eos_ids(tokenizer, generation_config)
