@@ -449,7 +449,7 @@ def test_the_scripted_backend_follows_a_renamed_information_tag(tok, bm25):
 
 
 @pytest.mark.parametrize("room", [0, 12])
-def test_a_backend_context_bounds_the_trajectory_and_a_full_one_ends_it_as_token_budget(tok, bm25, room):
+def test_a_backend_context_bounds_the_trajectory_and_a_full_one_ends_it_as_token_budget(tok, bm25, room, caplog):
     """vLLM refuses a request whose history is longer than its max_model_len and cuts a turn that runs past
     it: a context shorter than prompt + trajectory budget crashed a rollout with a VLLMValidationError
     traceback (a stand-in for the engine here: a scripted backend that reports the context vLLM reports)."""
@@ -470,3 +470,5 @@ def test_a_backend_context_bounds_the_trajectory_and_a_full_one_ends_it_as_token
     assert traj.stop_reason == "token_budget" and not traj.parsed.valid
     assert len(traj.prompt_ids) + len(traj.completion_ids) <= backend.context_len
     assert asked == ([] if room == 0 else [room])  # a prompt that fills the context is never sent
+    # and it is said, once, instead of an empty trajectory nobody notices
+    assert ("1 of 1 prompts fill the backend's context" in caplog.text) == (room == 0)

@@ -237,6 +237,11 @@ class RolloutEngine:
         prompts = prompt_ids if prompt_ids is not None else [render_prompt(self.template, q, self.tokenizer)
                                                              for q in questions]
         states = [_State(list(p)) for p in prompts]
+        full = sum(len(p) >= self.context_len for p in prompts) if self.context_len is not None else 0
+        if full:  # each ends at once as an empty, invalid token_budget trajectory: said, not left to be found
+            log.warning("rollout: %d of %d prompts fill the backend's context (%d tokens) on their own; their "
+                        "trajectories end empty (token_budget): raise the engine's max_model_len or shorten "
+                        "the prompt", full, len(prompts), self.context_len)
         self._failed = 0
         session = self._open_session(states, temperature, top_p, seed)
         if session is None:
