@@ -1,14 +1,18 @@
 """Answer normalisation, EM / F1 / cover-EM, outcomes, and the aggregate metrics (P, A, RA-F1, ...).
 
 All functions are pure. Normalisation (`normalize_answer`, the one used by EM, F1, cover-EM and abstention
-matching) is the official HotpotQA/SQuAD one (lower-case, drop punctuation, drop the articles a/an/the, fold
-whitespace), so EM and F1 compare with published numbers. Deliberate deviations:
-- punctuation is Unicode punctuation (category P: `…`, `。`, `“”`, `’`, `–`), not only ASCII's, and symbols
-  and spaces at either end are dropped too (`Paris…`, `Paris。`, `“Paris”`, `Paris ✓` are `paris`). The
-  official rule drops `'` and `-` but keeps `’` and `–`, so `Arthur’s` never matched a gold `Arthur's`;
-  answers that differ only in such characters now match (EM can only go up against the official script);
-- an answer that normalises to the empty string (e.g. "?!") never matches anything. The official EM would
-  call "." equal to a gold "!" while its F1 gives 0; we make them agree.
+matching) is the official HotpotQA/SQuAD one (lower-case, drop ASCII punctuation, drop the articles a/an/the,
+fold whitespace), so EM and F1 compare with published numbers, followed by two extensions applied to its result:
+- punctuation is Unicode punctuation too (category P: `…`, `。`, `“”`, `’`, `–`): the official rule drops `'`
+  and `-` but keeps `’` and `–`, so `Arthur’s` never matched a gold `Arthur's`;
+- currency signs (category Sc: `£`, `€`, `¥`) at either end of a word, and symbols (category S: `°`, `™`, `✓`) at
+  either end of the answer, are dropped: `worth £5 million` contains `5 million`, `Paris ✓` is `paris`; a symbol
+  inside an answer stays (`C♯ minor` is not `C minor`).
+Both map the official form to a new one, so answers the official script calls equal stay equal: EM and cover-EM
+can only go up against it (F1 too, but for an answer-end symbol the other side has inside, `50° north` against
+`50°`).
+An answer that normalises to the empty string (e.g. "?!") never matches anything, and a gold answer that does
+is left out: the official EM would call "." equal to a gold "!" while its F1 gives 0; we make them agree.
 """
 
 from __future__ import annotations
@@ -43,22 +47,30 @@ def is_punct(ch: str) -> bool:
     return ch in _PUNCT or (not ch.isascii() and unicodedata.category(ch)[0] == "P")
 
 
-def _strip_ends(s: str) -> str:
-    # Punctuation, symbols and separators at either end: "…", "。", quotes, "!" variants, a trailing emoji.
+def _strip_symbols(s: str, categories: str) -> str:
+    """`s` without the characters of these Unicode categories ("S": symbols, "Sc": currency) at either end."""
     i, j = 0, len(s)
-    while i < j and (s[i].isspace() or unicodedata.category(s[i])[0] in "PSZ"):
+    while i < j and unicodedata.category(s[i]).startswith(categories):
         i += 1
-    while j > i and (s[j - 1].isspace() or unicodedata.category(s[j - 1])[0] in "PSZ"):
+    while j > i and unicodedata.category(s[j - 1]).startswith(categories):
         j -= 1
     return s[i:j]
 
 
+def official_normalize(s: str) -> str:
+    """The SQuAD v1.1 / HotpotQA `normalize_answer`, exactly: lower-case, ASCII punctuation dropped, the articles
+    a/an/the dropped, whitespace folded."""
+    s = "".join(ch for ch in s.lower() if ch not in _PUNCT)
+    return " ".join(_ARTICLES.sub(" ", s).split())
+
+
 def normalize_answer(s: str) -> str:
-    """HotpotQA/SQuAD answer normalisation with Unicode punctuation (module docstring)."""
-    s = _strip_ends(s).lower()
-    s = "".join(ch for ch in s if not is_punct(ch))
-    s = _ARTICLES.sub(" ", s)
-    return " ".join(s.split())
+    """The official normalisation, then (module docstring) Unicode punctuation dropped, currency signs at each
+    word's ends and symbols at the answer's ends dropped: a function of the official form, so what the official
+    script equates stays equal."""
+    s = "".join(ch for ch in official_normalize(s) if not is_punct(ch))
+    s = " ".join(w for w in (_strip_symbols(w, "Sc") for w in s.split()) if w)
+    return " ".join(_strip_symbols(s, "S").split())
 
 
 def _norm_golds(golds: Sequence[str]) -> list[str]:
