@@ -73,13 +73,26 @@ def test_dense_answers_match_direct_calls(dense_index: Path) -> None:
         assert r.json() == {"result": [[wire(p) for p in row] for row in dense.search(QUERIES, 5)]}
 
 
+def test_a_blank_query_gets_no_passages_and_a_search_r1_batch_fits_one_request(bm25) -> None:
+    """Search-R1's agent posts every query of a generation batch (256 at validation) in one request, the empty
+    query a model wrote among them: the server refused more than 64 queries (413) and any blank one (422), and
+    Search-R1's client then fails on the missing `result`, so the README's "awarl speaks that contract both
+    ways" did not hold with the defaults."""
+    queries = ["Horatio Hale", "", "   ", "Horatio Hale"] * 64
+    with serve_app(make_app(bm25)) as url:
+        r = httpx.post(url + "/retrieve", json={"queries": queries, "topk": 2, "return_scores": True}, timeout=60)
+    assert r.status_code == 200, r.text
+    result = r.json()["result"]
+    assert len(result) == 256 and result[1] == result[2] == []
+    assert result[0] == result[3] == [wire(p) for p in bm25.search(["Horatio Hale"], 2)[0]]
+
+
 @pytest.mark.parametrize(("body", "status", "says"), [
     (b'{"queries": ["a", ', 400, "not valid JSON"),
     (b'["just", "a", "list"]', 422, "JSON object"),
     (json.dumps({"queries": []}).encode(), 422, "empty"),
     (json.dumps({"queries": "one string"}).encode(), 422, "list of strings"),
     (json.dumps({"queries": ["ok", 3]}).encode(), 422, "list of strings"),
-    (json.dumps({"queries": ["ok", "   "]}).encode(), 422, "queries[1] is empty"),
     (json.dumps({"queries": ["x" * 300]}).encode(), 413, "at most 200"),
     (json.dumps({"queries": ["q"] * 9}).encode(), 413, "at most 8"),
     (json.dumps({"queries": ["q"], "topk": 11}).encode(), 422, "topk"),

@@ -46,6 +46,24 @@ def test_information_blocks():
     assert [int(m.group(1)) for m in sr.passage_number_pattern().finditer(block)] == [1, 2]
 
 
+def test_search_r1_blocks_show_the_title_line_as_stored_as_search_r1_does():
+    """Search-R1's environment writes `Doc i(Title: <first line of contents>)` verbatim; the template re-quoted the
+    unquoted title, so 121 of the 1,000 shipped wiki-18 passages (e.g. `Absalon`) read otherwise than in
+    Search-R1's own evaluation of its checkpoints."""
+    from awarl.io import iter_jsonl, shipped_data_dir
+    from awarl.retrieval.types import Passage
+
+    sr = load_template("search-r1")
+    lines = [rec for _, rec in iter_jsonl(shipped_data_dir() / "wiki18" / "wiki18_sample1000.jsonl")]
+    unquoted = next(r for r in lines if not r["contents"].startswith('"'))
+    quoted = next(r for r in lines if r["contents"].startswith('"'))
+    for rec in (unquoted, quoted):
+        p = Passage.from_contents(rec["id"], rec["contents"])
+        block = sr.information_block([(1, p.title, p.text, p.id, p.title_line)])
+        title, _, text = rec["contents"].partition("\n")
+        assert block == f"\n\n<information>Doc 1(Title: {title}) {text.strip()}</information>\n\n"
+
+
 def test_a_passage_cannot_fake_a_header_and_so_a_shown_number():
     """The parser reads the numbers shown from the headers in an information block: a passage whose text held
     "[7] Title:" made 7 count as shown, so citing 7 (never retrieved) was no citation fault."""

@@ -487,7 +487,7 @@ class RolloutEngine:
         for j, p in enumerate(hits):
             number = len(s.passages) + 1 if cumulative else j + 1
             s.passages.append({"number": number, "id": p.id, "title": p.title, "text": p.text})
-            numbered.append((number, p.title, p.text, p.id))
+            numbered.append((number, p.title, p.text, p.id, p.title_line))
         block = encode_environment(self.tokenizer, self.template.information_block(numbered))
         left = self._left(s)
         if len(block) >= left:

@@ -16,6 +16,7 @@ ensure_question_mark (append "?" to a question without one, as Search-R1's data 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,7 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from awarl.config import ConfigError, load_yaml, read_text_file
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
-_PLACEHOLDER = re.compile(r"\{(number|title|text|id)\}")
+# A passage format's placeholders: {title_line} is the first line of the passage's stored `contents` verbatim
+# (quotes or none), what Search-R1's environment shows; {title} the title without its quotes.
+_PLACEHOLDER = re.compile(r"\{(number|title_line|title|text|id)\}")
+_ANY_PLACEHOLDER = re.compile(r"\{(?:number|title_line|title|text|id)\}")
 
 
 class _Frozen(BaseModel):
@@ -126,14 +130,18 @@ class Template(_Frozen):
                      {"role": "assistant", "content": ex.response}]
         return msgs + [{"role": "user", "content": self.user_message(question)}]
 
-    def format_passage(self, number: int, title: str, text: str, pid: str = "") -> str:
-        values = {"number": str(number), "title": self.defang(title), "text": self.defang(text), "id": pid}
+    def format_passage(self, number: int, title: str, text: str, pid: str = "", title_line: str | None = None) -> str:
+        """One passage as the format writes it; `title_line` (the stored contents' first line) defaults to the
+        title in quotes, how a corpus built from titles stores it."""
+        line = f'"{title}"' if title_line is None else title_line
+        values = {"number": str(number), "title": self.defang(title), "title_line": self.defang(line),
+                  "text": self.defang(text), "id": pid}
         # One pass over the format string, so a title containing "{text}" is never substituted again.
         return _PLACEHOLDER.sub(lambda m: values[m.group(1)], self.information.passage)
 
-    def information_block(self, passages: list[tuple[int, str, str, str]]) -> str:
-        """The environment's block for one search: passages as (number, title, text, id)."""
-        body = "".join(self.format_passage(n, t, x, i) for n, t, x, i in passages)
+    def information_block(self, passages: Sequence[tuple]) -> str:
+        """The environment's block for one search: passages as (number, title, text, id[, title_line])."""
+        body = "".join(self.format_passage(*p) for p in passages)
         if self.information.strip:
             body = body.strip()
         return self.information.prefix + body + self.information.suffix
@@ -157,7 +165,7 @@ class Template(_Frozen):
         placeholders): what marks a number as a passage header."""
         before, after = self.information.passage.split("{number}", 1)
         before = _PLACEHOLDER.split(before)[-1].lstrip()
-        after = re.split(r"\{(?:number|title|text|id)\}", after, maxsplit=1)[0]
+        after = _ANY_PLACEHOLDER.split(after, maxsplit=1)[0]
         return before, after
 
     def passage_number_pattern(self) -> re.Pattern[str]:

@@ -15,7 +15,8 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     r.add_argument("--index", required=True, help="index folder")
     r.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: local only)")
     r.add_argument("--port", type=int, default=8000)
-    r.add_argument("--max-batch", type=int, default=64, help="most queries per request and per merged search")
+    r.add_argument("--max-batch", type=int, default=512, help="most queries per request and per merged search "
+                   "(Search-R1's agent posts every query of a generation batch, 256 or more, in one request)")
     r.add_argument("--topk", type=int, default=3, help="topk when a request gives none (Search-R1 default 3)")
     r.add_argument("--max-topk", type=int, default=100)
     r.add_argument("--batch-wait-ms", type=float, default=0.0, help="extra time a batch is held open while more "

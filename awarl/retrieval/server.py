@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ServerLimits:
-    max_batch: int = 64            # queries per request and per merged search call
+    max_batch: int = 512           # queries per request and per merged search call (Search-R1 sends a batch's at once)
     max_topk: int = 100
     default_topk: int = 3          # Search-R1's server default when topk is missing
     max_query_chars: int = 4096
@@ -87,8 +87,6 @@ def parse_request(body: bytes, limits: ServerLimits) -> tuple[list[str], int, bo
     if len(queries) > limits.max_batch:
         raise _BadRequest(413, f"{len(queries)} queries in one request; at most {limits.max_batch}")
     for i, q in enumerate(queries):
-        if not q.strip():
-            raise _BadRequest(422, f"queries[{i}] is empty")
         if len(q) > limits.max_query_chars:
             raise _BadRequest(413, f"queries[{i}] has {len(q)} characters; at most {limits.max_query_chars}")
         try:  # JSON escapes can carry lone surrogates, which encoders' tokenizers reject
@@ -365,11 +363,17 @@ class RetrievalApp:
         except _BadRequest as e:
             await _send_json(send, e.status, {"detail": e.detail}, close=e.status in (408, 413))
             return
+        # A blank query is answered with no passages, never searched: Search-R1's agent sends the empty query a
+        # model wrote (`<search> </search>`) among the others of its batch, and a refusal failed all of them.
+        asked = [i for i, q in enumerate(queries) if q.strip()]
         try:
-            results = await self.batcher.submit(queries, k)
+            found = await self.batcher.submit([queries[i] for i in asked], k) if asked else []
         except Exception as e:
             await _send_json(send, 500, {"detail": f"search failed: {type(e).__name__}: {e}"})
             return
+        results: list[list[Passage]] = [[] for _ in queries]
+        for i, hits in zip(asked, found, strict=True):
+            results[i] = hits
         await _send_json(send, 200, format_result(results, return_scores))
 
 
@@ -385,7 +389,7 @@ async def _send_json(send: Any, status: int, payload: Any, *, head: bool = False
         await send({"type": "http.response.body", "body": b"" if head else body})
 
 
-def make_app(retriever: Retriever, meta: dict[str, Any] | None = None, *, max_batch: int = 64,
+def make_app(retriever: Retriever, meta: dict[str, Any] | None = None, *, max_batch: int = 512,
              max_topk: int = 100, default_topk: int = 3, max_query_chars: int = 4096,
              max_body_bytes: int = 1 << 20, batch_wait_ms: float = 0.0, workers: int = 1,
              body_timeout_s: float = 30.0) -> RetrievalApp:

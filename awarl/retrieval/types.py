@@ -49,6 +49,12 @@ class Passage:
         unchanged); `"Title"\\ntext` (wiki-18 / Search-R1 format) for a passage made from title and text."""
         return self.raw_contents if self.raw_contents is not None else f'"{self.title}"\n{self.text}'
 
+    @property
+    def title_line(self) -> str:
+        """The first line of `contents` verbatim, quotes or none: the title as Search-R1's environment shows it."""
+        line, sep, _ = self.contents.partition("\n")
+        return line if sep else f'"{self.title}"'
+
     @classmethod
     def from_contents(cls, pid: str, contents: str, score: float = 0.0) -> Passage:
         title, text = _split_contents(contents)

@@ -42,13 +42,13 @@ class WarmupSequence:
 
 
 def teacher_turns(template: Template, ex: QAExample, passages: list[Any], abstain_phrase: str
-                  ) -> tuple[str, list[tuple[int, str, str, str]], str, bool]:
+                  ) -> tuple[str, list[tuple[int, str, str, str, str]], str, bool]:
     """(first model turn, numbered passages, final model turn, answered) of the teacher trajectory."""
     tags = template.tags
     search = f"{tags.open('search')} {ex.question} {tags.close('search')}"
-    numbered = [(i + 1, p.title, p.text, p.id) for i, p in enumerate(passages)]
+    numbered = [(i + 1, p.title, p.text, p.id, p.title_line) for i, p in enumerate(passages)]
     golds = [g for g in (normalize_answer(a) for a in ex.gold_answers) if g]
-    support = next((n for n, title, text, _ in numbered
+    support = next((n for n, title, text, *_ in numbered
                     if any(f" {g} " in f" {normalize_answer(title + ' ' + text)} " for g in golds)), None)
     answer = f"{tags.open('answer')} {ex.gold_answers[0] if support else abstain_phrase} {tags.close('answer')}"
     if support and template.citations:
