@@ -3,7 +3,7 @@
 # runs with retrieval.kind: server (configs/qwen2.5-7b_*_8gpu.yaml expect http://127.0.0.1:8100).
 #
 #   scripts/serve_retriever.sh --index indexes/wiki18-bm25 [--port 8100] [--host 127.0.0.1]
-#                              [--max-batch 64] [--workers N] [--mmap auto|on|off] [--device cuda|cpu] [--gpus 0]
+#                              [--max-batch 512] [--workers N] [--mmap auto|on|off] [--device cuda|cpu] [--gpus 0]
 #
 # Build the index first: awarl index build --corpus wiki-18.jsonl.gz --kind bm25 --out indexes/wiki18-bm25
 # --host defaults to loopback; bind another address only on a trusted network (there is no auth).
@@ -13,7 +13,7 @@ set -euo pipefail
 usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 die() { echo "serve_retriever.sh: $*" >&2; exit 2; }
 
-index=""; host="127.0.0.1"; port="8100"; max_batch="64"; device=""; gpus=""; workers=""; mmap="auto"
+index=""; host="127.0.0.1"; port="8100"; max_batch="512"; device=""; gpus=""; workers=""; mmap="auto"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --index) index="${2:?--index needs a value}"; shift 2 ;;
