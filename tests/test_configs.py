@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -104,6 +105,12 @@ def test_accelerate_and_deepspeed_files_agree_with_run_configs():
     assert acc["cpu_2proc"]["use_cpu"] is True and acc["cpu_2proc"]["num_processes"] == 2
     # the 8-GPU recipes leave GPU 0 to `trl vllm-serve` and GPU 1 to the LLM judge: 6 training processes
     assert acc["zero3_8gpu"]["num_processes"] == 6 and acc["zero3_8gpu"]["distributed_type"] == "DEEPSPEED"
+    for name, a in acc.items():
+        # a header's CUDA_VISIBLE_DEVICES names the GPUs: one process each (zero2 had 7 for 6 GPUs: local rank 6
+        # asked for a device that is not there); and no gpu_ids, which accelerate writes over that variable
+        assert "gpu_ids" not in a, name
+        gpus = re.findall(r"CUDA_VISIBLE_DEVICES=([\d,]+)", (CONFIGS / "accelerate" / f"{name}.yaml").read_text())
+        assert all(len(g.split(",")) == a["num_processes"] for g in gpus), name
     for cfg_name in ("qwen2.5-7b_cold_8gpu.yaml", "qwen2.5-7b_warm_8gpu.yaml"):
         cfg = load_config(CONFIGS / cfg_name)
         assert cfg.train.use_vllm and cfg.train.vllm_mode == "server"
