@@ -482,6 +482,9 @@ class EvalConfig(Section):
     limit: int | None = Field(None, ge=1, description="Questions per dataset (seeded subsample).")
     temperature: float = Field(0.0, ge=0.0, description="Evaluation sampling temperature (0 = greedy).")
     every_steps: int = Field(0, ge=0, description="train: evaluate every N steps (0 = only at the end).")
+    policy_batch_size: int | None = Field(None, ge=1, description="train: trajectories the evaluation of the "
+                                          "live policy decodes at once (with transformers, on the main process, "
+                                          "whose KV cache grows with it); null: generation.batch_size.")
     agent: Literal["single_pass", "critic_loop"] = Field("single_pass", description="The agent evaluated: one "
                                                          "search trajectory per question (single_pass), or the "
                                                          "critic-loop research agent over it (critic_loop, "
@@ -561,6 +564,9 @@ class TrainConfig(Section):
     vllm_server_host: str = Field("127.0.0.1", description="vllm_mode=server: host of `trl vllm-serve`.")
     vllm_server_port: int = Field(8000, description="vllm_mode=server: port.")
     save_steps: int = Field(50, ge=1, description="Checkpoint every N steps.")
+    save_total_limit: int | None = Field(None, ge=2, description="Keep only the newest N checkpoints (null: "
+                                         "all). A 7B ZeRO-3 checkpoint with its optimizer state is ~100 GB. At "
+                                         "least 2, so a save killed midway leaves a complete one to resume from.")
     logging_steps: int = Field(1, ge=1, description="Log every N steps.")
     report_to: list[str] = Field(default_factory=lambda: ["tensorboard"], description="tensorboard, wandb, none.")
     lora: LoraConfig = Field(default_factory=LoraConfig, description="Optional LoRA adapters.")

@@ -531,3 +531,29 @@ def test_rerunning_a_finished_lora_run_trains_nothing(tmp_path, tiny_dir, closed
     assert not (out / "checkpoint-2").exists()
     assert again["reward_state"]["updates"] == first["reward_state"]["updates"]
     assert (out / "final" / "model.safetensors").read_bytes() == merged  # the same adapters, merged again
+
+
+def test_checkpoint_rotation_and_the_policy_evaluation_batch_reach_the_trainer(tmp_path, monkeypatch):
+    """A 7B ZeRO-3 checkpoint is ~110 GB and the recipe saves 12: without a limit the disk filled hours into a
+    run (train.save_total_limit did not exist). The in-training evaluation decoded generation.batch_size (256)
+    slots with transformers on rank 0 beside its shards; eval.policy_batch_size bounds it."""
+    from awarl.config import load_config
+    from awarl.io import repo_root
+    from awarl.stages import train as train_stage
+    from awarl.training.trainer import grpo_config
+
+    cfg = load_config(repo_root() / "configs" / "qwen2.5-7b_cold_8gpu.yaml", [f"run.out_dir={tmp_path}"])
+    assert grpo_config(cfg, cpu=True, output_dir=str(tmp_path)).save_total_limit == 2
+    assert grpo_config(load_config(None, [f"run.out_dir={tmp_path}"]), cpu=True).save_total_limit is None
+    seen = {}
+    monkeypatch.setattr(train_stage, "run_eval", lambda c, *a, **k: seen.setdefault("gen", c.generation) and {})
+
+    class Model:
+        training = True
+
+        def eval(self): self.training = False   # noqa: E704
+        def train(self, mode): self.training = mode   # noqa: E704
+
+    train_stage.evaluate_policy(cfg, Model(), None, None, tmp_path / "ev", step=3)
+    assert (seen["gen"].backend, seen["gen"].batch_size) == ("hf", 32)
+    assert cfg.generation.batch_size == 256   # vLLM's batch for the rollouts is left alone

@@ -323,7 +323,9 @@ def evaluate_policy(cfg: AwarlConfig, model: Any, tokenizer: Any, retriever: Any
     import torch
 
     set_aside_other_step(Path(out_dir), step)
-    eval_cfg = cfg.model_copy(update={"generation": cfg.generation.model_copy(update={"backend": "hf"})})
+    batch = cfg.eval.policy_batch_size or cfg.generation.batch_size
+    eval_cfg = cfg.model_copy(update={"generation": cfg.generation.model_copy(update={"backend": "hf",
+                                                                                      "batch_size": batch})})
     was_training = model.training
     model.eval()
     try:

@@ -150,6 +150,7 @@ def grpo_config(cfg: TrainerSettings, *, cpu: bool | None = None, output_dir: st
         use_vllm=eff["use_vllm"],
         save_strategy="steps",
         save_steps=t.save_steps,
+        save_total_limit=t.save_total_limit,
         logging_steps=t.logging_steps,
         report_to=report_to(cfg.train),
         # qid, p_i, answers ... must reach the reward function.
