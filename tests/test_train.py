@@ -557,3 +557,30 @@ def test_checkpoint_rotation_and_the_policy_evaluation_batch_reach_the_trainer(t
     train_stage.evaluate_policy(cfg, Model(), None, None, tmp_path / "ev", step=3)
     assert (seen["gen"].backend, seen["gen"].batch_size) == ("hf", 32)
     assert cfg.generation.batch_size == 256   # vLLM's batch for the rollouts is left alone
+
+
+def test_a_dry_run_plans_for_the_launchs_processes_and_an_offline_hub_file(tmp_path, capsys, monkeypatch):
+    """The dry run planned for its own single process (questions per step 4 where the 6-process launch takes
+    24), and the GPU recipes trained 14 passes over the 512-row sample: they now name the full Search-R1 mix on
+    the Hub, which an offline dry run plans without and a launch refuses to go without."""
+    import pytest
+
+    from awarl.cli import main
+    from awarl.config import load_config
+    from awarl.io import DataError, repo_root
+    from awarl.stages.train import training_rows
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    base = repo_root() / "configs" / "base.yaml"
+    assert main(["train", "--config", str(base), "--dry-run", "--processes", "6", f"run.out_dir={tmp_path / 'a'}",
+                 "train.per_device_train_batch_size=8", "train.gradient_accumulation_steps=4"]) == 0
+    out = capsys.readouterr().out
+    assert "processes: 6" in out and "questions_per_step: 24" in out
+    assert main(["train", "--config", str(base), "--processes", "6", f"run.out_dir={tmp_path / 'b'}"]) == 2
+    assert "--processes N (N >= 1) goes with --dry-run" in capsys.readouterr().err
+    recipe = repo_root() / "configs" / "qwen2.5-7b_cold_8gpu.yaml"
+    assert load_config(recipe).data.train[0].path.startswith("hf://")
+    assert main(["train", "--config", str(recipe), "--dry-run", f"run.out_dir={tmp_path / 'c'}"]) == 0
+    assert "questions: 0" in capsys.readouterr().out
+    with pytest.raises(DataError, match="not in the local Hub cache"):
+        training_rows(load_config(recipe, [f"run.out_dir={tmp_path / 'd'}"]), strict=True)

@@ -29,6 +29,9 @@ def add_parser(sub: argparse._SubParsersAction, help_text: str) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="resolve and check the config, build the dataset (with p_i) and the reward, print "
                         "the plan; loads no model weights")
+    p.add_argument("--processes", type=int, default=None, metavar="N",
+                   help="with --dry-run: plan for a launch on N processes (the accelerate config's num_processes "
+                        "x num_machines; questions per step and epochs depend on it); default: this one's")
     add_config_args(p, required=True)
     p.set_defaults(func=run)
 
@@ -49,8 +52,12 @@ def run(args: argparse.Namespace) -> int:
     from awarl.stages.train import print_plan, run_train
 
     args = overrides_taken_by_resume(args)
+    if args.processes is not None and (not args.dry_run or args.processes < 1):
+        raise ValueError("--processes N (N >= 1) goes with --dry-run: a launch runs on the processes accelerate "
+                         "starts")
     cfg = config_from_args(args)
-    result = run_train(cfg, resume=args.resume, dry_run=args.dry_run, reset_reward_state=args.reset_reward_state)
+    result = run_train(cfg, resume=args.resume, dry_run=args.dry_run, reset_reward_state=args.reset_reward_state,
+                       processes=args.processes)
     if args.dry_run:
         print_plan(result)
     elif result["trainer"].accelerator.is_main_process:

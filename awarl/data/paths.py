@@ -30,6 +30,11 @@ def parse_hf_url(url: str) -> tuple[str, str | None, str]:
     return m["repo"], m["rev"], m["file"]
 
 
+class HubUnavailable(DataError):
+    """An `hf://` file that is neither in the local Hub cache nor reachable (offline): a launch with network
+    fetches it, so a dry run on an offline node plans without it."""
+
+
 def download_hf_file(url: str) -> Path:
     """The local (cached) copy of an `hf://datasets/...` file; DataError naming the URL when unavailable."""
     repo, rev, filename = parse_hf_url(url)
@@ -43,7 +48,7 @@ def download_hf_file(url: str) -> Path:
         return Path(hf_hub_download(repo, filename, repo_type="dataset", revision=rev,
                                     cache_dir=os.environ.get("HF_HUB_CACHE") or None))
     except LocalEntryNotFoundError:
-        raise DataError(f"{url}: not in the local Hub cache and the Hub cannot be reached (offline? "
+        raise HubUnavailable(f"{url}: not in the local Hub cache and the Hub cannot be reached (offline? "
                         "HF_HUB_OFFLINE is set, or no network); download it once with network access") from None
     except (HfHubHTTPError, OSError, ValueError) as e:
         raise DataError(f"{url}: cannot download from the Hugging Face Hub: {str(e)[:300]}") from None

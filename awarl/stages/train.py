@@ -36,6 +36,7 @@ from awarl.data.estimates import (
     settings_path,
 )
 from awarl.data.evidence import gold_evidence
+from awarl.data.paths import HubUnavailable
 from awarl.data.types import QAExample, example_key
 from awarl.io import DataError, atomic_write_text, loads_json
 from awarl.models.loading import load_tokenizer
@@ -76,6 +77,12 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
         # A dry run of a template config whose questions are filled in at launch (e.g. by `awarl demo`).
         log.warning("data.train lists no files: the plan has no training questions")
         examples = []
+    if examples is None and not strict:
+        try:
+            examples = load_train_examples(cfg.data, cfg.run.seed)
+        except HubUnavailable as e:  # a dry run on an offline node: the launch, online, fetches the file
+            log.warning("%s; the plan has no training questions (a launch with network access fetches it)", e)
+            examples = []
     examples = examples if examples is not None else load_train_examples(cfg.data, cfg.run.seed)
     path = estimates_path(cfg.estimate.out, cfg.run.out_dir, train_file=cfg.train.p_estimates)
     needs_p = strategy(cfg.reward.strategy).uses_r_ref  # R_base reads p_i
@@ -198,9 +205,10 @@ def make_plan(cfg: AwarlConfig, info: dict[str, Any], reward: Any, *, cpu: bool,
         "data": info,
         "steps": {"max_steps": t.max_steps, "save_steps": t.save_steps, "eval_every_steps": cfg.eval.every_steps,
                   "questions_per_step": questions_per_step(t, n_procs),
+                  # passes over the training questions; unknown before they are (a dry run without them)
                   "epochs_approx": round(t.max_steps * completions_per_step / t.num_generations
-                                         / max(info["questions"], 1), 2)},
-        "batch": {"processes (this launch)": n_procs, "per_device_train_batch_size": t.per_device_train_batch_size,
+                                         / info["questions"], 2) if info["questions"] else "unknown (no questions)"},
+        "batch": {"processes": n_procs, "per_device_train_batch_size": t.per_device_train_batch_size,
                   "gradient_accumulation_steps": t.gradient_accumulation_steps,
                   "num_generations (group size)": t.num_generations, "completions_per_step": completions_per_step},
         "optim": {"learning_rate": t.learning_rate, "loss_type": t.loss_type, "kl_beta": t.kl_beta,
@@ -379,7 +387,7 @@ def _eval_metrics(results: dict, prefix: str = "eval") -> dict[str, float]:
 def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = False, model: Any = None,
               tokenizer: Any = None, retriever: Any = None, examples: list[QAExample] | None = None,
               final_eval: bool = True, backend_factory: Any = None, callbacks: list | None = None,
-              on_trainer: Any = None, reset_reward_state: bool = False) -> dict:
+              on_trainer: Any = None, reset_reward_state: bool = False, processes: int | None = None) -> dict:
     """Train (or, with dry_run, only plan). Returns the plan (dry run) or a summary of the run.
 
     `model` / `tokenizer` / `retriever` may be passed in (tests, notebooks); by default they come from
@@ -387,7 +395,11 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
     the generator (see RolloutAdapter); `callbacks` are extra TrainerCallbacks; `on_trainer(trainer)` is
     called once the trainer is built (instrumentation). The summary holds the `trainer` and `reward`
     objects too, for programmatic use. `resume`: see awarl.training.checkpoints (only a complete checkpoint
-    is trusted; one without the reward state is refused unless `reset_reward_state`)."""
+    is trusted; one without the reward state is refused unless `reset_reward_state`). `processes`: a dry
+    run's plan for a launch on that many processes (default: this launch's, WORLD_SIZE)."""
+    if processes is not None and not dry_run:
+        raise ValueError("processes is for a dry run: a launch runs on the processes accelerate starts")
+    n_procs = processes or world_size()
     t = cfg.train
     if resume is None:
         refuse_fresh_start_over(cfg.run.out_dir)  # first: a dry run says it too, before anything is loaded
@@ -396,9 +408,9 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
     cpu = on_cpu()
     rows, info = training_rows(cfg, strict=not dry_run, examples=examples)
     reward = build_reward(cfg, rows)
-    plan = make_plan(cfg, info, reward, cpu=cpu, n_procs=world_size())
+    plan = make_plan(cfg, info, reward, cpu=cpu, n_procs=n_procs)
     if rows or not dry_run:  # a dry run of a config whose questions come at launch has none yet
-        check_enough_questions(len(rows), cfg, world_size())
+        check_enough_questions(len(rows), cfg, n_procs)
     if dry_run or plan["device"]["use_vllm"]:  # before any weights load
         plan["generation"]["vllm_check"] = check_vllm(cfg)
     if dry_run:
