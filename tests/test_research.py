@@ -267,23 +267,31 @@ def test_eval_critic_loop_is_scored_like_single_pass_and_compared_with_it(tmp_pa
     assert "eval_agent" in capsys.readouterr().err
 
 
-def test_under_the_gold_judge_a_step_is_approved_when_its_hop_evidence_is_retrieved_and_cited(
-        tok, server_url, example):
-    """The gold judge grades evidence, not wording: hop 1's gold paragraph (Van Hook Township's) retrieved and
-    cited approves it at once, and the synthesis is checked against the question's whole gold evidence."""
+def gold_judged_run(tok, server_url, example):
+    """The two-hop question researched under the gold judge, each hop's passage retrieved and cited at once:
+    (run, report)."""
     from awarl.critic import make_judge
-    from awarl.research.critic import step_gold
     from awarl.research.loop import ResearchRun, run_research
     from awarl.research.planner import DecompositionPlanner
 
-    hop_gold = step_gold(example, 2)
-    assert [len(g.paragraphs) for g in hop_gold] == [1, 1] and hop_gold[0] != hop_gold[1]
     script = {HOP1: ["<search> Van Hook Township </search>", "<cite> 1 </cite> <answer> Mountrail County </answer>"],
               HOP2: ["<search> Mountrail County seat Stanley </search>", "<cite> 1 </cite> <answer> Stanley </answer>"]}
     cfg, engine = engine_for(tok, server_url, script, **{"critic.judge": "gold"})
     run = ResearchRun(example.question, DecompositionPlanner(), approve_threshold=0.8, max_iterations=3,
                       abstention_phrase="not enough information", example=example)
     (report,) = run_research([run], engine, make_judge(cfg.critic), temperature=0.0)
+    return run, report
+
+
+def test_under_the_gold_judge_a_step_is_approved_when_its_hop_evidence_is_retrieved_and_cited(
+        tok, server_url, example):
+    """The gold judge grades evidence, not wording: hop 1's gold paragraph (Van Hook Township's) retrieved and
+    cited approves it at once, and the synthesis is checked against the question's whole gold evidence."""
+    from awarl.research.critic import step_gold
+
+    hop_gold = step_gold(example, 2)
+    assert [len(g.paragraphs) for g in hop_gold] == [1, 1] and hop_gold[0] != hop_gold[1]
+    run, report = gold_judged_run(tok, server_url, example)
     assert [s["attempts"] for s in report.sub_questions] == [1, 1]
     assert report.sub_questions[0]["approved"] and report.sub_questions[1]["approved"]
     assert run.final is not None and run.final[1].gold is not None  # the synthesis against all the evidence
@@ -293,18 +301,10 @@ def test_a_loop_line_carries_what_the_gold_evidence_metrics_read(tok, server_url
     """A critic-loop predictions line had no gold_evidence, no passages and empty citations, so the report's
     citation precision/recall and evidence-retrieved figures (documented for both agents) left the loop out."""
     from awarl.config import MetricsConfig
-    from awarl.critic import make_judge
-    from awarl.research.loop import ResearchRun, run_research
-    from awarl.research.planner import DecompositionPlanner
     from awarl.research.records import research_record
     from awarl.stages.evidence_metrics import EvidenceAcc
 
-    script = {HOP1: ["<search> Van Hook Township </search>", "<cite> 1 </cite> <answer> Mountrail County </answer>"],
-              HOP2: ["<search> Mountrail County seat Stanley </search>", "<cite> 1 </cite> <answer> Stanley </answer>"]}
-    cfg, engine = engine_for(tok, server_url, script, **{"critic.judge": "gold"})
-    run = ResearchRun(example.question, DecompositionPlanner(), approve_threshold=0.8, max_iterations=3,
-                      abstention_phrase="not enough information", example=example)
-    (report,) = run_research([run], engine, make_judge(cfg.critic), temperature=0.0)
+    run, report = gold_judged_run(tok, server_url, example)
     row = research_record(example, run, report, MetricsConfig(), ["not enough information"])
     assert report.approved and row["outcome"] == "correct"
     passages, cited = row["trajectory"]["passages"], row["trajectory"]["citations"]
