@@ -27,8 +27,9 @@ from awarl.config import ConfigError, load_yaml, read_text_file
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 # A passage format's placeholders: {title_line} is the first line of the passage's stored `contents` verbatim
 # (quotes or none), what Search-R1's environment shows; {title} the title without its quotes.
-_PLACEHOLDER = re.compile(r"\{(number|title_line|title|text|id)\}")
-_ANY_PLACEHOLDER = re.compile(r"\{(?:number|title_line|title|text|id)\}")
+_PLACEHOLDER_NAMES = "number|title_line|title|text|id"
+_PLACEHOLDER = re.compile(rf"\{{({_PLACEHOLDER_NAMES})\}}")
+_ANY_PLACEHOLDER = re.compile(rf"\{{(?:{_PLACEHOLDER_NAMES})\}}")
 
 
 class _Frozen(BaseModel):

@@ -122,12 +122,12 @@ def split_questions(cfg: AwarlConfig) -> tuple[list, list, list]:
     return pool, train, eval_set.examples
 
 
-def start_record(cfg: AwarlConfig, out: Path) -> None:
+def start_record(cfg: AwarlConfig, out: Path) -> tuple[list, list, list]:
     """Check a demo's settings, then write its resolved_config.yaml. A rerun continues the run in `out` as it
     was made: one under other settings is refused before anything is written (the record was rewritten
     first, so the report named settings the training never used, and a longer run mixed two). A demo's
     dynamics replay reads one log entry per step, its held-out split needs eval.limit, and its training
-    questions must fill one generation batch."""
+    questions must fill one generation batch. Returns `split_questions(cfg)`, which that check reads."""
     if cfg.train.logging_steps != 1:
         raise ConfigError(f"train.logging_steps: the demo's dynamics check replays the reward step by step and "
                           f"needs one log entry a step (1), got {cfg.train.logging_steps}")
@@ -136,7 +136,8 @@ def start_record(cfg: AwarlConfig, out: Path) -> None:
                           "and trains on the rest; null would hold out every question")
     # Before the record and the stages before training: found at step 6, a rerun with more questions was
     # refused as a run under other settings.
-    check_enough_questions(len(split_questions(cfg)[1]), cfg, 1, source="demo.train_questions")
+    split = split_questions(cfg)
+    check_enough_questions(len(split[1]), cfg, 1, source="demo.train_questions")
     resolved = read_resolved(out, "whether this rerun continues the demo with its settings")
     if resolved is not None:
         changes = config_changes(resolved[1], cfg.model_dump(mode="json"))
@@ -146,6 +147,7 @@ def start_record(cfg: AwarlConfig, out: Path) -> None:
                               "rerun it without those changes, or use another --out")
     out.mkdir(parents=True, exist_ok=True)
     save_resolved(cfg, out)
+    return split
 
 
 def run_demo(out_dir: str | Path, config: str | Path | None = None, overrides: list[str] | None = None) -> dict:
@@ -159,11 +161,10 @@ def run_demo(out_dir: str | Path, config: str | Path | None = None, overrides: l
     ov = [f"run.out_dir={out}", f"train.p_estimates={out / 'p_estimates.jsonl'}", f"train.model={warm_dir}",
           f"estimate.model={warm_dir}", f"retrieval.index_dir={index_dir}", f"retrieval.corpus={corpus}"]
     cfg = load_config(config or default_config_path(), ov + list(overrides or []))
-    start_record(cfg, out)
+    pool, train_qs, eval_qs = start_record(cfg, out)
     _say(plan_text(cfg, out))
     timer = Timer(out)
     init_dir, retriever = _model_and_index(cfg, out, timer)           # 1-2
-    pool, train_qs, eval_qs = split_questions(cfg)
     _say(f"[demo] {len(train_qs)} training questions, {len(eval_qs)} held-out evaluation questions")
     warm_info = _warmup(cfg, init_dir, warm_dir, pool, retriever, timer)  # 3
     tokenizer = AutoTokenizer.from_pretrained(str(warm_dir))

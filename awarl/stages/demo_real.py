@@ -38,7 +38,6 @@ from awarl.stages.demo import (
     dynamics_section,
     paired_line,
     reward_line,
-    split_questions,
     start_record,
 )
 from awarl.stages.demo_dynamics import write_dynamics
@@ -99,7 +98,7 @@ def run_demo_real(out_dir: str | Path, config: str | Path | None = None, overrid
           f"estimate.model={warm_dir}", f"retrieval.index_dir={out / 'index'}",
           f"retrieval.corpus={out / 'corpus.jsonl'}"]
     cfg = load_config(config or repo_root() / DEFAULT_CONFIG, ov + list(overrides or []))
-    start_record(cfg, out)
+    _, train_qs, eval_qs = start_record(cfg, out)
     _say(plan_text(cfg, out, adapter_dir))
     timer = Timer(out)
 
@@ -112,7 +111,6 @@ def run_demo_real(out_dir: str | Path, config: str | Path | None = None, overrid
     t = time.time()
     merge_adapter(base, adapter_dir, warm_dir)                                    # 3
     timer.done("protocol adapter merged", t)
-    _, train_qs, eval_qs = split_questions(cfg)
     _say(f"[demo-real] {len(train_qs)} training questions, {len(eval_qs)} held-out evaluation questions")
     tokenizer = AutoTokenizer.from_pretrained(str(warm_dir))
 

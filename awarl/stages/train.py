@@ -77,13 +77,15 @@ def training_rows(cfg: AwarlConfig, *, strict: bool = True,
         # A dry run of a template config whose questions are filled in at launch (e.g. by `awarl demo`).
         log.warning("data.train lists no files: the plan has no training questions")
         examples = []
-    if examples is None and not strict:
+    if examples is None:
         try:
             examples = load_train_examples(cfg.data, cfg.run.seed)
-        except HubUnavailable as e:  # a dry run on an offline node: the launch, online, fetches the file
+        except HubUnavailable as e:
+            if strict:
+                raise
+            # a dry run on an offline node: the launch, online, fetches the file
             log.warning("%s; the plan has no training questions (a launch with network access fetches it)", e)
             examples = []
-    examples = examples if examples is not None else load_train_examples(cfg.data, cfg.run.seed)
     path = estimates_path(cfg.estimate.out, cfg.run.out_dir, train_file=cfg.train.p_estimates)
     needs_p = strategy(cfg.reward.strategy).uses_r_ref  # R_base reads p_i
     if not path.exists():
