@@ -9,8 +9,10 @@ Defaults k1=0.9, b=0.4 are Anserini/Pyserini's, the BM25 that Search-R1 and Flas
 
 from __future__ import annotations
 
+import os
 import queue
 import re
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
@@ -58,9 +60,21 @@ def make_stemmer(name: str) -> Callable[[str], str] | None:
     raise ValueError(f"unknown stemmer {name!r}; choose one of {', '.join(STEMMERS)}")
 
 
+def import_bm25s_cpu_only() -> None:
+    """Import bm25s without letting JAX take the GPU. bm25s imports JAX when it is installed, and JAX's default
+    is to reserve 75% of every GPU's memory at its first use: on the H200 image (JAX installed) a training
+    process that built or loaded a BM25 index had 106 of 140 GiB taken before the policy loaded, and the next
+    process got the rest (CUDA out of memory at 33 GiB; docs/benchmarks.md, issue 46). awarl never runs JAX,
+    so JAX is pinned to the CPU unless the user's program imported it first (then its settings stand)."""
+    if "jax" not in sys.modules:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import bm25s  # noqa: F401
+
+
 def make_tokenizer(stopwords: str = "en", stemmer: str = "s") -> Callable[[str], list[str]]:
     """The tokenization every BM25 in awarl uses (index, queries, benchmark baseline)."""
     if stopwords == "en":
+        import_bm25s_cpu_only()
         from bm25s.stopwords import STOPWORDS_EN
 
         stop = frozenset(STOPWORDS_EN)

@@ -252,6 +252,9 @@ class BM25Builder:
 
     def _write_params(self, path: Path, n_docs: int) -> None:
         try:
+            from awarl.retrieval.bm25 import import_bm25s_cpu_only
+
+            import_bm25s_cpu_only()
             from bm25s import __version__ as bm25s_version
         except ImportError:  # pragma: no cover - bm25s is a dependency
             bm25s_version = "awarl"
