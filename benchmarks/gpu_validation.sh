@@ -22,6 +22,9 @@ stamp "install wheels"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || { echo "wheel install failed"; exit 1; }
 export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# The image has JAX, which bm25s imports and which reserves 75% of the GPU at first use (awarl pins it to the CPU
+# itself since the first run of this script ran out of memory; set here too so no other import can).
+export JAX_PLATFORMS=cpu XLA_PYTHON_CLIENT_PREALLOCATE=false
 { nvidia-smi; python3 -c "import sys, torch, transformers, trl, datasets, accelerate, peft, pydantic; \
 print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda); \
 print('transformers', transformers.__version__, 'trl', trl.__version__, 'datasets', datasets.__version__, \
