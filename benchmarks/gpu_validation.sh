@@ -29,7 +29,7 @@ export JAX_PLATFORMS=cpu XLA_PYTHON_CLIENT_PREALLOCATE=false
 print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda); \
 print('transformers', transformers.__version__, 'trl', trl.__version__, 'datasets', datasets.__version__, \
 'accelerate', accelerate.__version__, 'peft', peft.__version__, 'pydantic', pydantic.__version__)"; \
-  git log -1 --format='awarl commit %H %s' 2>/dev/null || true; } > "$OUT/env.txt" 2>&1
+} > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
 rc=0
