@@ -12,6 +12,7 @@ Usage::
 from __future__ import annotations
 
 import logging
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
@@ -297,10 +298,15 @@ class RewardConfig(Section):
         0.0, ge=0.0, description="Floor on the refusal reward: r_ref >= r_wrong + r_ref_floor_margin, so refusing "
         "never pays less than a wrong answer, even under sustained over-refusal (P = +1): the guard against "
         "refusal collapse, the mirror of r_ref_margin. None = only r_clip (SPEC). (R)")
-    p_online: Literal["off", "ema"] = Field("off", description="Re-estimate p_i during training from the "
-                                            "query's group: correct / answered (the policy's own abstentions never "
-                                            "count as failures). (R, off by default)")
+    p_online: Literal["off", "ema", "group"] = Field(
+        "off", description="p_i during training: off = the pre-RL estimate; ema = re-estimated per query from its "
+        "group after each step it is drawn in (correct / answered; the policy's own abstentions never count as "
+        "failures); group = the current group's own answered outcomes join the pre-RL counts before the step's "
+        "rewards are paid (abstention.group_estimate), which works when each query is seen once. (R)")
     p_online_beta: float = Field(0.9, ge=0.0, lt=1.0, description="p_online=ema: EMA factor per query.")
+    p_prior_weight: float = Field(1.0, ge=0.0, le=1.0, description="p_online=group: weight λ of the pre-RL "
+                                  "samples beside the group's: p = (λ·c + c_g) / (λ·K + a_g). 1: a pre-RL sample "
+                                  "counts as much as one of this step; 0: the group alone. (R)")
     r_clip: tuple[float, float] = Field((-1.0, 1.0), description="Clip range of r_ref. (R)")
     r_correct: float = Field(1.0, description="Outcome reward of a correct answer.")
     r_wrong: float = Field(0.0, description="Outcome reward of a wrong answer.")
@@ -424,6 +430,37 @@ class SimulateConfig(Section):
     k_estimate: int = Field(8, ge=1, description="Samples per query for the pre-RL p_i estimate (as estimate.k).")
     skill_gain: float = Field(0.0, description="Logit increase of every answerable query's success per step "
                               "(skill improving with practice; makes the pre-RL p_i go stale).")
+    skill_source: Literal["schedule", "answered"] = Field(
+        "schedule", description="What the skill grows from: schedule = skill_gain every step whatever the policy "
+        "does; answered = skill_gain times the share of the step's completions that answered, so skill grows only "
+        "from answered rollouts and a policy that refuses stops learning (lazy refusal can happen).")
+    latent_share: float = Field(0.0, ge=0, le=1, description="Share of queries that start 'latent': answerable, at "
+                                "success latent_success (most of their K pre-RL samples fail), drawn after the "
+                                "unanswerable ones (which they replace).")
+    latent_success: float = Field(0.02, ge=0, lt=1, description="Initial success of a latent query.")
+    latent_gain: float | None = Field(None, description="Logit increase per step of a latent query's success "
+                                      "(null: skill_gain, as every answerable query; 0 with skill_gain > 0: the "
+                                      "latent queries stay where they were while the rest improves).")
+    query_schedule: Literal["sample", "once"] = Field(
+        "sample", description="How a step draws its batch_queries: sample = at random every step (a query comes "
+        "back about steps × batch_queries / n_queries times); once = each query at most once over the run, as "
+        "the GPU recipes see their training set (needs n_queries >= steps × batch_queries).")
+    abstain_feature: Literal["true_success", "self_estimate"] = Field(
+        "true_success", description="What the policy's abstain decision reads: true_success = logit of the "
+        "query's success now plus its fixed perception noise (it sees its own skill grow); self_estimate = a "
+        "learned, biased self-estimate: logit of the initial success plus the noise plus self_estimate_bias plus "
+        "one offset learned only from its own answered rollouts (correct − believed, self_estimate_lr).")
+    self_estimate_bias: float = Field(0.0, description="abstain_feature=self_estimate: logit offset of the "
+                                      "policy's initial self-estimate (> 0 overconfident).")
+    self_estimate_lr: float = Field(0.05, ge=0, description="abstain_feature=self_estimate: step size of the "
+                                    "learned offset per batch of answered rollouts.")
+    evidence_precision: float | None = Field(
+        None, gt=0, le=1, description="Correctness coupled to retrieval: an answer is correct only when its search "
+        "found the evidence (probability success / evidence_precision, at most 1), then with probability "
+        "evidence_precision (or the success, if higher); the policy sees whether it found it (a third learned "
+        "weight). null: correctness independent of the abstain decision.")
+    held_out_share: float = Field(0.0, ge=0, lt=1, description="Share of queries never trained on; when > 0 the "
+                                  "curves' refusal, precision, accuracy and RA-F1 are measured on them only.")
     invalid_rate: float = Field(0.0, ge=0, le=1, description="Share of answer attempts that end invalid.")
     learning_rate: float = Field(0.5, gt=0, description="Policy-gradient step size.")
     lr_schedule: Literal["constant", "linear"] = Field("constant", description="Step size over the run: constant "
@@ -444,6 +481,15 @@ class SimulateConfig(Section):
         default_factory=lambda: ["none", "static", "bapo", "awarl", "awarl_no_penalty"],
         description="Which runs to simulate: reward.strategy values (static: one run per static_values entry, "
         "awarl: one per gammas entry), and awarl_no_penalty, the ablation with P(Ē) forced to 0.")
+
+    @model_validator(mode="after")
+    def _enough_queries_to_see_each_once(self) -> SimulateConfig:
+        need = self.steps * self.batch_queries / (1.0 - self.held_out_share)
+        if self.query_schedule == "once" and self.n_queries < need:
+            raise ValueError(f"query_schedule=once: {self.steps} steps of {self.batch_queries} queries need n_queries >= "
+                             f"{math.ceil(need)}" + (" (beside the held-out share)" if self.held_out_share else "") +
+                             f", got {self.n_queries}")
+        return self
 
     @field_validator("gammas", "static_values", "strategies")
     @classmethod

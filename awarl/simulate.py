@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -33,44 +32,33 @@ import numpy as np
 
 from awarl.config import AwarlConfig, RewardConfig, SimulateConfig, save_resolved
 from awarl.io import atomic_write_json, atomic_write_text, save_figure
-from awarl.metrics import Outcome, ra_f1
+from awarl.metrics import Outcome
 from awarl.rewards import abstention as A
 from awarl.rewards.strategies import abstain_reward
 from awarl.rewards.strategies import strategy as registered_strategy
+from awarl.simulate_env import (  # noqa: F401  (the world's names, re-exported for `awarl.simulate` users)
+    AB,
+    INV,
+    OUTCOMES,
+    Batch,
+    C,
+    Policy,
+    Population,
+    W,
+    World,
+    current_success,
+    initial_policy,
+    make_population,
+    population_from_counts,
+)
 
 log = logging.getLogger(__name__)
 
-# Outcome codes of the simulated completions (columns of Population.counts).
-OUTCOMES = (Outcome.CORRECT, Outcome.WRONG, Outcome.ABSTAIN, Outcome.INVALID)
-C, W, AB, INV = range(4)
 POPULATION_KEYS = ("refusal_rate", "rho_hat", "precision", "accuracy", "ra_f1")
 SMALL_ACCURACY_COST = 0.05  # "a small accuracy cost": the paper's is 0.552 -> 0.529 (0.023)
 PLATEAU_TOL = 0.02          # the refusal rate's mean over the last fifth moved less than this from the fifth before
 COLLAPSE_REFUSAL = 0.02     # "refusal collapsed": a final refusal rate below this ...
 BASELINE_REFUSAL = 0.3      # ... where some baseline still refuses more than this
-
-
-@dataclass
-class Population:
-    success: np.ndarray          # true success s_i at step 0 (of a valid answer)
-    answerable: np.ndarray       # bool
-    noise: np.ndarray            # fixed per-query perception noise (logit units)
-    counts: np.ndarray           # (n, 4) outcome counts of the K pre-RL samples, columns in OUTCOMES order
-
-    def p_hat(self, definition: str = "share_of_k") -> np.ndarray:
-        """The pre-RL p_i of every query under `reward.p_definition` (estimation.estimate_p)."""
-        k = self.counts.sum(axis=1)
-        answered = k - self.counts[:, AB]
-        return np.array([A.estimate_p(int(c), int(a), int(kk), definition)
-                         for c, a, kk in zip(self.counts[:, C], answered, k, strict=True)])
-
-    def p_samples(self, definition: str = "share_of_k") -> np.ndarray:
-        """How many samples each pre-RL p_i rests on (data.estimates.row_samples): K, or the answered ones."""
-        k = self.counts.sum(axis=1)
-        if definition == "share_of_k":
-            return k.astype(float)
-        answered = k - self.counts[:, AB]
-        return np.where(answered > 0, answered, k).astype(float)
 
 
 @dataclass(frozen=True)
@@ -112,59 +100,6 @@ class RunResult:
         return {k: v[-1] for k, v in self.history.items()}
 
 
-def _logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(p, 1e-3, 1 - 1e-3)
-    return np.log(p / (1 - p))
-
-
-def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * z))  # overflow-free logistic
-
-
-def _outcome_probs(success: np.ndarray, abstain: np.ndarray | float, invalid_rate: float) -> np.ndarray:
-    """(n, 4) probabilities of correct / wrong / abstain / invalid for one sample of each query."""
-    ab = np.broadcast_to(np.asarray(abstain, dtype=float), success.shape)
-    ans = 1.0 - ab
-    return np.stack([ans * (1 - invalid_rate) * success, ans * (1 - invalid_rate) * (1 - success), ab,
-                     ans * invalid_rate], axis=1)
-
-
-def initial_policy(sc: SimulateConfig) -> tuple[float, float]:
-    """(w, b) of the initial policy P(abstain | x) = σ(w·x + b): w = 0, a cold start whose abstentions ignore
-    difficulty, at init_abstain_rate."""
-    return 0.0, math.log(sc.init_abstain_rate / (1 - sc.init_abstain_rate))
-
-
-def make_population(sc: SimulateConfig, rng: np.random.Generator) -> Population:
-    n = sc.n_queries
-    answerable = rng.random(n) >= sc.unanswerable_share
-    success = np.where(answerable, rng.beta(sc.success_alpha, sc.success_beta, n), 0.0)
-    noise = rng.normal(0.0, sc.perception_noise, n) if sc.perception_noise > 0 else np.zeros(n)
-    # The standard checkpoint of a cold start is the initial policy: it abstains as the initial (w, b) say
-    # and fails the format at invalid_rate, as in `awarl estimate`.
-    w0, b0 = initial_policy(sc)
-    probs = _outcome_probs(success, _sigmoid(w0 * (_logit(success) + noise) + b0), sc.invalid_rate)
-    counts = rng.multinomial(sc.k_estimate, probs / probs.sum(axis=1, keepdims=True))
-    return Population(success=success, answerable=answerable, noise=noise, counts=counts)
-
-
-def population_from_counts(counts: np.ndarray, sc: SimulateConfig, rng: np.random.Generator) -> Population:
-    """A population whose pre-RL estimate IS the given (n, 4) outcome counts (e.g. an `awarl estimate` file):
-    the true success of a valid answer is taken as its observed share, c / (c + w), 0 when never seen."""
-    counts = np.asarray(counts, dtype=int)
-    valid = counts[:, C] + counts[:, W]
-    success = np.where(valid > 0, counts[:, C] / np.maximum(valid, 1), 0.0)
-    noise = rng.normal(0.0, sc.perception_noise, len(counts)) if sc.perception_noise > 0 else np.zeros(len(counts))
-    return Population(success=success, answerable=success > 0, noise=noise, counts=counts)
-
-
-def current_success(pop: Population, sc: SimulateConfig, step: int) -> np.ndarray:
-    if sc.skill_gain == 0:
-        return pop.success
-    s = _sigmoid(_logit(pop.success) + sc.skill_gain * step)
-    return np.where(pop.answerable, s, 0.0)
-
-
 class _RewardModel:
     """Per-query reward quantities of one run (R_base, ρ̂ contribution), kept in step with p_est."""
 
@@ -174,22 +109,24 @@ class _RewardModel:
         self.n_est = n_est.astype(float).copy()  # samples behind each p (expected_rate=posterior)
         self.r_base = np.zeros_like(self.p_est)
         self.exp_ab = np.zeros_like(self.p_est)
+        self._cache: dict[tuple[float, float], tuple[float, float]] = {}
         self.refresh(np.arange(len(self.p_est)))
 
     def refresh(self, idx: np.ndarray) -> None:
-        rc = self.rc
         for i in idx:
-            p = float(self.p_est[i])
-            self.r_base[i] = A.base_refusal_reward(p, rc.gamma, rc.p_min)
-            self.exp_ab[i] = A.expected_abstain(p, rc.gamma, rc.p_min, rc.expected_rate, rc.soft_tau,
-                                                rc.r_correct, rc.r_wrong, float(self.n_est[i]), rc.posterior_prior)
+            self.r_base[i], self.exp_ab[i] = self.values(float(self.p_est[i]), float(self.n_est[i]))
 
-
-def _population_metrics(pi: np.ndarray, s: np.ndarray, invalid_rate: float) -> dict[str, float]:
-    rho = float(pi.mean())
-    acc = float(((1 - pi) * (1 - invalid_rate) * s).mean())
-    prec = acc / (1 - rho) if rho < 1 else 0.0
-    return {"refusal_rate": rho, "precision": prec, "accuracy": acc, "ra_f1": ra_f1(prec, acc)}
+    def values(self, p: float, n: float) -> tuple[float, float]:
+        """(R_base, ρ̂ share) of a query whose estimate is p on n samples. Memoised: a K-sample estimate takes
+        K + 1 values, and 32,000 queries seen once would otherwise each cost an incomplete beta function."""
+        key = (p, n)
+        hit = self._cache.get(key)
+        if hit is None:
+            rc = self.rc
+            hit = self._cache[key] = (A.base_refusal_reward(p, rc.gamma, rc.p_min),
+                                      A.expected_abstain(p, rc.gamma, rc.p_min, rc.expected_rate, rc.soft_tau,
+                                                         rc.r_correct, rc.r_wrong, n, rc.posterior_prior))
+        return hit
 
 
 def learning_rate_at(sc: SimulateConfig, step: int) -> float:
@@ -200,10 +137,10 @@ def learning_rate_at(sc: SimulateConfig, step: int) -> float:
     return sc.learning_rate
 
 
-def _grpo_step(reward: np.ndarray, abstain: np.ndarray, pi_b: np.ndarray, x_b: np.ndarray, B: int, G: int,
-               sc: SimulateConfig, lr: float) -> tuple[float, float]:
-    """The (w, b) increments of one policy-gradient step with group-normalised advantages."""
-    r = reward.reshape(B, G)
+def _grpo_step(reward: np.ndarray, batch: Batch, G: int, sc: SimulateConfig, lr: float) -> tuple[float, float, float]:
+    """The (w, b, w_found) increments of one policy-gradient step with group-normalised (or mean-centred)
+    advantages."""
+    r = reward.reshape(len(batch.idx), G)
     std = r.std(axis=1, keepdims=True)
     centred = r - r.mean(axis=1, keepdims=True)
     if sc.advantage_scaling == "group":
@@ -211,8 +148,100 @@ def _grpo_step(reward: np.ndarray, abstain: np.ndarray, pi_b: np.ndarray, x_b: n
     else:
         adv = centred.ravel()
     # d log π(a) / d logit = a − π for a Bernoulli(π) choice of "abstain".
-    score = adv * (abstain.astype(float) - pi_b)
-    return lr * float((score * x_b).mean()), lr * float(score.mean())
+    score = adv * (batch.abstain.astype(float) - batch.pi)
+    d_found = 0.0 if batch.found is None else lr * float((score * batch.found).mean())
+    return lr * float((score * batch.x).mean()), lr * float(score.mean()), d_found
+
+
+@dataclass
+class _Scored:
+    """What the reward made of one batch: per-query p and R_base as used, the batch's ρ̂, each abstention's
+    reward, and the penalty state."""
+
+    p: np.ndarray
+    rho_hat: float
+    abstain_rewards: list[float]
+    penalty: float = 0.0
+    group_penalties: list[float] = field(default_factory=list)
+    e: float | None = None
+    e_bar: float | None = None
+
+
+class _RewardRun:
+    """The refusal reward of one run over its batches: steps 1-9 through the training reward's own functions, in
+    `AwaRLReward`'s order, with the run's Ē and online-p state."""
+
+    def __init__(self, pop: Population, rc: RewardConfig, strategy: str, penalty: bool,
+                 frozen_e_bar: float | None, oracle: OracleReward | None) -> None:
+        self.rc, self.strategy, self.penalty, self.frozen, self.oracle = rc, strategy, penalty, frozen_e_bar, oracle
+        self.awarl = registered_strategy(strategy).uses_r_ref  # keeps Ē and applies P(Ē)
+        self.model = _RewardModel(rc, pop.p_hat(rc.p_definition), pop.p_samples(rc.p_definition))
+        self.r_max = A.refusal_cap(rc.r_correct, rc.r_ref_margin)
+        self.r_min = A.refusal_floor(rc.r_wrong, rc.r_ref_floor_margin)
+        # Step 9 for the answered outcomes does not depend on r_ref: computed once.
+        self.fixed = {o: A.outcome_reward(o, 0.0, rc.r_correct, rc.r_wrong, rc.r_invalid) for o in OUTCOMES}
+        self.e_ema, self.updates = 0.0, 0
+
+    def population_rho_hat(self) -> float:
+        return float(self.model.exp_ab.mean())
+
+    def _per_query(self, idx: np.ndarray, correct_g: np.ndarray, answered_g: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(p, R_base, ρ̂ share) of the batch's queries: the table's, or with `p_online: group` the group's own
+        answered outcomes joined to the pre-RL estimate (`abstention.group_estimate`)."""
+        m, rc = self.model, self.rc
+        if rc.p_online != "group":
+            return m.p_est[idx], m.r_base[idx], m.exp_ab[idx]
+        p_used, r_base, exp_ab = [], [], []
+        for i, c, a in zip(idx, correct_g, answered_g, strict=True):
+            p, n = A.group_estimate(float(m.p_est[i]), float(m.n_est[i]), int(c), int(a), rc.p_prior_weight)
+            rb, ea = m.values(p, n)
+            p_used.append(p)
+            r_base.append(rb)
+            exp_ab.append(ea)
+        return np.array(p_used), np.array(r_base), np.array(exp_ab)
+
+    def score(self, batch: Batch, s: np.ndarray) -> _Scored:
+        """Steps 4-8 on this generation batch (equal groups: the mean over queries is the mean over completions)."""
+        rc, idx = self.rc, batch.idx
+        correct_g, answered_g = batch.per_query(batch.correct), batch.per_query(~batch.abstain)
+        p_used, r_base, exp_ab = self._per_query(idx, correct_g, answered_g)
+        out = _Scored(p=p_used, rho_hat=float(exp_ab.mean()), abstain_rewards=[], group_penalties=[0.0] * len(idx))
+        if self.awarl:
+            out.e = A.excess(float(batch.abstain.mean()), out.rho_hat)
+            self.e_ema, self.updates = A.ema(self.e_ema, out.e, rc.beta), self.updates + 1
+            out.e_bar = A.smoothed_excess(self.e_ema, self.updates, rc.beta, rc.ema_start) if self.frozen is None \
+                else float(self.frozen)
+            if self.penalty:
+                out.penalty = A.stepwise_penalty(out.e_bar, rc.penalty_steps, rc.penalty_max)
+                # query ids as the rollout names them for AwaRLReward: the index, as a string
+                out.group_penalties = [A.group_penalty(out.e_bar, str(i), self.updates, rc.penalty_steps,
+                                                       rc.penalty_max, rc.penalty_dither) for i in idx]
+        if self.oracle is not None:
+            key = s[idx] if self.oracle.key == "success" else self.model.p_est[idx]
+            out.abstain_rewards = self.oracle.abstain_rewards(key, rc.r_wrong).tolist()
+        else:
+            out.abstain_rewards = [
+                abstain_reward(self.strategy, rc, A.refusal_reward(float(rb), pg, rc.r_clip, self.r_max, self.r_min),
+                               bool(cg > 0)) for rb, cg, pg in zip(r_base, correct_g, out.group_penalties, strict=True)]
+        return out
+
+    def rewards(self, batch: Batch, scored: _Scored) -> np.ndarray:
+        """Step 9: each completion's outcome reward (a per-query lookup table over the four outcomes)."""
+        rc = self.rc
+        table = np.array([[self.fixed[Outcome.CORRECT], self.fixed[Outcome.WRONG],
+                           A.outcome_reward(Outcome.ABSTAIN, ra, rc.r_correct, rc.r_wrong, rc.r_invalid),
+                           self.fixed[Outcome.INVALID]] for ra in scored.abstain_rewards])
+        return table[batch.group, batch.code]
+
+    def after_step(self, batch: Batch) -> None:
+        """`p_online: ema`: each drawn query's estimate moves for the next time it is drawn."""
+        if self.rc.p_online != "ema":
+            return
+        m = self.model
+        for i, c, a in zip(batch.idx, batch.per_query(batch.correct), batch.per_query(~batch.abstain), strict=True):
+            m.p_est[i] = A.online_p(float(m.p_est[i]), int(c), int(a), self.rc.p_online_beta)
+        m.refresh(batch.idx)
 
 
 def simulate_run(pop: Population, sc: SimulateConfig, rc: RewardConfig, strategy: str, *, gamma: float,
@@ -223,91 +252,54 @@ def simulate_run(pop: Population, sc: SimulateConfig, rc: RewardConfig, strategy
     `frozen_e_bar` holds Ē at that value every step (the EMA is not run): the same reward with its feedback
     switched off, a stationary reward (the study's control for the late-phase refusal sd). `oracle` replaces
     the strategy's abstention reward by an `OracleReward` (a baseline strategy only: it has no penalty).
-    `on_batch(batch)` sees every generation batch as the reward saw it: query indices `idx`, the p used per
-    query `p`, per-completion `outcomes` and `rewards`, the step's `penalty` P(Ē), `E_bar`, and each group's
-    applied penalty `group_penalties` (tests)."""
+    `on_batch(batch)` sees every generation batch as the reward saw it: query indices `idx`, the pre-RL p per
+    query `p` (the column a rollout passes), the p the reward used `p_used`, per-completion `outcomes` and
+    `rewards`, the step's `penalty` P(Ē), `E_bar`, and each group's applied penalty `group_penalties` (tests)."""
     rng = np.random.default_rng(seed)
     rc = rc.model_copy(update={"strategy": strategy, "gamma": gamma,
                                **({"static_value": static_value} if static_value is not None else {})})
-    awarl = registered_strategy(strategy).uses_r_ref  # keeps Ē and applies P(Ē)
-    if oracle is not None and awarl:
+    run = _RewardRun(pop, rc, strategy, penalty, frozen_e_bar, oracle)
+    if oracle is not None and run.awarl:
         raise ValueError(f"an oracle reward is stationary: run it with a baseline strategy, not {strategy!r}")
-    model = _RewardModel(rc, pop.p_hat(rc.p_definition), pop.p_samples(rc.p_definition))
-    r_max = A.refusal_cap(rc.r_correct, rc.r_ref_margin)
-    r_min = A.refusal_floor(rc.r_wrong, rc.r_ref_floor_margin)
-    # Step 9 for the answered outcomes does not depend on r_ref: computed once.
-    fixed = {o: A.outcome_reward(o, 0.0, rc.r_correct, rc.r_wrong, rc.r_invalid) for o in OUTCOMES}
-    n = len(pop.success)
-    w, b = initial_policy(sc)
-    e_ema, updates = 0.0, 0
-    res = RunResult(label=label or (oracle.label if oracle else strategy), strategy=strategy, gamma=gamma if awarl else None,
-                    static_value=static_value, penalty=penalty if awarl else None, seed=seed)
+    world = World(pop, sc, rng)
+    policy = Policy(*initial_policy(sc))
+    res = RunResult(label=label or (oracle.label if oracle else strategy), strategy=strategy,
+                    gamma=gamma if run.awarl else None, static_value=static_value,
+                    penalty=penalty if run.awarl else None, seed=seed)
     h = res.history
-    keys = [*POPULATION_KEYS, "batch_rho", "batch_rho_hat", "r_ref_mean"] + (["E", "E_bar", "penalty", "penalty_applied"] if awarl else [])
-    for key in keys:
+    for key in [*POPULATION_KEYS, "batch_rho", "batch_rho_hat", "r_ref_mean",
+                *(["E", "E_bar", "penalty", "penalty_applied"] if run.awarl else [])]:
         h[key] = []
-    B, G = min(sc.batch_queries, n), sc.group_size
-    group = np.repeat(np.arange(B), G)
+    B, G = min(sc.batch_queries, len(world.train)), sc.group_size
 
     for step in range(sc.steps):
-        s = current_success(pop, sc, step)
-        x = _logit(s) + pop.noise
-        pi = _sigmoid(w * x + b)
+        s = world.success(step)
+        x = world.feature(s)
         # Population metrics of the policy before this step's update (step 0 = the initial policy).
-        for k, v in _population_metrics(pi, s, sc.invalid_rate).items():
+        for k, v in world.metrics(policy, s, x).items():
             h[k].append(v)
-        h["rho_hat"].append(float(model.exp_ab.mean()))
-
-        idx = rng.choice(n, size=B, replace=False)
-        pi_b = pi[idx][group]
-        abstain = rng.random(B * G) < pi_b
-        invalid = ~abstain & (rng.random(B * G) < sc.invalid_rate)
-        correct = ~abstain & ~invalid & (rng.random(B * G) < s[idx][group])
-        code = np.where(abstain, AB, np.where(invalid, INV, np.where(correct, C, W)))
-        correct_g = correct.reshape(B, G).sum(axis=1)
-        answered_g = G - abstain.reshape(B, G).sum(axis=1)
-        # Steps 4-8 on this generation batch (equal groups: the mean over queries is the mean over completions).
-        rho_t = float(abstain.mean())
-        rho_hat_t = float(model.exp_ab[idx].mean())
-        pen, pens = 0.0, [0.0] * B
-        if awarl:
-            e = A.excess(rho_t, rho_hat_t)
-            e_ema, updates = A.ema(e_ema, e, rc.beta), updates + 1
-            e_bar = A.smoothed_excess(e_ema, updates, rc.beta, rc.ema_start) if frozen_e_bar is None else \
-                float(frozen_e_bar)
-            if penalty:
-                pen = A.stepwise_penalty(e_bar, rc.penalty_steps, rc.penalty_max)
-                # query ids as the rollout names them for AwaRLReward: the index, as a string
-                pens = [A.group_penalty(e_bar, str(i), updates, rc.penalty_steps, rc.penalty_max, rc.penalty_dither)
-                        for i in idx]
-            h["E"].append(e)
-            h["E_bar"].append(e_bar)
-            h["penalty"].append(pen)
-            h["penalty_applied"].append(float(np.mean(pens)))
-        if oracle is not None:
-            r_ab = oracle.abstain_rewards(s[idx] if oracle.key == "success" else model.p_est[idx], rc.r_wrong).tolist()
-        else:
-            r_ab = [abstain_reward(strategy, rc, A.refusal_reward(float(model.r_base[i]), pg, rc.r_clip, r_max,
-                                                                  r_min), bool(cg > 0))
-                    for i, cg, pg in zip(idx, correct_g, pens, strict=True)]
-        table = np.array([[fixed[Outcome.CORRECT], fixed[Outcome.WRONG],
-                           A.outcome_reward(Outcome.ABSTAIN, ra, rc.r_correct, rc.r_wrong, rc.r_invalid),
-                           fixed[Outcome.INVALID]] for ra in r_ab])
-        reward = table[group, code]
+        batch = world.sample(rng, world.draw(rng, step, B), G, policy, s, x)
+        scored = run.score(batch, s)
+        # ρ̂ of the population as the reward's table holds it; with p_online=group the reward has no table beyond
+        # the pre-RL one, so the curve is the batch's own (noisier)
+        h["rho_hat"].append(scored.rho_hat if rc.p_online == "group" else run.population_rho_hat())
+        if run.awarl:
+            h["E"].append(scored.e)
+            h["E_bar"].append(scored.e_bar)
+            h["penalty"].append(scored.penalty)
+            h["penalty_applied"].append(float(np.mean(scored.group_penalties)))
+        reward = run.rewards(batch, scored)
         if on_batch is not None:
-            on_batch({"idx": idx.copy(), "p": model.p_est[idx].copy(), "outcomes": [OUTCOMES[c].value for c in code],
-                      "rewards": reward.copy(), "penalty": pen, "E_bar": h["E_bar"][-1] if awarl else None,
-                      "group_penalties": list(pens)})
-        h["batch_rho"].append(rho_t)
-        h["batch_rho_hat"].append(rho_hat_t)
-        h["r_ref_mean"].append(float(np.mean(r_ab)))
-
-        dw, db = _grpo_step(reward, abstain, pi_b, x[idx][group], B, G, sc, learning_rate_at(sc, step))
-        w, b = w + dw, b + db
-        if rc.p_online == "ema":
-            for i, c, a in zip(idx, correct_g, answered_g, strict=True):
-                model.p_est[i] = A.online_p(float(model.p_est[i]), int(c), int(a), rc.p_online_beta)
-            model.refresh(idx)
+            on_batch({"idx": batch.idx.copy(), "p": run.model.p_est[batch.idx].copy(), "p_used": scored.p.copy(),
+                      "outcomes": [OUTCOMES[c].value for c in batch.code], "rewards": reward.copy(),
+                      "penalty": scored.penalty, "E_bar": scored.e_bar, "group_penalties": list(scored.group_penalties)})
+        h["batch_rho"].append(float(batch.abstain.mean()))
+        h["batch_rho_hat"].append(scored.rho_hat)
+        h["r_ref_mean"].append(float(np.mean(scored.abstain_rewards)))
+        dw, db, dwf = _grpo_step(reward, batch, G, sc, learning_rate_at(sc, step))
+        policy = Policy(policy.w + dw, policy.b + db, policy.w_found + dwf)
+        run.after_step(batch)
+        world.learn(batch)
     return res
 
 

@@ -94,17 +94,23 @@ REPLAY_CASES = [
     {"expected_rate": "posterior", "p_definition": "among_answered", "p_online": "ema", "r_ref_floor_margin": 0.0,
      "posterior_prior": 1.0, "beta": 0.5},
     {"penalty_dither": 0.4, "beta": 0.0, "p_online": "ema", "ema_start": "bias_corrected"},
+    # issue 41: the group's own answered outcomes join the pre-RL counts (p_online: group)
+    {"_shipped": True, "p_online": "group"},
+    {"_shipped": True, "p_online": "group", "p_prior_weight": 0.25},
+    {"expected_rate": "threshold", "p_online": "group", "p_prior_weight": 0.0, "p_definition": "among_answered"},
+    {"strategy": "bapo", "p_online": "group", "p_prior_weight": 0.5},
 ]
 
 
-@pytest.mark.parametrize("opts", REPLAY_CASES, ids=lambda o: "shipped" if o.get("_shipped") else
-                         ",".join(f"{k}={v}" for k, v in o.items()) or "spec")
+@pytest.mark.parametrize("opts", REPLAY_CASES, ids=lambda o: ",".join(
+    "shipped" if k == "_shipped" else f"{k}={v}" for k, v in o.items()) or "spec")
 def test_simulator_rewards_are_what_the_training_reward_gives_for_the_same_batches(opts):
     """Every simulated generation batch, fed to the real `AwaRLReward` as a TRL call would be, gets the same
     rewards, Ē and penalty: the simulator composes the training reward's steps, not a copy of them."""
     sc = SimulateConfig(n_queries=120, batch_queries=6, group_size=4, steps=40, init_abstain_rate=0.3,
                         invalid_rate=0.1)
-    rc = RewardConfig() if opts.get("_shipped") else spec_reward(**{k: v for k, v in opts.items() if k != "strategy"})
+    given = {k: v for k, v in opts.items() if k not in ("strategy", "_shipped")}
+    rc = RewardConfig(**given) if opts.get("_shipped") else spec_reward(**given)
     strategy = opts.get("strategy", "awarl")
     pop = make_population(sc, np.random.default_rng(3))
     batches: list[dict] = []

@@ -54,6 +54,30 @@ def online_p(prev: float, correct: float, answered: float, beta: float) -> float
     return min(1.0, max(0.0, ema(prev, obs, beta)))
 
 
+def group_estimate(p: float, n: float, correct: float, answered: float, prior_weight: float) -> tuple[float, float]:
+    """Step 4, `p_online: group`: (p, n) of a query once the current GRPO group's own answered outcomes join its
+    pre-RL estimate: c_g correct of a_g answered this step, beside the pre-RL c = p·n of n samples weighted by
+    λ = `prior_weight`, i.e. p = (λ·c + c_g) / (λ·n + a_g) on n = λ·n + a_g samples. Every reading of ρ̂ and R_base
+    then reads this p (the posterior one as Beta(λ·c + c_g + a, λ·(n − c) + (a_g − c_g) + a)).
+
+    Why: p_i is estimated once, before RL, and goes stale as the policy learns (docs/method.md "A p that follows
+    the policy"); the group's outcomes are the policy's own current success on this very query, observed before
+    its rewards are paid, so they work when every query is seen only once (the GPU recipes), where a per-query
+    memory (`ema`) never gets a second look. Abstentions are not counted (the policy's own choices, as in
+    `online_p`); an invalid answer counts as answered and not correct, as in p_i. A group that answered nothing,
+    and λ = 0 with no pre-RL samples, leave (p, λ·n)."""
+    p = check_prob("p_i", p)
+    if not 0.0 <= prior_weight <= 1.0:
+        raise ValueError(f"p_prior_weight must be in [0, 1], got {prior_weight!r}")
+    if n < 0 or correct < 0 or answered < correct or math.isnan(n + correct + answered):
+        raise ValueError(f"group_estimate needs n >= 0 and 0 <= correct <= answered, got n={n!r}, "
+                         f"correct={correct!r}, answered={answered!r}")
+    total = prior_weight * n + answered
+    if total <= 0:
+        return p, 0.0
+    return min(1.0, max(0.0, (prior_weight * p * n + correct) / total)), float(total)
+
+
 def clip_p(p: float, p_min: float) -> float:
     """Step 2: p̃ = max(p, p_min). Keeps a never-solved query from paying full reward for refusing at once."""
     return max(check_prob("p_i", p), check_prob("p_min", p_min))

@@ -6,7 +6,8 @@ completion, aligned with `completions`):
 
     outcome    str, an `awarl.metrics.Outcome` value                       (required)
     qid        query id; the completions of one query form a GRPO group    (required)
-    p_i        float, or None when unknown (then p_table, then reward.default_p, counted)
+    p_i        float, or None when unknown (then p_table, then reward.default_p, counted); the pre-RL
+               estimate (`p_online: group` adds the group's own outcomes to it here)
     p_n        optional: the samples p_i rests on (for expected_rate=posterior; then n_table, then
                reward.posterior_samples; a query on reward.default_p counts 0: the prior alone)
     question, answer (str | None), citations (list[int] cited passage numbers),
@@ -173,6 +174,8 @@ class AwaRLReward:
         outcomes, qids, ps, ns, unknown = self._read_batch(kwargs, n)
         update = self._should_update(kwargs)
         groups = self._group_counts(qids, outcomes, ps)
+        if cfg.p_online == "group":
+            ps, ns = self._with_group_outcomes(qids, ps, ns, groups)
         rates = self._batch_rates(outcomes, ps, ns, unknown)
         smoothing = self._smoothing(rates, update and bool(rates["n"]))
         penalty = smoothing["penalty"] if smoothing else 0.0
@@ -237,7 +240,7 @@ class AwaRLReward:
         """Per-query (correct, answered, completions, sum of the p used) over the whole generation batch
         (groups may straddle processes), so every rank derives the same BAPO rule and online p. Empty when
         unused."""
-        if not strategy(self.cfg.strategy).uses_group and self.cfg.p_online != "ema":
+        if not strategy(self.cfg.strategy).uses_group and self.cfg.p_online == "off":
             return {}
         local: dict[str, list[float]] = {}
         for q, o, p in zip(qids, outcomes, ps, strict=True):
@@ -247,6 +250,15 @@ class AwaRLReward:
             acc[2] += 1
             acc[3] += p
         return gather_group_counts({q: tuple(v) for q, v in local.items()})
+
+    def _with_group_outcomes(self, qids: list[str], ps: list[float], ns: list[float],
+                             groups: dict[str, tuple]) -> tuple[list[float], list[float]]:
+        """Step 4, `p_online: group`: each completion's (p, n) once its whole group's answered outcomes (counted
+        across processes) join the pre-RL estimate (`abstention.group_estimate`). Read before any reward is paid,
+        so the group's own outcomes shape its own ρ̂ share and R_base this very step."""
+        lam = self.cfg.p_prior_weight
+        pairs = [A.group_estimate(p, n, groups[q][0], groups[q][1], lam) for q, p, n in zip(qids, ps, ns, strict=True)]
+        return [p for p, _ in pairs], [n for _, n in pairs]
 
     def _batch_rates(self, outcomes: list[Outcome], ps: list[float], ns: list[float],
                      unknown: int) -> dict[str, float]:
