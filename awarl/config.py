@@ -606,6 +606,13 @@ class TrainConfig(Section):
     max_steps: int = Field(200, ge=1, description="Optimizer steps.")
     kl_beta: float = Field(0.001, ge=0, description="KL coefficient against the reference model.")
     loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = Field("grpo", description="TRL loss type.")
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group", description="GRPO advantages, TRL's GRPOConfig.scale_rewards: the reward minus its group's mean, "
+        "divided by the group's reward std (group: GRPO, TRL's default; simulate.advantage_scaling group), by the "
+        "whole batch's std (batch), or not divided (none: mean-only, Dr. GRPO, with loss_type dr_grpo; "
+        "simulate.advantage_scaling none). Under group a refusal reward's size hardly matters, only where it "
+        "falls among the group's other rewards; under none its size is the signal (docs/training.md). A resume "
+        "under another value is refused.")
     epsilon: float = Field(0.2, gt=0, description="PPO clip range.")
     warmup_ratio: float = Field(0.0, ge=0, le=1, description="LR warm-up share.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping.")

@@ -680,3 +680,89 @@ def test_a_live_policy_that_blows_up_raises_the_alarms_at_the_logged_steps(tmp_p
         summary["alarms"]
     msg = finished_message(summary)
     assert f"step {expected['invalid']}: invalid trajectories (awarl/share_invalid mean" in msg
+
+
+def test_scale_rewards_reaches_trls_grpo_config(tmp_path):
+    from awarl.config import ConfigError
+    from awarl.training.trainer import grpo_config
+
+    assert config_from_dict({}).train.scale_rewards == "group"  # TRL's default, what awarl trained with before
+    for value in ("group", "batch", "none"):
+        cfg = config_from_dict({"run": {"out_dir": str(tmp_path)},
+                                "train": {"scale_rewards": value, "report_to": ["none"]}})
+        assert grpo_config(cfg, cpu=True).scale_rewards == value
+    with pytest.raises(ConfigError, match="train.scale_rewards"):
+        config_from_dict({"train": {"scale_rewards": "std"}})
+
+
+@pytest.mark.slow
+def test_scale_rewards_sets_the_advantages_trl_trains_on_and_a_resume_under_another_is_refused(
+        tmp_path, tiny_dir, closed_index, train_examples):
+    """One real GRPO step per value, two groups of 4 with correct / abstain / wrong completions: the advantages
+    TRL computes from the reward's own rewards are (r - group mean) / (group std + 1e-4) under group, the same
+    over the batch's std under batch, r - group mean under none. Resuming the group run under none is refused
+    before anything loads; a run from before the key (no scale_rewards in its resolved config) counts as group."""
+    import statistics
+
+    from transformers import AutoTokenizer
+
+    from awarl.config import ConfigError
+    from awarl.stages.train import run_train
+
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+
+    def one_step(scale: str) -> tuple:
+        (tmp_path / scale).mkdir()
+        cfg = make_cfg(tmp_path / scale, tiny_dir, closed_index, train__max_steps=1, train__save_steps=1,
+                       train__per_device_train_batch_size=8, train__scale_rewards=scale)
+        write_estimates(cfg, train_examples, [0.1, 0.4, 0.6, 0.9])
+        backend = VariantBackend(tok, variants_for(train_examples))
+        rec: dict = {}
+
+        def on_trainer(trainer):
+            reward, gen = trainer.reward_funcs[0], trainer._generate_and_score_completions
+
+            class Spy:
+                __name__ = "awarl_reward"
+
+                def __call__(self, *a, **kw):
+                    rec["rewards"], rec["qid"] = reward(*a, **kw), list(kw["qid"])
+                    return rec["rewards"]
+
+            def scored(inputs):
+                out = gen(inputs)
+                rec["advantages"] = out["advantages"].tolist()  # generation order, before TRL shuffles
+                return out
+
+            trainer.reward_funcs[0], trainer._generate_and_score_completions = Spy(), scored
+
+        run_train(cfg, tokenizer=tok, backend_factory=lambda t: backend, on_trainer=on_trainer, final_eval=False)
+        return cfg, rec
+
+    results = {scale: one_step(scale) for scale in ("group", "batch", "none")}
+    for scale, (_, rec) in results.items():
+        r, qids = rec["rewards"], rec["qid"]
+        groups = [r[i:i + 4] for i in range(0, len(r), 4)]
+        assert len(groups) == 2 and all(len(set(qids[i:i + 4])) == 1 for i in (0, 4))
+        assert all(len(set(g)) > 1 for g in groups)  # the replay gives every group reward spread
+        expect = []
+        for g in groups:
+            mean = sum(g) / len(g)
+            scale_by = {"group": statistics.stdev(g) + 1e-4, "batch": statistics.stdev(r) + 1e-4, "none": 1.0}[scale]
+            expect += [(x - mean) / scale_by for x in g]
+        assert rec["advantages"] == pytest.approx(expect, rel=1e-5, abs=1e-6), scale
+    assert results["group"][1]["advantages"] != pytest.approx(results["none"][1]["advantages"])
+
+    group_cfg = results["group"][0]
+    none_cfg = group_cfg.model_copy(update={"train": group_cfg.train.model_copy(update={"scale_rewards": "none"})})
+    for dry in (True, False):
+        with pytest.raises(ConfigError, match=r"train.scale_rewards: the run in .* trained with 'group' advantages "
+                                              r".* resuming it under 'none' would change the objective"):
+            run_train(none_cfg, resume="latest", dry_run=dry, tokenizer=tok)
+    resolved = Path(group_cfg.run.out_dir) / "resolved_config.yaml"
+    old = yaml.safe_load(resolved.read_text())
+    del old["train"]["scale_rewards"]  # a run of an awarl before the key: TRL's default, group
+    resolved.write_text(yaml.safe_dump(old))
+    with pytest.raises(ConfigError, match="trained with 'group' advantages"):
+        run_train(none_cfg, resume="latest", dry_run=True)
+    assert run_train(group_cfg, resume="latest", dry_run=True)["optim"]["scale_rewards"] == "group"

@@ -214,7 +214,8 @@ def make_plan(cfg: AwarlConfig, info: dict[str, Any], reward: Any, *, cpu: bool,
         "batch": {"processes": n_procs, "per_device_train_batch_size": t.per_device_train_batch_size,
                   "gradient_accumulation_steps": t.gradient_accumulation_steps,
                   "num_generations (group size)": t.num_generations, "completions_per_step": completions_per_step},
-        "optim": {"learning_rate": t.learning_rate, "loss_type": t.loss_type, "kl_beta": t.kl_beta,
+        "optim": {"learning_rate": t.learning_rate, "loss_type": t.loss_type, "scale_rewards": t.scale_rewards,
+                  "kl_beta": t.kl_beta,
                   "epsilon": t.epsilon, "warmup_ratio": t.warmup_ratio},
         "generation": {"backend": gen, "temperature": cfg.generation.temperature, "top_p": cfg.generation.top_p,
                        "template": cfg.agent.template, "max_turns": cfg.agent.max_turns,
@@ -409,6 +410,8 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
     t = cfg.train
     if resume is None:
         refuse_fresh_start_over(cfg.run.out_dir)  # first: a dry run says it too, before anything is loaded
+    else:
+        refuse_other_advantages(cfg)
     if t.lora.enabled and t.use_vllm and t.vllm_mode == "server":
         log.info("LoRA + vLLM server: TRL merges the adapters before each weight sync")
     cpu = on_cpu()
@@ -440,6 +443,27 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
     finally:
         if grader is not None:
             grader.close()
+
+
+# What an awarl run before train.scale_rewards trained with: it passed nothing, and TRL's default is "group".
+SCALE_REWARDS_BEFORE_THE_KEY = "group"
+
+
+def refuse_other_advantages(cfg: AwarlConfig) -> None:
+    """ConfigError when resuming the run in run.out_dir under another train.scale_rewards than it trained with
+    (its resolved_config.yaml): the advantage normalisation is the objective, and a run that changes it midway
+    is neither run (a new γ or a longer max_steps only warns, keep_config_of_resumed_run). Nothing to compare
+    without the file."""
+    resolved = read_resolved(cfg.run.out_dir, "which advantages the run trained with")
+    if resolved is None or not isinstance(resolved[1], dict):
+        return
+    train = resolved[1].get("train")
+    before = (train.get("scale_rewards") if isinstance(train, dict) else None) or SCALE_REWARDS_BEFORE_THE_KEY
+    if before != cfg.train.scale_rewards:
+        raise ConfigError(
+            f"train.scale_rewards: the run in {cfg.run.out_dir} trained with {before!r} advantages (its "
+            f"resolved_config.yaml); resuming it under {cfg.train.scale_rewards!r} would change the objective "
+            f"midway. Resume with train.scale_rewards={before}, or start a new run (another run.out_dir)")
 
 
 def keep_config_of_resumed_run(out: Path, cfg: AwarlConfig, ckpt: Path) -> list[str]:
