@@ -590,6 +590,59 @@ class LoraConfig(Section):
                                       description="Modules that get adapters.")
 
 
+CollapseSignal = Literal["refusal_low", "refusal_high", "invalid", "entropy_low", "entropy_spike", "truncated",
+                         "length_collapse", "reward_flat"]
+
+
+class CollapseConfig(Section):
+    """Collapse alarms (awarl/training/alarms.py): `awarl train` reads its own log every logged step and raises
+    an alarm when a signal has held on every logged step of the last `window` steps (docs/training.md
+    "Collapse alarms"). The thresholds are alarm levels, not part of the method: nothing here changes a reward
+    or an update."""
+
+    signals: list[CollapseSignal] = Field(
+        default_factory=lambda: ["refusal_low", "refusal_high", "invalid", "entropy_low", "entropy_spike",
+                                 "truncated", "length_collapse", "reward_flat"],
+        description="The signals watched ([] turns the alarms off): refusal_low / refusal_high (awarl/share_abstain "
+                    "stuck near 0 / 1 while the reward's ρ̂ is not), invalid (awarl/share_invalid), entropy_low / "
+                    "entropy_spike (TRL's per-token policy entropy, absolute floor / rise over the run's start), "
+                    "truncated (rollout/truncated_share: trajectories cut at a token budget, agent.max_new_tokens_per_turn or "
+                    "agent.max_trajectory_tokens), "
+                    "length_collapse (TRL's completions/mean_length, model tokens, fallen against the run's start), "
+                    "reward_flat (TRL's frac_reward_zero_std: groups whose completions all got one reward, so GRPO "
+                    "learns nothing from them).")
+    window: int = Field(20, ge=1, description="Steps a signal must hold, on every logged step among them, before it "
+                        "raises an alarm; also the length of the run's opening stretch (steps 1..window) that "
+                        "entropy_spike and length_collapse compare against. An alarm is raised once; it can be "
+                        "raised again after a logged step on which its condition fails.")
+    refusal_low: float = Field(0.01, ge=0, le=1, description="refusal_low: share of abstentions at or below this "
+                               "on every step of the window, while the window's mean ρ̂ is above it.")
+    refusal_high: float = Field(0.95, ge=0, le=1, description="refusal_high: share of abstentions at or above this "
+                                "on every step of the window, while the window's mean ρ̂ is below it.")
+    invalid_high: float = Field(0.5, ge=0, le=1, description="invalid: share of invalid trajectories (no parsable "
+                                "answer, protocol broken, budget cut) at or above this.")
+    entropy_low: float = Field(0.03, ge=0, description="entropy_low: mean per-token policy entropy (nats, model "
+                               "tokens) at or below this.")
+    entropy_spike: float = Field(3.0, gt=1, description="entropy_spike: entropy at or above this multiple of its "
+                                 "median over the run's first `window` steps.")
+    truncated_high: float = Field(0.5, ge=0, le=1, description="truncated: share of trajectories cut at a token "
+                                  "budget (a turn's or the whole response's) at or above this.")
+    length_collapse: float = Field(0.25, gt=0, lt=1, description="length_collapse: mean completion length (model "
+                                   "tokens) at or below this fraction of its median over the run's first `window` "
+                                   "steps.")
+    zero_std_high: float = Field(0.9, ge=0, le=1, description="reward_flat: share of GRPO groups whose rewards "
+                                 "have zero spread at or above this.")
+
+    @model_validator(mode="after")
+    def _bands(self) -> CollapseConfig:
+        if self.refusal_low >= self.refusal_high:
+            raise ValueError(f"train.collapse.refusal_low ({self.refusal_low}) must be below refusal_high "
+                             f"({self.refusal_high})")
+        if len(set(self.signals)) != len(self.signals):
+            raise ValueError(f"train.collapse.signals lists a signal twice: {self.signals}")
+        return self
+
+
 class TrainConfig(Section):
     model: str = Field("Qwen/Qwen2.5-7B-Instruct", description="Policy: hub id or local path.")
     learning_rate: float = Field(1e-6, gt=0, description="AdamW learning rate.")
@@ -599,6 +652,13 @@ class TrainConfig(Section):
     max_steps: int = Field(200, ge=1, description="Optimizer steps.")
     kl_beta: float = Field(0.001, ge=0, description="KL coefficient against the reference model.")
     loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = Field("grpo", description="TRL loss type.")
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group", description="GRPO advantages, TRL's GRPOConfig.scale_rewards: the reward minus its group's mean, "
+        "divided by the group's reward std (group: GRPO, TRL's default; simulate.advantage_scaling group), by the "
+        "whole batch's std (batch), or not divided (none: mean-only, Dr. GRPO, with loss_type dr_grpo; "
+        "simulate.advantage_scaling none). Under group a refusal reward's size hardly matters, only where it "
+        "falls among the group's other rewards; under none its size is the signal (docs/training.md). A resume "
+        "under another value is refused.")
     epsilon: float = Field(0.2, gt=0, description="PPO clip range.")
     warmup_ratio: float = Field(0.0, ge=0, le=1, description="LR warm-up share.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping.")
@@ -617,6 +677,11 @@ class TrainConfig(Section):
     report_to: list[str] = Field(default_factory=lambda: ["tensorboard"], description="tensorboard, wandb, none.")
     lora: LoraConfig = Field(default_factory=LoraConfig, description="Optional LoRA adapters.")
     p_estimates: str | None = Field(None, description="p_i JSONL from `awarl estimate` (default: <run>/p_estimates.jsonl).")
+    collapse: CollapseConfig = Field(default_factory=CollapseConfig, description="Collapse alarms: signals, window, "
+                                     "thresholds (docs/training.md \"Collapse alarms\").")
+    stop_on_collapse: bool = Field(False, description="On a collapse alarm, save a checkpoint and stop: no final/ "
+                                   "and no final evaluation, `awarl train` exits with status 3. Off: warn, record "
+                                   "in alarms.jsonl, train on.")
 
 
 class DemoConfig(Section):

@@ -85,6 +85,7 @@ def test_demo_small_end_to_end_and_resume(tmp_path):
     assert (out / "final" / "config.json").exists() and (out / "model" / "warmup" / "config.json").exists()
     report = (out / "REPORT.md").read_text()
     assert "after AWA-RL GRPO" in report and "resolved_config.yaml" in report
+    assert 'Collapse alarms (`alarms.jsonl`, docs/training.md "Collapse alarms"): none.' in report  # 2 steps
     # the paired before/after comparison in the report is the one in compare/compare.json
     cmp = json.loads((out / "compare" / "compare.json").read_text())
     assert cmp["common_questions"] == 3 and [r["name"] for r in cmp["runs"]] == ["before RL", "after RL"]

@@ -584,3 +584,185 @@ def test_a_dry_run_plans_for_the_launchs_processes_and_an_offline_hub_file(tmp_p
     assert "questions: 0" in capsys.readouterr().out
     with pytest.raises(DataError, match="not in the local Hub cache"):
         training_rows(load_config(recipe, [f"run.out_dir={tmp_path / 'd'}"]), strict=True)
+
+
+def abstain_script(path: Path, examples) -> Path:
+    """A replay in which every trajectory searches once and abstains: the state a refusal reward that beats
+    answering drives a policy to, reached at step 1 and the same on every machine."""
+    path.write_text("".join(json.dumps({"question": ex.question, "turns": [
+        f"<search> {ex.context[0].title} </search>", "<answer> not enough information </answer>"]}) + "\n"
+        for ex in examples))
+    return path
+
+
+@pytest.mark.slow
+def test_a_run_made_to_collapse_is_stopped_with_a_checkpoint_and_resumes(tmp_path, tiny_dir, closed_index,
+                                                                         train_examples, capsys):
+    """A static refusal reward of 0.9, every trajectory abstaining: refusal stuck at 1 and no reward spread in any
+    group. With a 3-step window both alarms fire at step 3; train.stop_on_collapse saves checkpoint-3 (complete,
+    reward state included) and `awarl train` exits 3 without final/. --resume rebuilds the alarm state from the
+    checkpoint's log: the run trains on to max_steps without raising the same alarms again, and its summary
+    lists them."""
+    from awarl.cli import main
+    from awarl.training.checkpoints import checkpoint_folders, incomplete_reason
+
+    cfg = make_cfg(tmp_path, tiny_dir, closed_index, reward__strategy="static", reward__static_value=0.9,
+                   reward__lambda_cite=0.0, generation__backend="scripted",
+                   generation__script=str(abstain_script(tmp_path / "abstain.jsonl", train_examples)),
+                   train__max_steps=5, train__save_steps=100, train__collapse={"window": 3},
+                   train__stop_on_collapse=True)
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    out = Path(cfg.run.out_dir)
+    assert main(["train", "--config", str(cfg_file)]) == 3
+    printed = capsys.readouterr().out
+    assert "STOPPED at step 3 by a collapse alarm (refusal_high; train.stop_on_collapse), exit status 3" in printed
+    assert "awarl/share_abstain >= 0.95 on every logged step of steps 1-3 (mean 1, range 1..1" in printed
+    rows = [json.loads(line) for line in (out / "alarms.jsonl").read_text().splitlines()]
+    assert [(r["signal"], r["step"], r["first_step"], r["action"]) for r in rows] == [
+        ("refusal_high", 3, 1, "stop"), ("reward_flat", 3, 1, "stop")]
+    assert [p.name for p in checkpoint_folders(out)] == ["checkpoint-3"] and not (out / "final").exists()
+    ckpt = out / "checkpoint-3"
+    assert incomplete_reason(ckpt) is None and (ckpt / "awarl_reward_state.json").is_file()
+    logged = json.loads((ckpt / "trainer_state.json").read_text())["log_history"]
+    assert [h["awarl/share_abstain"] for h in logged if "awarl/share_abstain" in h] == [1.0, 1.0, 1.0]
+    assert [h["frac_reward_zero_std"] for h in logged if "frac_reward_zero_std" in h] == [1.0, 1.0, 1.0]
+
+    assert main(["train", "--config", str(cfg_file), "--resume"]) == 0
+    printed = capsys.readouterr().out
+    assert "5 steps done" in printed and "2 collapse alarm(s)" in printed and "step 3: refusal stuck near 1" in printed
+    assert [json.loads(line) for line in (out / "alarms.jsonl").read_text().splitlines()] == rows
+    assert (out / "final" / "config.json").is_file()
+    final = json.loads((out / "checkpoint-5" / "trainer_state.json").read_text())["log_history"]
+    assert [h["awarl/share_abstain"] for h in final if "awarl/share_abstain" in h] == [1.0] * 5
+
+
+def first_held(log: list[dict], key: str, level: float, window: int) -> int | None:
+    """The first step at which `key` was >= level on each of the last `window` steps (every step logged)."""
+    vals = {h["step"]: h[key] for h in log if h.get(key) is not None}
+    return next((s for s in sorted(vals) if all(vals.get(t, -1) >= level for t in range(s - window + 1, s + 1))),
+                None)
+
+
+@pytest.mark.slow
+def test_a_live_policy_that_blows_up_raises_the_alarms_at_the_logged_steps(tmp_path, protocol_dir, shipped_bm25_dir,
+                                                                            capsys):
+    """The warmed-up tiny policy sampling its own trajectories, with a learning rate far too large (1e-2): from
+    step 2 its entropy jumps and every trajectory is invalid, every group's reward the same. The invalid and
+    reward_flat alarms fire (warn only) at the first step their 3-step window holds in the trainer's own log,
+    and the run trains on to max_steps."""
+    from transformers import AutoTokenizer
+
+    from awarl.commands.train import finished_message
+    from awarl.stages.train import run_train
+
+    cfg = config_from_dict({
+        "run": {"name": "blowup", "out_dir": str(tmp_path / "run"), "seed": 0},
+        "data": {"train": [{"path": str(HOTPOT), "format": "hotpotqa", "dataset": "hotpotqa", "limit": 3}]},
+        "retrieval": {"kind": "bm25", "index_dir": str(shipped_bm25_dir), "topk": 1},
+        "agent": {"max_turns": 2, "max_new_tokens_per_turn": 48, "max_trajectory_tokens": 400},
+        "generation": {"temperature": 1.0, "batch_size": 16},
+        "reward": {"strategy": "static", "static_value": 0.9, "lambda_cite": 0.0},
+        "critic": {"judge": "none"},
+        "train": {"model": str(protocol_dir), "num_generations": 4, "per_device_train_batch_size": 8,
+                  "max_steps": 6, "save_steps": 100, "learning_rate": 1e-2, "kl_beta": 0.0, "report_to": ["none"],
+                  "bf16": False, "gradient_checkpointing": False, "collapse": {"window": 3}}})
+    summary = run_train(cfg, tokenizer=AutoTokenizer.from_pretrained(protocol_dir), final_eval=False)
+    log = summary["trainer"].state.log_history
+    assert summary["global_step"] == 6 and summary["stopped"] is None
+    expected = {"invalid": first_held(log, "awarl/share_invalid", 0.5, 3),
+                "reward_flat": first_held(log, "frac_reward_zero_std", 0.9, 3)}
+    assert all(s is not None and s <= 6 for s in expected.values()), expected  # the run did blow up
+    got = {r["signal"]: r for r in summary["alarms"]}
+    assert {k: got[k]["step"] for k in expected} == expected
+    assert all(r["action"] == "warn" for r in summary["alarms"])
+    assert [json.loads(line) for line in (tmp_path / "run" / "alarms.jsonl").read_text().splitlines()] == \
+        summary["alarms"]
+    msg = finished_message(summary)
+    assert f"step {expected['invalid']}: invalid trajectories (awarl/share_invalid mean" in msg
+
+
+def test_scale_rewards_reaches_trls_grpo_config(tmp_path):
+    from awarl.config import ConfigError
+    from awarl.training.trainer import grpo_config
+
+    assert config_from_dict({}).train.scale_rewards == "group"  # TRL's default, what awarl trained with before
+    for value in ("group", "batch", "none"):
+        cfg = config_from_dict({"run": {"out_dir": str(tmp_path)},
+                                "train": {"scale_rewards": value, "report_to": ["none"]}})
+        assert grpo_config(cfg, cpu=True).scale_rewards == value
+    with pytest.raises(ConfigError, match="train.scale_rewards"):
+        config_from_dict({"train": {"scale_rewards": "std"}})
+
+
+@pytest.mark.slow
+def test_scale_rewards_sets_the_advantages_trl_trains_on_and_a_resume_under_another_is_refused(
+        tmp_path, tiny_dir, closed_index, train_examples):
+    """One real GRPO step per value, two groups of 4 with correct / abstain / wrong completions: the advantages
+    TRL computes from the reward's own rewards are (r - group mean) / (group std + 1e-4) under group, the same
+    over the batch's std under batch, r - group mean under none. Resuming the group run under none is refused
+    before anything loads; a run from before the key (no scale_rewards in its resolved config) counts as group."""
+    import statistics
+
+    from transformers import AutoTokenizer
+
+    from awarl.config import ConfigError
+    from awarl.stages.train import run_train
+
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+
+    def one_step(scale: str) -> tuple:
+        (tmp_path / scale).mkdir()
+        cfg = make_cfg(tmp_path / scale, tiny_dir, closed_index, train__max_steps=1, train__save_steps=1,
+                       train__per_device_train_batch_size=8, train__scale_rewards=scale)
+        write_estimates(cfg, train_examples, [0.1, 0.4, 0.6, 0.9])
+        backend = VariantBackend(tok, variants_for(train_examples))
+        rec: dict = {}
+
+        def on_trainer(trainer):
+            reward, gen = trainer.reward_funcs[0], trainer._generate_and_score_completions
+
+            class Spy:
+                __name__ = "awarl_reward"
+
+                def __call__(self, *a, **kw):
+                    rec["rewards"], rec["qid"] = reward(*a, **kw), list(kw["qid"])
+                    return rec["rewards"]
+
+            def scored(inputs):
+                out = gen(inputs)
+                rec["advantages"] = out["advantages"].tolist()  # generation order, before TRL shuffles
+                return out
+
+            trainer.reward_funcs[0], trainer._generate_and_score_completions = Spy(), scored
+
+        run_train(cfg, tokenizer=tok, backend_factory=lambda t: backend, on_trainer=on_trainer, final_eval=False)
+        return cfg, rec
+
+    results = {scale: one_step(scale) for scale in ("group", "batch", "none")}
+    for scale, (_, rec) in results.items():
+        r, qids = rec["rewards"], rec["qid"]
+        groups = [r[i:i + 4] for i in range(0, len(r), 4)]
+        assert len(groups) == 2 and all(len(set(qids[i:i + 4])) == 1 for i in (0, 4))
+        assert all(len(set(g)) > 1 for g in groups)  # the replay gives every group reward spread
+        expect = []
+        for g in groups:
+            mean = sum(g) / len(g)
+            scale_by = {"group": statistics.stdev(g) + 1e-4, "batch": statistics.stdev(r) + 1e-4, "none": 1.0}[scale]
+            expect += [(x - mean) / scale_by for x in g]
+        assert rec["advantages"] == pytest.approx(expect, rel=1e-5, abs=1e-6), scale
+    assert results["group"][1]["advantages"] != pytest.approx(results["none"][1]["advantages"])
+
+    group_cfg = results["group"][0]
+    none_cfg = group_cfg.model_copy(update={"train": group_cfg.train.model_copy(update={"scale_rewards": "none"})})
+    for dry in (True, False):
+        with pytest.raises(ConfigError, match=r"train.scale_rewards: the run in .* trained with 'group' advantages "
+                                              r".* resuming it under 'none' would change the objective"):
+            run_train(none_cfg, resume="latest", dry_run=dry, tokenizer=tok)
+    resolved = Path(group_cfg.run.out_dir) / "resolved_config.yaml"
+    old = yaml.safe_load(resolved.read_text())
+    del old["train"]["scale_rewards"]  # a run of an awarl before the key: TRL's default, group
+    resolved.write_text(yaml.safe_dump(old))
+    with pytest.raises(ConfigError, match="trained with 'group' advantages"):
+        run_train(none_cfg, resume="latest", dry_run=True)
+    assert run_train(group_cfg, resume="latest", dry_run=True)["optim"]["scale_rewards"] == "group"

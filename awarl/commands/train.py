@@ -60,9 +60,36 @@ def run(args: argparse.Namespace) -> int:
                        processes=args.processes)
     if args.dry_run:
         print_plan(result)
-    elif result["trainer"].accelerator.is_main_process:
-        print(finished_message(result))
-    return 0
+        return 0
+    if result["trainer"].accelerator.is_main_process:
+        print(stopped_message(result) if result.get("stopped") else finished_message(result))
+    return STOPPED_ON_COLLAPSE if result.get("stopped") else 0
+
+
+# The exit status of a run that a collapse alarm stopped (train.stop_on_collapse): not 0, so a launch script or
+# scheduler does not go on as if the run had finished, and not 1 / 2 (a crash, bad input).
+STOPPED_ON_COLLAPSE = 3
+
+
+def _alarm_lines(summary: dict) -> list[str]:
+    from awarl.training.alarms import ALARMS_FILE, summary_lines
+
+    records = summary.get("alarms") or []
+    if not records:
+        return ["  alarms:       none (collapse alarms: docs/training.md)"]
+    return [f"  alarms:       {len(records)} collapse alarm(s), {summary['out_dir']}/{ALARMS_FILE}:",
+            *(f"    {line}" for line in summary_lines(records))]
+
+
+def stopped_message(summary: dict) -> str:
+    """What a run stopped by a collapse alarm left, and how to go on (printed once, by the main process)."""
+    st = summary["stopped"]
+    return "\n".join([f"awarl train: STOPPED at step {summary['global_step']} by a collapse alarm "
+                      f"({st['signal']}; train.stop_on_collapse), exit status {STOPPED_ON_COLLAPSE}",
+                      f"  {st['message']}",
+                      f"  checkpoint:   {summary['checkpoint']}  (no final/: look at it, or change the settings and "
+                      "continue with --resume; the same alarm is not raised again until its signal recovers)",
+                      *_alarm_lines(summary)])
 
 
 def finished_message(summary: dict) -> str:
@@ -80,4 +107,5 @@ def finished_message(summary: dict) -> str:
     if "eval/macro_ra_f1" in ev:
         lines.append(f"  final eval:   {out}/eval/final/results.md  (macro RA-F1 {ev['eval/macro_ra_f1']:.3f}, "
                      f"abstention {ev.get('eval/macro_abstention_rate', float('nan')):.3f})")
+    lines += _alarm_lines(summary)
     return "\n".join(lines)

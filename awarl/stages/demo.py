@@ -43,6 +43,7 @@ from awarl.stages.evaluate import run_eval
 from awarl.stages.questions import load_eval_set
 from awarl.stages.resources import ensure_index
 from awarl.stages.train import check_enough_questions, run_train
+from awarl.training.alarms import report_lines
 from awarl.training.checkpoints import newest_complete
 from awarl.training.warmup import WARMUP_INFO, read_warmup, warmup_to_dir
 
@@ -323,6 +324,7 @@ def write_demo_report(out: Path, cfg: AwarlConfig, before: dict, after: dict | N
         "| stage | seconds |", "|---|---|", *timer.rows(), "",
         f"Warm-up: {json.dumps(warm)}", "",
         f"GRPO: {summary.get('global_step')} steps. {reward_line(rs)}", "",
+        *report_lines(summary.get("alarms") or []),
         *dynamics_section(cfg, dynamics),
         "## Files", "",
         "- `model/init`, `model/warmup`: the tiny model before and after the protocol warm-up",

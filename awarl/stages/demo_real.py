@@ -45,6 +45,7 @@ from awarl.stages.estimate import run_estimate
 from awarl.stages.evaluate import run_eval
 from awarl.stages.p_report import p_distribution, p_markdown, plot_histogram
 from awarl.stages.train import run_train
+from awarl.training.alarms import report_lines
 from awarl.training.checkpoints import newest_complete
 from awarl.training.protocol_adapter import ADAPTER_INFO, merge_adapter
 
@@ -181,6 +182,7 @@ def write_report(out: Path, cfg: AwarlConfig, evals: dict[str, dict | None], sum
         "## Stages", "",
         "| stage | seconds |", "|---|---|", *timer.rows(), "",
         f"GRPO: {summary.get('global_step')} steps. {reward_line(summary.get('reward_state', {}))}", "",
+        *report_lines(summary.get("alarms") or []),
         *dynamics_section(cfg, dynamics),
         "## Files", "",
         "- `model/warmup`: the released checkpoint with the protocol adapter merged in",

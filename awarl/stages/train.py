@@ -47,6 +47,7 @@ from awarl.stages.eval_manifest import MANIFEST, policy_identity
 from awarl.stages.evaluate import run_eval
 from awarl.stages.questions import load_train_examples
 from awarl.stages.resources import ensure_default_retrieval
+from awarl.training.alarms import ALARMS_FILE, read_alarms
 from awarl.training.checkpoints import (
     checkpoint_step,
     refuse_fresh_start_over,
@@ -213,7 +214,8 @@ def make_plan(cfg: AwarlConfig, info: dict[str, Any], reward: Any, *, cpu: bool,
         "batch": {"processes": n_procs, "per_device_train_batch_size": t.per_device_train_batch_size,
                   "gradient_accumulation_steps": t.gradient_accumulation_steps,
                   "num_generations (group size)": t.num_generations, "completions_per_step": completions_per_step},
-        "optim": {"learning_rate": t.learning_rate, "loss_type": t.loss_type, "kl_beta": t.kl_beta,
+        "optim": {"learning_rate": t.learning_rate, "loss_type": t.loss_type, "scale_rewards": t.scale_rewards,
+                  "kl_beta": t.kl_beta,
                   "epsilon": t.epsilon, "warmup_ratio": t.warmup_ratio},
         "generation": {"backend": gen, "temperature": cfg.generation.temperature, "top_p": cfg.generation.top_p,
                        "template": cfg.agent.template, "max_turns": cfg.agent.max_turns,
@@ -237,6 +239,9 @@ def make_plan(cfg: AwarlConfig, info: dict[str, Any], reward: Any, *, cpu: bool,
         "critic": critic_plan(cfg, info),
         "device": {"cpu": cpu, **eff, "forced": notes},
         "logging": {"report_to": list(t.report_to), "logging_steps": t.logging_steps},
+        "alarms": {"signals": list(t.collapse.signals) or "off", "window_steps": t.collapse.window,
+                   "on_alarm": "save a checkpoint and stop (exit 3)" if t.stop_on_collapse else "warn and train on",
+                   "file": str(Path(cfg.run.out_dir) / ALARMS_FILE)},
     }
 
 
@@ -405,6 +410,8 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
     t = cfg.train
     if resume is None:
         refuse_fresh_start_over(cfg.run.out_dir)  # first: a dry run says it too, before anything is loaded
+    else:
+        refuse_other_advantages(cfg)
     if t.lora.enabled and t.use_vllm and t.vllm_mode == "server":
         log.info("LoRA + vLLM server: TRL merges the adapters before each weight sync")
     cpu = on_cpu()
@@ -438,6 +445,27 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
             grader.close()
 
 
+# What an awarl run before train.scale_rewards trained with: it passed nothing, and TRL's default is "group".
+SCALE_REWARDS_BEFORE_THE_KEY = "group"
+
+
+def refuse_other_advantages(cfg: AwarlConfig) -> None:
+    """ConfigError when resuming the run in run.out_dir under another train.scale_rewards than it trained with
+    (its resolved_config.yaml): the advantage normalisation is the objective, and a run that changes it midway
+    is neither run (a new γ or a longer max_steps only warns, keep_config_of_resumed_run). Nothing to compare
+    without the file."""
+    resolved = read_resolved(cfg.run.out_dir, "which advantages the run trained with")
+    if resolved is None or not isinstance(resolved[1], dict):
+        return
+    train = resolved[1].get("train")
+    before = (train.get("scale_rewards") if isinstance(train, dict) else None) or SCALE_REWARDS_BEFORE_THE_KEY
+    if before != cfg.train.scale_rewards:
+        raise ConfigError(
+            f"train.scale_rewards: the run in {cfg.run.out_dir} trained with {before!r} advantages (its "
+            f"resolved_config.yaml); resuming it under {cfg.train.scale_rewards!r} would change the objective "
+            f"midway. Resume with train.scale_rewards={before}, or start a new run (another run.out_dir)")
+
+
 def keep_config_of_resumed_run(out: Path, cfg: AwarlConfig, ckpt: Path) -> list[str]:
     """Resuming with settings other than the run's: a warning naming each changed key, and the run's
     resolved_config.yaml kept as resolved_config.until-<checkpoint>.yaml, since this resume writes its own
@@ -459,7 +487,12 @@ def keep_config_of_resumed_run(out: Path, cfg: AwarlConfig, ckpt: Path) -> list[
 def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, grader: Any, *, ckpt: Path | None,
            model: Any, tokenizer: Any, retriever: Any, final_eval: bool, backend_factory: Any,
            extra_callbacks: list, on_trainer: Any) -> dict:
-    from awarl.training.callbacks import PeriodicEval, RewardStateCallback, ScheduleFromResumedStep
+    from awarl.training.callbacks import (
+        CollapseAlarms,
+        PeriodicEval,
+        RewardStateCallback,
+        ScheduleFromResumedStep,
+    )
 
     out = Path(cfg.run.out_dir)
     for note in plan["device"]["forced"]:
@@ -491,7 +524,9 @@ def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, grader: 
         if res is not None:
             holder["trainer"].log(_eval_metrics(res))
 
-    callbacks = [RewardStateCallback(reward), ScheduleFromResumedStep(), *extra_callbacks]
+    alarms = CollapseAlarms(cfg.train.collapse, out, stop=cfg.train.stop_on_collapse,
+                            logging_steps=cfg.train.logging_steps)
+    callbacks = [RewardStateCallback(reward), ScheduleFromResumedStep(), alarms, *extra_callbacks]
     if cfg.eval.every_steps:
         callbacks.append(PeriodicEval(cfg.eval.every_steps, periodic_eval))
     # A checkpoint already at max_steps: the Trainer would still run one more step on resume (its stop check
@@ -523,6 +558,8 @@ def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, grader: 
     else:
         log.info("training %s for %d steps -> %s", cfg.train.model, cfg.train.max_steps, out)
         training_loss = trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None).training_loss
+    if alarms.stopped is not None:
+        return _stopped_summary(out, trainer, training_loss, reward, alarms)
     final_dir = out / "final"
     lora = cfg.train.lora.enabled
     # With LoRA the trainer saves adapters only; they go to final/adapter and final/ gets the merged model
@@ -532,7 +569,7 @@ def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, grader: 
         tokenizer.save_pretrained(str(final_dir))
     summary: dict[str, Any] = {"out_dir": str(out), "final": str(final_dir), "global_step": trainer.state.global_step,
                                "train_loss": training_loss, "reward_state": reward.state_dict(),
-                               "trainer": trainer, "reward": reward}
+                               "alarms": read_alarms(out) or [], "stopped": None, "trainer": trainer, "reward": reward}
     if final_eval:
         res = _eval_live(cfg, trainer, tokenizer, retriever, out / "eval" / "final", trainer.state.global_step)
         if res is not None:
@@ -541,6 +578,18 @@ def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, grader: 
     if lora:
         _save_merged(trainer, final_dir)  # last: merging folds the adapters into the live model
     return summary
+
+
+def _stopped_summary(out: Path, trainer: Any, training_loss: Any, reward: Any, alarms: Any) -> dict:
+    """A run stopped by a collapse alarm (train.stop_on_collapse): its checkpoint is the state to look at or
+    resume; no final/ is written and no final evaluation runs (the policy is the collapsed one)."""
+    step = trainer.state.global_step
+    log.warning("training stopped at step %d by a collapse alarm (%s); checkpoint: %s", step,
+                alarms.stopped["signal"], out / f"checkpoint-{step}")
+    return {"out_dir": str(out), "final": None, "global_step": step, "train_loss": training_loss,
+            "reward_state": reward.state_dict(), "alarms": list(alarms.records) or read_alarms(out) or [],
+            "stopped": alarms.stopped, "checkpoint": str(out / f"checkpoint-{step}"), "trainer": trainer,
+            "reward": reward}
 
 
 def _load_adapters(trainer: Any, ckpt: Path) -> bool:

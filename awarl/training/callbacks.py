@@ -1,4 +1,5 @@
-"""The TrainerCallbacks of an AWA-RL run: the reward's state in every checkpoint, and periodic evaluation.
+"""The TrainerCallbacks of an AWA-RL run: the reward's state in every checkpoint, periodic evaluation, collapse
+alarms.
 
 transformers is imported at the top: this module is only imported by the training stage, which needs it
 anyway (the reward itself, and every process that only scores, does not import this module).
@@ -6,14 +7,19 @@ anyway (the reward itself, and every process that only scores, does not import t
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
+from awarl.config import CollapseConfig
 from awarl.rewards.trl_reward import AwaRLReward, save_reward_state
+from awarl.training.alarms import ALARMS_FILE, CollapseWatch, read_alarms, write_alarms
 from awarl.training.checkpoints import mark_complete
+
+log = logging.getLogger(__name__)
 
 
 def _barrier() -> None:
@@ -85,3 +91,57 @@ class ScheduleFromResumedStep(TrainerCallback):
         for group, lr in zip(opt.param_groups, lrs, strict=True):
             group["lr"] = lr
         sched._last_lr = lrs  # what the Trainer logs as learning_rate
+
+
+class CollapseAlarms(TrainerCallback):
+    """Watches the run's own log for collapse (awarl.training.alarms, `train.collapse`): each alarm is logged as a
+    warning naming the step, the signal and the figure, and written to `alarms.jsonl` in the run folder; with
+    `stop` (train.stop_on_collapse) the Trainer also saves a checkpoint and stops. Every process judges the same
+    (gathered) log, so all of them stop at the same step; the main process alone writes and warns. On a resume
+    the watch is rebuilt from the restored log, and the file keeps the records up to the resumed step."""
+
+    def __init__(self, cfg: CollapseConfig, out_dir: str | Path, *, stop: bool, logging_steps: int = 1) -> None:
+        self.cfg, self.out, self.stop, self.logging_steps = cfg, Path(out_dir), stop, logging_steps
+        self.watch = CollapseWatch(cfg, logging_steps)
+        self.records: list[dict[str, Any]] = []
+        self.stopped: dict[str, Any] | None = None
+        self._seen = 0
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.watch = CollapseWatch(self.cfg, self.logging_steps)
+        self.watch.feed(state.log_history)
+        rebuilt = self.watch.advance(state.global_step)  # a resume: the state of the restored log, silently
+        self._seen = len(state.log_history)
+        if not state.is_world_process_zero:
+            return
+        kept = read_alarms(self.out)
+        if kept is None and rebuilt:
+            log.warning("resuming at step %d without %s: %d alarm(s) rebuilt from the checkpoint's log",
+                        state.global_step, ALARMS_FILE, len(rebuilt))
+        # records of steps after the resumed one belong to steps that are trained again
+        self.records = ([r.record("rebuilt") for r in rebuilt] if kept is None else
+                        [r for r in kept if isinstance(r.get("step"), int) and r["step"] <= state.global_step])
+        if kept is not None or self.records:
+            self.out.mkdir(parents=True, exist_ok=True)
+            write_alarms(self.out, self.records)
+
+    def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.watch.feed(state.log_history[self._seen:])
+        self._seen = len(state.log_history)
+        alarms = self.watch.advance(state.global_step)
+        if not alarms:
+            return control
+        stopping = self.stop and state.global_step < state.max_steps
+        rows = [a.record("stop" if stopping else "warn") for a in alarms]
+        if stopping:
+            control.should_save = True  # the checkpoint a resume continues from
+            control.should_training_stop = True
+            self.stopped = self.stopped or rows[0]
+        if state.is_world_process_zero:
+            for a in alarms:
+                log.warning("%s%s", a.message(), f" Stopping: checkpoint-{state.global_step} is saved "
+                            "(train.stop_on_collapse)." if stopping else "")
+            self.records.extend(rows)
+            self.out.mkdir(parents=True, exist_ok=True)
+            write_alarms(self.out, self.records)
+        return control

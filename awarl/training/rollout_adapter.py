@@ -220,5 +220,8 @@ class RolloutAdapter:
         log_metric("rollout/searches_mean", sum(len(t.parsed.searches) for t in trajs) / n)
         log_metric("rollout/env_token_share", env / total if total else 0.0)
         log_metric("rollout/valid_share", sum(bool(t.parsed.valid) for t in trajs) / n)
+        # cut at a token budget, the turn's or the response's (TRL's completions/clipped_ratio counts every
+        # trajectory that does not end on eos, and one that ends at its answer's stop string does not)
+        log_metric("rollout/truncated_share", sum(t.stop_reason == "token_budget" for t in trajs) / n)
         if grades and any(g.correct is not None for g in grades):  # metrics.correctness: judge
             log_metric("rollout/grader_failed_share", sum(g.failed for g in grades) / n)

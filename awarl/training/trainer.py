@@ -136,6 +136,7 @@ def grpo_config(cfg: TrainerSettings, *, cpu: bool | None = None, output_dir: st
         max_steps=t.max_steps,
         beta=t.kl_beta,
         loss_type=t.loss_type,
+        scale_rewards=t.scale_rewards,
         epsilon=t.epsilon,
         # transformers 5 reads a float in [0, 1) as a share of the steps (warmup_ratio is gone).
         warmup_steps=t.warmup_ratio if t.warmup_ratio < 1 else t.max_steps,
