@@ -151,7 +151,7 @@ def test_a_choice_named_off_is_read_from_unquoted_yaml_and_a_bad_choice_is_named
     f = tmp_path / "c.yaml"
     f.write_text("reward:\n  p_online: off\n")
     assert load_config(str(f)).reward.p_online == "off"
-    with pytest.raises(ConfigError, match=r"reward\.p_online: .*expected one of 'off', 'ema', got a boolean"):
+    with pytest.raises(ConfigError, match=r"reward\.p_online: .*expected one of 'off', 'ema', 'group', got a boolean"):
         load_config(None, ["reward.p_online=yes"])
 
 
