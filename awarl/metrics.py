@@ -271,20 +271,35 @@ def paired_bootstrap_delta(a: Mapping[str, Sequence[Outcome]], b: Mapping[str, S
     cancels out and the interval is much tighter than comparing two separate intervals. `p_le_0` is the
     share of replicates where the difference is <= 0 (for a metric where higher is better, a one-sided
     bootstrap p-value of "b beats a")."""
+    return paired_bootstrap_delta_pooled([(a, b)], metric, n, seed)
+
+
+def paired_bootstrap_delta_pooled(pairs: Sequence[tuple[Mapping[str, Sequence[Outcome]], Mapping[str, Sequence[Outcome]]]],
+                                  metric: str, n: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """`paired_bootstrap_delta` averaged over several pairs of runs on the SAME questions (e.g. one pair per
+    training seed: AWA-RL seed s against plain GRPO seed s): each replicate resamples the questions once and
+    scores every pair on that resample, so the interval treats a question, not a (question, seed) row, as the
+    unit that was sampled (the seeds' runs of one question are not independent draws)."""
     if metric not in RATE_METRICS:
         raise ValueError(f"paired bootstrap supports {', '.join(RATE_METRICS)}, got {metric!r}")
     if n < 1:
         raise ValueError(f"bootstrap needs n >= 1 resamples, got {n}")
-    if sorted(a) != sorted(b) or not a:
-        raise ValueError(f"the two runs must cover the same datasets, got {sorted(a)} and {sorted(b)}")
+    if not pairs:
+        raise ValueError("paired bootstrap of no pair of runs")
+    datasets = sorted(pairs[0][0])
+    for a, b in pairs:
+        if sorted(a) != datasets or sorted(b) != datasets or not a:
+            raise ValueError(f"every run must cover the same datasets, got {sorted(a)} and {sorted(b)}")
     rng = np.random.default_rng(seed)
     point, diffs = [], []
-    for ds in sorted(a):
-        if len(a[ds]) != len(b[ds]) or not a[ds]:
-            raise ValueError(f"{ds}: {len(a[ds])} and {len(b[ds])} outcomes; the runs must list the same questions")
-        point.append(aggregate(b[ds])[metric] - aggregate(a[ds])[metric])
-        idx = rng.integers(0, len(a[ds]), size=(n, len(a[ds])))
-        diffs.append(_draws_at(b[ds], metric, idx) - _draws_at(a[ds], metric, idx))
+    for ds in datasets:
+        size = len(pairs[0][0][ds])
+        if not size or any(len(a[ds]) != size or len(b[ds]) != size for a, b in pairs):
+            raise ValueError(f"{ds}: the runs must list the same questions ({[(len(a[ds]), len(b[ds])) for a, b in pairs]})")
+        idx = rng.integers(0, size, size=(n, size))
+        point.append(np.mean([aggregate(b[ds])[metric] - aggregate(a[ds])[metric] for a, b in pairs]))
+        diffs.append(np.mean([_draws_at(b[ds], metric, idx) - _draws_at(a[ds], metric, idx) for a, b in pairs],
+                             axis=0))
     draws = np.mean(diffs, axis=0)
     lo, hi = percentile_ci(draws)
     return {"delta": float(np.mean(point)), "ci": [lo, hi], "p_le_0": float(np.mean(draws <= 0))}

@@ -236,3 +236,21 @@ def test_bootstrap_macro_ci_brackets_macro_value():
     macro = macro_average({k: aggregate(v) for k, v in per.items()})
     lo, hi = bootstrap_macro_ci(per, "ra_f1", n=400, seed=0)
     assert lo < macro["ra_f1"] < hi
+
+
+def test_pooled_paired_bootstrap_over_seeds_resamples_questions_once_for_every_pair():
+    from awarl.metrics import paired_bootstrap_delta, paired_bootstrap_delta_pooled
+
+    C, W, AB = Outcome.CORRECT, Outcome.WRONG, Outcome.ABSTAIN
+    base = {"d": [C, W, W, AB, C, W, W, W]}
+    better = {"d": [C, C, W, AB, C, C, W, W]}
+    one = paired_bootstrap_delta(base, better, "accuracy", 400, 3)
+    # one pair pooled is the plain paired bootstrap, draw for draw
+    assert paired_bootstrap_delta_pooled([(base, better)], "accuracy", 400, 3) == one
+    # the same pair twice: the same point and interval (a question is the unit, not a (question, seed) row)
+    assert paired_bootstrap_delta_pooled([(base, better), (base, better)], "accuracy", 400, 3) == one
+    # two seeds with opposite effects pool to nothing
+    both = paired_bootstrap_delta_pooled([(base, better), (better, base)], "accuracy", 400, 3)
+    assert both["delta"] == 0.0 and both["ci"] == [0.0, 0.0]
+    with pytest.raises(ValueError, match="same questions"):
+        paired_bootstrap_delta_pooled([(base, better), (base, {"d": [C]})], "accuracy", 10, 0)
