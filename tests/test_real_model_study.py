@@ -98,6 +98,12 @@ def test_the_study_runs_end_to_end_at_test_size_and_keeps_out_of_docs(tmp_path):
     assert study["runs"]["static-s0"]["reward"]["strategy"] == "static"
     assert "awarl-s0 vs plain-s0" in study["deltas"] and (tmp_path / "r" / "curves.png").exists()
     assert [c["claim"][:2] for c in study["claims"]] == ["C2"]
+    spec = importlib.util.spec_from_file_location("real_model_study_report",
+                                                  repo_root() / "scripts" / "real_model_study_report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    tables = "\n".join(report.runs_table(study) + report.deltas_table(study) + report.claims_lines(study))
+    assert "| static-s0 | static, seed 0 |" in tables and "| awarl-s0 vs plain-s0 |" in tables and "C2:" in tables
     # a rerun resumes: every stage is kept, nothing trains again
     assert S.main([*args, "--results", str(tmp_path / "r")]) == 0
     assert not list((tmp_path / "w" / "runs" / "plain-s0").glob("checkpoint-3"))
