@@ -388,12 +388,9 @@ def _winner(a, b, order: str) -> int | None:  # noqa: ANN001 - two Values
     """0 or 1: which value the comparison picks (`min`: the earlier date or smaller amount); None when they
     cannot be ordered (equal, or dates too coarse to tell apart)."""
     if a.date is not None and b.date is not None:
-        x, y = a.date, b.date
-        if x.agrees(y):
+        if a.date.agrees(b.date) or not a.date.orderable(b.date):
             return None
-        ka, kb = x.key(), y.key()
-        if ka[0] == kb[0] and (not ka[1] or not kb[1] or (ka[1] == kb[1] and (not ka[2] or not kb[2]))):
-            return None
+        ka, kb = a.date.key(), b.date.key()
     elif a.quantity is not None and b.quantity is not None and a.comparable(b):
         if a.agrees(b):
             return None

@@ -289,6 +289,13 @@ def _relation(q: Question, u: Unit, avals: list[Value], at: int | None) -> bool:
     return _usual_form(q, u, avals, at)
 
 
+def relation_holds(q: Question, u: Unit, candidate: str) -> bool:
+    """Whether `candidate` (a value or a name) is in the unit in the relation the question asks."""
+    avals = answer_values(candidate)
+    at = _answer_at(candidate, avals, u)
+    return at is not None and _relation(q, u, avals, at)
+
+
 def _usual_form(q: Question, u: Unit, avals: list[Value], at: int | None) -> bool:
     """The asked relation in its usual form: an agent after "by" ("a song by Rush"), a life-span's first
     (last) date for a birth or founding (a death), a year before a kind of work ("a 1999 film") for a release,

@@ -98,6 +98,15 @@ class Date:
     def key(self) -> tuple[int, int, int]:
         return self.year, self.month, self.day
 
+    def orderable(self, other: Date) -> bool:
+        """Whether the two can be put in order: not when one is too coarse to tell (1983 against 14 March
+        1983, or March 1983 against 14 March 1983: either could be first)."""
+        if self.year != other.year:
+            return True
+        if not self.month or not other.month:
+            return False
+        return self.month != other.month or bool(self.day and other.day)
+
 
 @dataclass(frozen=True)
 class Quantity:
