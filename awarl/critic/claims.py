@@ -24,7 +24,7 @@ _CLAUSE = re.compile(r";\s+|,\s+(?:and|but|while|whereas|although|though|yet)\s+
                      r"\s+and\s+(?=(?:he|she|they|it)\s)", re.IGNORECASE)
 _NEGATION = re.compile(r"\b(?:not(?!\s+only\b)|never|no(?![.\w])|no longer|neither|nor|cannot|none|false|untrue|"
                        r"denied|incorrectly|wrongly)\b|n['’]t\b", re.IGNORECASE)
-_NAME = re.compile(r"[A-Z\u00C0-\u00DE][\w'’.\-]*(?:\s+(?:(?:of|de|the|van|von|da|del|della|la|le|du|di|der|den|y|"
+_NAME = re.compile(r"(?<![\w$€£¥])[A-Z\u00C0-\u00DE][\w'’.\-]*(?:\s+(?:(?:of|de|the|van|von|da|del|della|la|le|du|di|der|den|y|"
                    r"for|on|and)\s+)*[A-Z\u00C0-\u00DE0-9][\w'’.\-]*)*")
 _QUOTED = re.compile(r"[\"“]([^\"”]{2,80})[\"”]")
 # Capitalised only because they open a sentence or a question.

@@ -44,14 +44,15 @@ from awarl.critic.tokens import (
 from awarl.critic.values import Value, read_values
 
 # A role that links a named entity to the one the question is about: "X's father", "the director of film X".
-_BRIDGE = re.compile(r"['’]s\s+(" + "|".join(sorted(ROLE_WORDS)) + r")s?\b|\b(" + "|".join(sorted(ROLE_WORDS)) +
-                     r")s?\s+of\s+(?:the\s+)?(?:(?:film|movie|song|album|novel|book|band|series|show)\s+)?"
-                     r"(?=[A-Z\"“])", re.IGNORECASE)
+_BRIDGE = re.compile(r"(?i:['’]s\s+(" + "|".join(sorted(ROLE_WORDS)) + r")s?\b)|(?i:\b(" + "|".join(sorted(ROLE_WORDS)) +
+                     r")s?\s+of\s+(?:the\s+)?(?:(?:film|movie|song|album|novel|book|band|series|show)\s+)?)"
+                     r"(?=[A-Z\"“])")
 # A kind of work right before its title ("the director of film Oh Billy, Behave"): says which X, not a relation.
-_DESCRIBED = re.compile(r"\b(film|movie|song|album|novel|book|band|series|show|play|game|opera|poem|documentary|"
-                        r"musical|magazine|single|group|company|team|club)\s+(?=[A-Z\"“])", re.IGNORECASE)
+_DESCRIBED = re.compile(r"\b((?i:film|movie|song|album|novel|book|band|series|show|play|game|opera|poem|documentary|"
+                        r"musical|magazine|single|group|company|team|club))\s+(?=[A-Z\"“])")
 NEAR = 12  # tokens: how far from the answer the relation's words may be in its clause
-_WORKS = frozenset(["film", "movie", "album", "song", "single", "novel", "book", "series", "show", "play", "opera", "game", "documentary", "musical", "episode", "poem", "comic", "magazine", "newspaper", "video"])
+_WORKS = frozenset("film movie album song single novel book series show play opera game documentary musical episode "
+                   "poem comic magazine newspaper video".split())
 
 
 @dataclass

@@ -79,7 +79,8 @@ def own_answer(result: ExecutorResult) -> str:
 
 
 def unsupported_claims(verdict: CriticOutput | None) -> list[str]:
-    return [c.claim for c in verdict.verified_claims if c.status == "unsupported"] if verdict else []
+    """The claims the sources did not ground: unsupported, and inferred (stated by no passage)."""
+    return [c.claim for c in verdict.verified_claims if c.status != "grounded"] if verdict else []
 
 
 def claims_to_name(verdict: CriticOutput | None, judge: str, answer: str) -> list[str]:
