@@ -16,9 +16,12 @@ import re
 from dataclasses import dataclass, field
 
 from awarl.critic.tokens import QUESTION_WORDS, STOP, relation_text, stem, tokens
+from awarl.critic.tokens import words as _words
 from awarl.critic.values import MONTHS, Value, read_values
 
-_ABBREV = frozenset(["mr", "mrs", "ms", "dr", "st", "jr", "sr", "mt", "ft", "no", "nos", "vs", "etc", "inc", "ltd", "co", "corp", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "gen", "col", "lt", "sgt", "capt", "rev", "prof", "hon", "sen", "rep", "gov", "pres", "ave", "blvd", "dept", "est", "fig", "vol", "op", "pp", "ca", "approx", "al", "cf", "ed", "eds", "pt"])
+_ABBREV = frozenset(_words("mr mrs ms dr st jr sr mt ft no nos vs etc inc ltd co corp jan feb mar apr "
+                           "jun jul aug sep sept oct nov dec gen col lt sgt capt rev prof hon sen rep "
+                           "gov pres ave blvd dept est fig vol op pp ca approx al cf ed eds pt"))
 _END = re.compile(r"[.!?]+[\"'”’)\]]*(?=\s|$)|\n+")
 _CLAUSE = re.compile(r";\s+|,\s+(?:and|but|while|whereas|although|though|yet)\s+|\s+but\s+(?!also\b)|"
                      r"\s+and\s+(?=(?:he|she|they|it)\s)", re.IGNORECASE)
@@ -28,8 +31,13 @@ _NAME = re.compile(r"(?<![\w$€£¥])[A-Z\u00C0-\u00DE][\w'’.\-]*(?:\s+(?:(?:
                    r"for|on|and)\s+)*[A-Z\u00C0-\u00DE0-9][\w'’.\-]*)*")
 _QUOTED = re.compile(r"[\"“]([^\"”]{2,80})[\"”]")
 # Capitalised only because they open a sentence or a question.
-_OPENERS = frozenset(["the", "a", "an", "in", "on", "at", "what", "which", "who", "whom", "whose", "when", "where", "how", "is", "are", "was", "were", "it", "this", "that", "these", "those", "there", "its", "his", "her", "their", "according", "did", "does", "do", "has", "have", "had", "he", "she", "they", "we", "i", "for", "from", "by", "with", "as", "after", "before", "during", "while", "although", "though", "but", "and", "or", "if", "since", "both", "neither", "either", "other", "another", "some", "many", "most", "several"])
-_WEEKDAYS = frozenset(["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"])
+_OPENERS = frozenset(_words("the a an in on at what which who whom whose when where how is are was "
+                            "were it this that these those there its his her their according did does "
+                            "do has have had he she they we i for from by with as after before during "
+                            "while although though but and or if since both neither either other "
+                            "another some many most several"))
+_CONNECTORS = frozenset(_words("of de the van von da del della la le du di der den y for on and"))
+_WEEKDAYS = frozenset(_words("monday tuesday wednesday thursday friday saturday sunday"))
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
@@ -129,6 +137,8 @@ def names(text: str) -> list[tuple[str, ...]]:
             if not (w in MONTHS or w in _WEEKDAYS or (w in _OPENERS and (at_start or w in ("the", "a", "an")))):
                 break
             words = words[1:]
+        if at_start and len(words) > 2 and words[1].lower() in _CONNECTORS and words[0].lower() not in _CONNECTORS:
+            words = words[2:]  # "Capitals of France?": a common word capitalised because it opens the sentence
         while words and words[-1].lower() in ("of", "the", "and", "de", "for", "on"):
             words = words[:-1]
         words = [w for w in words if w.lower().strip(".,") not in MONTHS and not w.isdigit()]

@@ -313,10 +313,12 @@ class LexicalJudge:
         """A choice comparison's answer checked by the values the passages give (module docstring); None when
         the question is not one, or the answer is neither entity."""
         plan = _plan(it.item.question)
-        r = plan.reduce if plan is not None else None
-        if r is None or r.kind != "pick" or len(r.entities) != 2 or r.value is None:
+        if plan is None:
             return None
-        steps = {s.index: s for s in plan.steps}  # type: ignore[union-attr]
+        r = plan.reduce
+        if r.kind != "pick" or len(r.entities) != 2 or r.value is None:
+            return None
+        steps = {s.index: s for s in plan.steps}
         if any(steps[p].depends_on for p in r.parts):
             return None  # a role between (the films' directors): the bridge hops are not read here
         which = [i for i, e in enumerate(r.entities) if _names_entity(claim, e)]

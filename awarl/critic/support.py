@@ -41,6 +41,9 @@ from awarl.critic.tokens import (
     stems,
     tokens,
 )
+from awarl.critic.tokens import (
+    words as _words,
+)
 from awarl.critic.values import Value, read_values
 
 # A role that links a named entity to the one the question is about: "X's father", "the director of film X".
@@ -50,9 +53,10 @@ _BRIDGE = re.compile(r"(?i:['’]s\s+(" + "|".join(sorted(ROLE_WORDS)) + r")s?\b
 # A kind of work right before its title ("the director of film Oh Billy, Behave"): says which X, not a relation.
 _DESCRIBED = re.compile(r"\b((?i:film|movie|song|album|novel|book|band|series|show|play|game|opera|poem|documentary|"
                         r"musical|magazine|single|group|company|team|club))\s+(?=[A-Z\"“])")
+_ADJECTIVAL = ("ish", "ian", "ese", "an", "ch", "ic", "i")  # "French", "Canadian": a nationality, not a subject
 NEAR = 12  # tokens: how far from the answer the relation's words may be in its clause
-_WORKS = frozenset("film movie album song single novel book series show play opera game documentary musical episode "
-                   "poem comic magazine newspaper video".split())
+_WORKS = frozenset(_words("film movie album song single novel book series show play opera game documentary "
+                          "musical episode poem comic magazine newspaper video"))
 
 
 @dataclass
@@ -285,9 +289,18 @@ def _relation(q: Question, u: Unit, avals: list[Value], at: int | None) -> bool:
     near = u.stems if at is None else set(u.seq[max(0, at - NEAR):at + NEAR + 1])
     got = len(held(q.facts.words, near)) + sum(any(a.agrees(b) for b in u.values) for a in q.facts.values)
     head = bool(held({q.head}, near)) if q.head else True
-    if got >= q.need and head:
+    if got >= q.need and head and not _other_verb_first(q, u, at):
         return True
     return _usual_form(q, u, avals, at)
+
+
+def _other_verb_first(q: Question, u: Unit, at: int | None) -> bool:
+    """Whether the relation verb nearest before the answer is another one than the question asks ("born in
+    Weston-super-Mare, Somerset and died in Chobham": asked where he died, Weston-super-Mare is the birth's)."""
+    if not q.head or at is None:
+        return False
+    before = [x for x in u.seq[max(0, at - NEAR):at] if x in CANONICAL]
+    return bool(before) and before[-1] != q.head
 
 
 def relation_holds(q: Question, u: Unit, candidate: str) -> bool:
@@ -309,7 +322,8 @@ def _usual_form(q: Question, u: Unit, avals: list[Value], at: int | None) -> boo
         if hit is not None and ((hit.role == "start" and rel & START_RELATIONS) or
                                 (hit.role == "end" and rel & END_RELATIONS)):
             return True
-        if hit is not None and rel & {"release"} and set(u.toks[at:at + 5]) & _WORKS:
+        if hit is not None and rel & {"release"} and u.toks[at - 1:at] in (["is"], ["was"]) and \
+                set(u.toks[at:at + 5]) & _WORKS:  # "X is a 1999 film", not "based on a 1993 novel"
             return True
     return bool(at is not None and q.facts.words == {"locate"} and {"in", "of"} & set(u.toks[max(0, at - 2):at]))
 
@@ -359,7 +373,10 @@ def _judge_unit(q: Question, answer: str, avals: list[Value], ans_toks: set[str]
     at = _answer_at(answer, avals, u, presence)
     if at is not None:
         out.present.append(u.pid)
-        if not _relation(q, u, avals, at) or _wrong_end_of_bridge(q, u, v):
+        if not _relation(q, u, avals, at) or _wrong_end_of_bridge(q, u, v) or _off_subject(q, u, v):
+            why = _wrong_role(q, avals, u, v)
+            if why:
+                out.contradicts.append((u, why))
             return
         if u.negated and not q.facts.negated:
             out.contradicts.append((u, "says it negated"))
@@ -369,6 +386,32 @@ def _judge_unit(q: Question, answer: str, avals: list[Value], ans_toks: set[str]
         why = _other_value(avals, ans_toks, q, u)
         if why:
             out.contradicts.append((u, why))
+    elif why := _wrong_role(q, avals, u, v):
+        out.contradicts.append((u, why))
+
+
+def _wrong_role(q: Question, avals: list[Value], u: Unit, v: View) -> str:
+    """Why a life-span or run about the question's subject contradicts a date answer: it gives another date in
+    the asked place ("(18 September 1882 – 2 November 1952)" asked when he died, "18 September 1882")."""
+    role = _asked_role(q)
+    if not avals or not role or not _subject_all(q, u, v):
+        return ""
+    at_role = [b for b in u.values if b.role == role]
+    if not at_role or any(a.agrees(b) for a in avals for b in at_role):
+        return ""
+    other = [b for b in at_role if any(a.comparable(b) for a in avals)]
+    return f"gives {other[0].text!r} as the {'birth or start' if role == 'start' else 'death or end'}" if other else ""
+
+
+def _off_subject(q: Question, u: Unit, v: View) -> bool:
+    """A one-hop question ("Where was Ann Ray born?": no bridge, one or two relation words) asks about the
+    entity it names: a clause naming none of its names, in a passage titled by none, is about someone else
+    ("Bo Tell was born ... in Oslo")."""
+    names = [n for n in q.facts.names if len(n) > 1 or not n[0].endswith(_ADJECTIVAL)]
+    if q.roles or len(q.facts.words) > 2 or not names:
+        return False
+    have = u.tokset | v.title
+    return not any(set(n) <= have for n in names)
 
 
 def _wrong_end_of_bridge(q: Question, u: Unit, v: View) -> bool:

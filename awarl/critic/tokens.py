@@ -18,6 +18,12 @@ import string
 
 from awarl.metrics import is_punct
 
+
+def words(text: str) -> list[str]:
+    """The words of a literal list written as one string (the tables below)."""
+    return text.split()
+
+
 STOP = frozenset({
     "a", "an", "the", "and", "or", "of", "in", "on", "at", "to", "for", "from", "by", "with", "as", "is",
     "was", "were", "are", "be", "been", "being", "it", "its", "this", "that", "these", "those", "he",
@@ -43,7 +49,7 @@ _PHRASES = ((re.compile(r"\b(?:came|come|comes|coming) out\b", re.I), "released"
             (re.compile(r"\bcountry of origin\b", re.I), "from"),
             (re.compile(r"\bpassed away\b", re.I), "died"))
 _SYNONYMS = {canon: words.split() for canon, words in {
-    "born": "born birth births birthplace birthday native nee née",
+    "born": "born birth births birthplace birthday native",
     "die": "die died dies dying death deaths dead",
     "marry": "marry married marries marriage spouse spouses wife husband wed wedded",
     "capital": "capital capitals seat",
@@ -81,7 +87,12 @@ START_RELATIONS = frozenset({"born", "found", "release", "start"})
 END_RELATIONS = frozenset({"die", "end"})
 # Nouns that name an entity by its role to another ("the director of film X", "X's father"): beside another
 # relation word they describe the question's subject (a bridge), they are not the relation asked.
-ROLE_WORDS = frozenset(["director", "producer", "composer", "writer", "author", "creator", "performer", "founder", "screenwriter", "editor", "cinematographer", "singer", "father", "mother", "spouse", "husband", "wife", "son", "daughter", "brother", "sister", "sibling", "child", "parent", "grandfather", "grandmother", "uncle", "aunt", "nephew", "niece", "manager", "coach", "captain", "owner", "president", "chairman", "leader", "actor", "actress", "designer", "architect", "publisher", "developer", "manufacturer", "drummer", "guitarist", "vocalist", "bassist", "keyboardist", "teammate", "partner", "employer", "predecessor", "successor"])
+ROLE_WORDS = frozenset(words("director producer composer writer author creator performer founder "
+                             "screenwriter editor cinematographer singer father mother spouse husband wife "
+                             "son daughter brother sister sibling child parent grandfather grandmother uncle "
+                             "aunt nephew niece manager coach captain owner president chairman leader actor "
+                             "actress designer architect publisher developer manufacturer drummer guitarist "
+                             "vocalist bassist keyboardist teammate partner employer predecessor successor"))
 _SUFFIXES = ("ations", "ation", "ings", "ing", "ions", "ion", "ers", "ors", "ies", "ied", "ed", "es", "er", "or",
              "s")
 

@@ -24,6 +24,8 @@ import math
 import re
 from dataclasses import dataclass, replace
 
+from awarl.critic.tokens import words as _words
+
 MONTHS = {m: i + 1 for i, m in enumerate(("january", "february", "march", "april", "may", "june", "july", "august",
                                           "september", "october", "november", "december"))}
 MONTHS.update({m[:3]: i for m, i in list(MONTHS.items())})
@@ -65,7 +67,9 @@ for _names, _dim, _factor in (
         _UNITS[_n] = (_dim, _factor)
 _SQUARE = {"square kilometres": "km2", "square kilometers": "km2", "square miles": "mi2", "square metres": "m2",
            "square meters": "m2", "sq mi": "mi2", "sq km": "km2", "per cent": "percent"}
-_NUMBER_WORDS = {w: i for i, w in enumerate(["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"])}
+_NUMBER_WORDS = {w: i for i, w in enumerate(_words("zero one two three four five six seven eight nine ten "
+                                                   "eleven twelve thirteen fourteen fifteen sixteen seventeen "
+                                                   "eighteen nineteen twenty"))}
 _QTY = re.compile(
     r"(?<![\w.])(?P<cur>US\$|[$€£¥])?\s?(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
     r"(?:\s?(?P<mult>thousand|million|billion|trillion|bn|mn|mln)\b|(?P<cmult>[kmbKMB])(?![\w]))?"
@@ -257,7 +261,8 @@ def read_quantities(text: str, skip: list[tuple[int, int]] | None = None) -> lis
     return out
 
 
-_STOP_NOUNS = frozenset(["of", "and", "or", "the", "a", "an", "in", "on", "at", "to", "for", "by", "with", "from", "as", "is", "was", "were", "are", "be", "been", "who", "which", "that", "times"])
+_STOP_NOUNS = frozenset(_words("of and or the a an in on at to for by with from as is was were are be been "
+                               "who which that times"))
 
 
 def _singular(word: str) -> str:

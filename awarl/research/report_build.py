@@ -166,12 +166,12 @@ def _conflicts(run: ResearchRun) -> tuple[list[ReportConflict], list[str]]:
                 flags.append(f"conflicting values ({where}) for {c.claim or 'one fact'!r}: "
                              f"{' vs '.join(map(repr, c.values))} (sources {', '.join(c.source_ids) or 'not named'}); "
                              "reported, not averaged")
-    for flag, c in conflicts(_statements(run), run.drift_overlap):
-        found.append(c)
+    for flag, drift in conflicts(_statements(run), run.drift_overlap):
+        found.append(drift)
         flags.append(flag)
     seen: dict[tuple, ReportConflict] = {}
-    for c in found:
-        seen.setdefault((frozenset(v.lower() for v in c.values), frozenset(c.source_ids), tuple(c.steps)), c)
+    for rc in found:
+        seen.setdefault((frozenset(v.lower() for v in rc.values), frozenset(rc.source_ids), tuple(rc.steps)), rc)
     return list(seen.values()), flags
 
 
