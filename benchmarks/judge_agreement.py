@@ -212,7 +212,7 @@ HEAD = ["dataset", "questions", "cited passages", "passage agreement", "lexical 
 
 def markdown(table: list[list[str]], before: list[tuple[str, list[list[str]]]], secs: float, n_items: int,
              command: str) -> str:
-    lines = [START, "## Citation judges: lexical vs gold evidence (issues 12, 22)", "",
+    lines = [START, "## Citation judges: lexical vs gold evidence (issues 12, 22, 43)", "",
              f"Date: {date.today().isoformat()}. Machine: 2 CPU cores, 24 GiB, no GPU ({platform.machine()}, Python "
              f"{platform.python_version()}). Command: `{command}`.",
              "", "Every question of the three shipped dev samples; a trajectory of two BM25 searches over the shipped "
@@ -222,7 +222,12 @@ def markdown(table: list[list[str]], before: list[tuple[str, list[list[str]]]], 
              "support precision / recall: its supporting calls against the gold labels. Distractors that pay: "
              "citing exactly the shown passages the gold judge calls supporting, plus one shown passage it does "
              "not, share of those (question, passage) pairs where the lexical r_cite rises above citing the gold "
-             "ones alone (for the gold judge it never does).", "",
+             "ones alone (for the gold judge it never does). The answers themselves (issue 43), citing every shown "
+             "passage: gold answer grounded (every claim), the same over the questions whose every gold paragraph "
+             "was shown, and wrong answer grounded: a value or name of the gold answer's kind taken from the shown "
+             "gold passages (another date or amount, another name, `no` for `yes`; never the gold answer nor a name "
+             "of the question), the contradiction set of real shipped questions; lower is better (the gold judge "
+             "grades evidence, not answers: it would ground every one).", "",
              "| " + " | ".join(HEAD) + " |", "|---|" + "---:|" * (len(HEAD) - 1)]
     lines += ["| " + " | ".join(r) + " |" for r in table]
     for label, old in before:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 
 from awarl.config import CriticConfig
 from awarl.critic.claims import facts_of, split_claims
@@ -354,6 +355,7 @@ def _names_entity(claim: str, entity: str) -> bool:
                                                    tokens(claim)[:1] == tokens(entity)[:1]))
 
 
+@lru_cache(maxsize=1024)
 def _plan(question: str):  # noqa: ANN202 - a Plan or None
     """The planner's offline reading of the question's shape (awarl/research/decompose.py): one place for it."""
     from awarl.research.decompose import offline_plan

@@ -26,6 +26,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from awarl.critic.claims import Facts, clause_spans, facts_of, names, negated, sentence_spans
 from awarl.critic.schema import PassageRef
@@ -100,6 +101,14 @@ def _unit(p: PassageRef, values: list[Value], a: int, b: int, level: str) -> Uni
 
 
 def view(p: PassageRef) -> View:
+    """The passage read as units (cached: a GRPO group's completions, the loop's steps and the final pass read
+    the same passages again)."""
+    return _view(p.id, p.title, p.text, p.number)
+
+
+@lru_cache(maxsize=4096)
+def _view(pid: str, title: str, text: str, number: int) -> View:
+    p = PassageRef(number=number, id=pid, title=title, text=text)
     values = read_values(p.text)
     sents = sentence_spans(p.text)
     units: list[Unit] = []
@@ -222,6 +231,7 @@ def answer_type(question: str) -> set[str]:
     return {stem(t) for t in tokens(m.group(1))} if m else set()
 
 
+@lru_cache(maxsize=4096)
 def question_of(question: str, answer: str, relation_overlap: float) -> Question:
     """The question's names, values and relation words; a role word beside another relation word is a bridge
     ("Where did X's father die?": the relation asked is the death, the father is whose) and set aside."""
