@@ -232,6 +232,8 @@ def test_an_unsupported_claim_in_an_approved_answer_is_marked_with_the_evidence_
                                                                             "</answer>"]})
     report, run = research(FOO_Q, FixedPlanner([FOO_Q]), eng, lexical(cfg), cfg)
     assert report.approved
+    # confidence: the grounded share of the judge's findings on the answer (final pass and step: 8 of 10)
+    assert report.confidence == pytest.approx(0.8)
     nobel = [f for f in report.findings if "Nobel" in f.claim]
     assert nobel and all(f.status == "unsupported" and f.mark.startswith("unsupported") for f in nobel)
     assert any(f.startswith("unsupported claim in the approved answer") and "Nobel" in f for f in report.flags)
