@@ -36,6 +36,7 @@ _OPENERS = frozenset(_words("the a an in on at what which who whom whose when wh
                             "do has have had he she they we i for from by with as after before during "
                             "while although though but and or if since both neither either other "
                             "another some many most several"))
+_VERB = frozenset(_words("is was are were be been being has have had does did do will would can could"))
 _CONNECTORS = frozenset(_words("of de the van von da del della la le du di der den y for on and"))
 _WEEKDAYS = frozenset(_words("monday tuesday wednesday thursday friday saturday sunday"))
 
@@ -99,13 +100,22 @@ def _rstrip(text: str, a: int, b: int) -> int:
     return b
 
 
+def is_short(answer: str, short_answer_words: int = 5) -> bool:
+    """Whether an answer is read as one short answer to its question: at most `short_answer_words` words, or
+    a longer name or value with no relation word of its own ("McDull: Rise of the Rice Cooker")."""
+    answer = answer.strip()
+    if len(answer.split()) <= short_answer_words:
+        return True
+    return len(sentence_spans(answer)) == 1 and not facts_of(answer).words and not _VERB & set(tokens(answer))
+
+
 def split_claims(answer: str, short_answer_words: int = 5) -> list[str]:
-    """The claims of an answer: the answer itself when it has at most `short_answer_words` words, else its
-    clauses (module docstring: numbers, dates and names stay whole)."""
+    """The claims of an answer: the answer itself when it is short (`is_short`), else its clauses (module
+    docstring: numbers, dates and names stay whole)."""
     answer = answer.strip()
     if not answer:
         return []
-    if len(answer.split()) <= short_answer_words:
+    if is_short(answer, short_answer_words):
         return [answer]
     claims: list[str] = []
     for s0, s1 in sentence_spans(answer):
@@ -137,7 +147,8 @@ def names(text: str) -> list[tuple[str, ...]]:
             if not (w in MONTHS or w in _WEEKDAYS or (w in _OPENERS and (at_start or w in ("the", "a", "an")))):
                 break
             words = words[1:]
-        if at_start and len(words) > 2 and words[1].lower() in _CONNECTORS and words[0].lower() not in _CONNECTORS:
+        opens = m.start() == 0 or bool(re.search(r"[.!?]\s*$", text[:m.start()]))
+        if opens and len(words) > 2 and words[1].lower() in _CONNECTORS and words[0].lower() not in _CONNECTORS:
             words = words[2:]  # "Capitals of France?": a common word capitalised because it opens the sentence
         while words and words[-1].lower() in ("of", "the", "and", "de", "for", "on"):
             words = words[:-1]

@@ -2,8 +2,8 @@
 retrieved passage (issue 43; awarl/critic/support.py has the rules, docs/research.md what they can and
 cannot see).
 
-Claims (awarl/critic/claims.py): an answer of at most `short_answer_words` words is one claim, read with
-its question; a longer one is split into sentences and clauses, keeping numbers ("$5,000 million"), dates
+Claims (awarl/critic/claims.py): an answer of at most `short_answer_words` words (or a longer bare name or
+value) is one claim, read with its question; a longer one is split into sentences and clauses, keeping numbers ("$5,000 million"), dates
 ("March 3, 1999") and names ("Mountrail County, North Dakota") whole.
 
 A long claim is grounded in a passage with a clause, sentence or pair of sentences that names every name
@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from awarl.config import CriticConfig
-from awarl.critic.claims import facts_of, split_claims
+from awarl.critic.claims import facts_of, is_short, split_claims
 from awarl.critic.schema import ClaimVerification, Conflict, CriticInput, CriticOutput, PassageRef, Span
 from awarl.critic.support import (
     AnswerCheck,
@@ -187,7 +187,7 @@ class LexicalJudge:
 
     def verify_one(self, item: CriticInput) -> CriticOutput:
         it = _Item(item)
-        short = len(item.answer.split()) <= self.cfg.short_answer_words
+        short = is_short(item.answer, self.cfg.short_answer_words)
         verdicts: list[ClaimVerification] = []
         for claim in split_claims(item.answer, self.cfg.short_answer_words):
             v = self._short_claim(it, claim) if short else self._long_claim(it, claim)

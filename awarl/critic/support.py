@@ -497,19 +497,14 @@ def _subject_all(q: Question, u: Unit, v: View) -> bool:
 
 def read_value(q: Question, entity: tuple[str, ...], kind: str, views: Sequence[View]) -> tuple[Value, Unit] | None:
     """The value (a date or an amount, `kind`) a passage gives for the question's relation about `entity`: a
-    clause naming the entity (or in its passage) that states the relation (a life-span's dates for births and
-    deaths). None when no clause gives one."""
+    clause naming the entity (or in its passage) that states the relation (its words, a life-span's dates for
+    births and deaths, "X is a 2002 film" for a release). None when no clause gives one."""
     want = "date" if kind == "date" else "quantity"
     for v in views:
         for u in clauses_of(v):
             if not set(entity) <= (u.tokset | v.title):
                 continue
-            got = len(held(q.facts.words, u.stems))
             for b in u.values:
-                if b.kind != want:
-                    continue
-                by_role = (b.role == "start" and q.facts.words & START_RELATIONS) or \
-                          (b.role == "end" and q.facts.words & END_RELATIONS)
-                if by_role or (got >= max(q.need, 1) and not b.role):
+                if b.kind == want and relation_holds(q, u, b.text):
                     return b, u
     return None

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from awarl.config import CriticConfig
-from awarl.critic.claims import facts_of, split_claims
+from awarl.critic.claims import facts_of, is_short, split_claims
 from awarl.critic.schema import ClaimVerification, Conflict, CriticInput, CriticOutput, PassageRef
 from awarl.critic.support import (
     Unit,
@@ -58,7 +58,7 @@ def complete(verdict: CriticOutput, item: CriticInput, short_answer_words: int =
              ) -> CriticOutput:
     """The verdict with every claim of the answer it omits added as unsupported (flagged), recounted."""
     claims = split_claims(item.answer, short_answer_words)
-    short = len(item.answer.split()) <= short_answer_words
+    short = is_short(item.answer, short_answer_words)
     missing = [c for c in claims if not _covered(c, verdict.verified_claims, short)]
     if not missing:
         return verdict
@@ -82,7 +82,7 @@ def source_conflicts(item: CriticInput, cfg: CriticConfig = _CRITIC) -> list[Con
     views = [view(p) for p in passages]
     refs = {p.id: p for p in passages}
     out: list[Conflict] = []
-    if len(item.answer.split()) <= cfg.short_answer_words:
+    if is_short(item.answer, cfg.short_answer_words):
         q = question_of(item.question, item.answer, cfg.relation_overlap)
         res = check_answer(q, item.answer, views, cfg.short_support_threshold)
         for here, there, mine, theirs in res.conflicts:

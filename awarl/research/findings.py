@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from awarl.config import CriticConfig
-from awarl.critic.claims import facts_of
+from awarl.critic.claims import facts_of, is_short
 from awarl.critic.schema import ClaimVerification, PassageRef, Span
 from awarl.critic.support import check_answer, check_claim, question_of, view
 from awarl.research.critic import judge_label
@@ -28,7 +28,7 @@ _CRITIC = CriticConfig()
 def locate(claim: str, question: str, passage: PassageRef) -> Span | None:
     """The span of `passage` that states the claim (module docstring), or None."""
     v = [view(passage)]
-    if len(claim.split()) <= _CRITIC.short_answer_words:
+    if is_short(claim, _CRITIC.short_answer_words):
         found = check_answer(question_of(question, claim, _CRITIC.relation_overlap), claim, v).supports
     else:
         found = []

@@ -55,8 +55,7 @@ def executor_identity(engine: Any, generation: GenerationConfig | None = None, m
     if model_ref and Path(model_ref).is_dir():
         return _weights(str(Path(model_ref).resolve()), Path(model_ref).stat().st_mtime)
     model = getattr(backend, "model", None)
-    name = model_ref or getattr(model, "name_or_path", None) or getattr(getattr(model, "config", None),
-                                                                        "_name_or_path", None)
+    name = model_ref or getattr(model, "name_or_path", None)
     if name and Path(str(name)).is_dir():
         return _weights(str(Path(str(name)).resolve()), Path(str(name)).stat().st_mtime)
     return {"kind": "hub" if name else type(backend).__name__, **({"name": str(name)} if name else {})}
