@@ -6,18 +6,25 @@ A passage is read as units: its clauses, its sentences, and pairs of adjacent se
 one and taken up by "He ..." in the next); the passage's title counts as every unit's subject.
 
 A claim (awarl/critic/claims.py: names, values, negation, relation words) is SUPPORTED by a unit that names
-every name of the claim, holds `support_threshold` of its relation words, agrees with each of its values
-(awarl/critic/values.py: dates at their precision, quantities in their units) and is negated exactly when the
-claim is. A clause or sentence that is about the same thing (its names and words) but gives another value
-of the same kind, or says the opposite, CONTRADICTS it.
+every name of the claim, holds `support_threshold` of its relation words (a life-span's date holds a birth or
+a death), agrees with each of its values (awarl/critic/values.py: dates at their precision, quantities in
+their units) and is negated exactly when the claim is. A clause or sentence about the same thing (its names
+and words) that gives another value of the same kind, or says the opposite, CONTRADICTS it.
 
-A short answer to a question is supported by a CLAUSE that holds the answer and the relation the question
-asks (`relation_overlap` of the question's relation words and values, at least one; or the relation's
-usual form: "a song by Rush" for a performer, a life-span's first date for a birth, "a 1999 film" for a
-release, "in Mountrail County" for where a place is located), not negated. A clause about the question's
-subject that states the asked relation with another value (another date, amount or name), or states it
-negated, contradicts the answer; another passage's clause that gives another date or amount for it is a
-CONFLICT, reported beside the support.
+A short answer to a question (`question_of`: its names, relation words, values; its answer-type words, "which
+Italian painter", and a bridge's role words, "X's father", are not the relation asked) is supported by a
+CLAUSE that holds the answer and the relation: `relation_overlap` of the question's relation words and values
+within `NEAR` tokens of the answer (at least one), its final verb when it ends with one ("When was X born?"),
+and no other relation verb nearest before the answer ("born in Weston, and died in Chobham"); or the
+relation's usual form: "a song by Rush" for a performer, a life-span's first date for a birth, "X is a 1999
+film" for a release, "in Mountrail County" for where a place is located. Not negated; about the entity a
+one-hop question names (a clause naming none of its names in a passage titled by none is about someone
+else); in a bridge question not a clause of the named entity's own passage that does not name the role.
+A clause that states the asked relation about the question's subject beyond doubt (`_states`: all its
+relation words, at most two, and all its names) with another value right after the relation word ("born in
+Oslo") or another date or amount, or states it negated, or a life-span giving another date at the asked
+end, CONTRADICTS the answer; another clause that gives another date or amount for it is a CONFLICT, reported
+beside the support.
 """
 
 from __future__ import annotations
@@ -336,12 +343,6 @@ def _usual_form(q: Question, u: Unit, avals: list[Value], at: int | None) -> boo
                 set(u.toks[at:at + 5]) & _WORKS:  # "X is a 1999 film", not "based on a 1993 novel"
             return True
     return bool(at is not None and q.facts.words == {"locate"} and {"in", "of"} & set(u.toks[max(0, at - 2):at]))
-
-
-def _subject(q: Question, u: Unit, v: View) -> bool:
-    """Whether the unit is about one of the question's names (in it, or the passage's title)."""
-    have = u.tokset | v.title
-    return any(set(n) <= have for n in q.facts.names)
 
 
 def check_answer(q: Question, answer: str, views: Sequence[View], presence: float = 1.0) -> AnswerCheck:
