@@ -46,8 +46,9 @@ JUDGES = Registry(
     "citation judge", "critic.judge / research.judge",
     "a factory (cfg: CriticConfig, cache_dir: Path | None) -> an awarl.critic.schema.Judge",
     extras={"none": "no citation reward and no verdicts (critic.judge only)"})
-JUDGES.add("lexical", "awarl.critic.lexical_judge:build", "a deterministic token-overlap heuristic over the "
-           "answer's own claims (offline)")
+JUDGES.add("lexical", "awarl.critic.lexical_judge:build", "offline: what each claim of the answer "
+           "asserts, checked against one span of the passages (entities, values with units, dates at their "
+           "precision, negation, the relation the question asks)")
 JUDGES.add("gold", "awarl.critic.gold_judge:build", "the dataset's supporting evidence: deterministic, offline, "
            "an ORACLE (it reads the gold evidence); questions without evidence go to critic.gold_fallback")
 JUDGES.add("openai", "awarl.critic.openai_judge:OpenAIJudge", "an LLM behind an OpenAI-compatible endpoint "

@@ -399,7 +399,11 @@ class CriticConfig(Section):
     bridge_overlap: float = Field(0.3, ge=0, le=1, description="lexical: share of the question's content words "
                                   "a cited passage that also contains the answer must hold to support it too.")
     short_answer_words: int = Field(5, ge=1, description="lexical: an answer of at most this many words is "
-                                    "one claim (not split on `and`/commas, e.g. `Simon and Garfunkel`).")
+                                    "one claim (not split into clauses, e.g. `Simon and Garfunkel`).")
+    relation_overlap: float = Field(0.25, ge=0, le=1, description="lexical: share of the question's relation "
+                                    "words and values (at least one) the clause holding a short answer must "
+                                    "also hold for the answer to be grounded: the clause answers the question, "
+                                    "not merely names the answer (0: any clause holding the answer).")
 
     @field_validator("base_url")
     @classmethod

@@ -11,7 +11,14 @@ reported per dataset:
 - mean |Δ r_cite| between the judges, and each judge's mean r_cite;
 - distractors that pay: citing exactly the shown passages the gold judge calls supporting, then adding one
   shown passage it does not, share of those (question, passage) pairs where the lexical r_cite goes up
-  (the gold judge's never does: an added non-gold citation is redundant).
+  (the gold judge's never does: an added non-gold citation is redundant);
+- the answers themselves (issue 43), citing every shown passage: the share of questions whose GOLD answer the
+  lexical judge grounds (every claim grounded), the same over the questions whose every gold paragraph was
+  shown (the evidence is there to be read), and, on the same trajectory, the share whose WRONG answer it
+  grounds: a value or name of the same kind taken from the shown gold passages (another date or amount of
+  the gold paragraph, another name it gives, `no` for `yes`), never the gold answer nor a name of the
+  question: the contradiction set of real shipped questions and passages. Lower is better; the gold judge
+  grades evidence, not answers, so it would ground every one.
 
     python benchmarks/judge_agreement.py [--out docs/benchmarks.md] [--before FILE --before-label TEXT ...]
         [--lexical-from FILE]
@@ -42,9 +49,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from awarl.config import CriticConfig  # noqa: E402
-from awarl.critic.gold_judge import gold_verdict  # noqa: E402
+from awarl.critic.claims import names  # noqa: E402
+from awarl.critic.gold_judge import gold_matches, gold_verdict  # noqa: E402
 from awarl.critic.lexical_judge import LexicalJudge  # noqa: E402
 from awarl.critic.schema import PassageRef  # noqa: E402
+from awarl.critic.tokens import tokens  # noqa: E402
+from awarl.critic.values import read_values  # noqa: E402
 from awarl.data.corpus import shipped_closed_corpus  # noqa: E402
 from awarl.data.evidence import gold_evidence  # noqa: E402
 from awarl.data.loaders import load_shipped  # noqa: E402
@@ -69,12 +79,15 @@ def measure(judge, retriever, limit: int | None = None, distractor_count: bool =
     t_judge = 0.0
     for name in DATASETS:
         acc = {"agree": 0, "cited": 0, "lex_sup": 0, "lex_sup_gold": 0, "gold_cited": 0, "gold_found": 0,
-               "diff": [], "r_lex": [], "r_gold": [], "pairs": 0, "paid": 0, "failed": 0}
+               "diff": [], "r_lex": [], "r_gold": [], "pairs": 0, "paid": 0, "failed": 0,
+               "gold_answers": 0, "gold_grounded": 0, "wrong_answers": 0, "wrong_grounded": 0,
+               "shown_answers": 0, "shown_grounded": 0}
         for ex in load_shipped(name)[:limit]:
             ev = gold_evidence(ex)
             refs, choices = trajectory(retriever, ex)
             if distractor_count:
                 distractors(judge, ex, ev, refs, acc)
+            answers_grounded(judge, ex, ev, refs, acc)
             for cites in choices.values():
                 item = build_critic_input(ex.question, ex.answers[0], cites, refs)
                 t0 = time.perf_counter()
@@ -120,6 +133,60 @@ def distractors(judge, ex, ev, refs: list[PassageRef], acc: dict) -> None:
         acc["paid"] += r > base + 1e-9
 
 
+def _grounded(judge, question: str, answer: str, refs: list[PassageRef]) -> bool | None:
+    v = judge.verify([build_critic_input(question, answer, [p.number for p in refs], refs)])[0]
+    if v is None:
+        return None
+    return bool(v.verified_claims) and all(c.status == "grounded" for c in v.verified_claims)
+
+
+def wrong_answer(ex, ev, refs: list[PassageRef]) -> str | None:
+    """A wrong answer of the gold answer's kind from the shown gold passages (module docstring), or None."""
+    gold = ex.answers[0]
+    low = gold.strip().lower()
+    if low in ("yes", "no"):
+        return "no" if low == "yes" else "yes"
+    gold_refs = [p for p in refs if gold_matches(ev, p.id, p.title)] or refs
+    want = read_values(gold)
+    avoid = set(tokens(ex.question)) | {t for a in ex.answers for t in tokens(a)}
+    for p in gold_refs:
+        if want:
+            for v in read_values(p.text):
+                if v.comparable(want[0]) and not any(v.agrees(w) for a in ex.answers for w in read_values(a)):
+                    return v.text
+        else:
+            for n in names(p.text):
+                if not set(n) & avoid and not set(n) & set(tokens(p.title)) and _like(n, tokens(gold)):
+                    return " ".join(w.capitalize() for w in n)
+    return None
+
+
+def _like(name: tuple[str, ...], gold: list[str]) -> bool:
+    """A name that can stand for the gold one: as many words (give or take one), never a lone nationality
+    word ("Irish", "Italian": an adjective, not an entity)."""
+    if len(name) == 1 and name[0].endswith(("ish", "ian", "ese", "can", "ch")):
+        return False
+    return abs(len(name) - len(gold)) <= 1
+
+
+def answers_grounded(judge, ex, ev, refs: list[PassageRef], acc: dict) -> None:
+    """The answers themselves (module docstring): the gold answer, and a wrong one from the gold passages."""
+    got = _grounded(judge, ex.question, ex.answers[0], refs)
+    if got is not None:
+        acc["gold_answers"] += 1
+        acc["gold_grounded"] += got
+        shown = {k for p in refs for k in gold_matches(ev, p.id, p.title)}
+        if len(shown) == len(ev.paragraphs):  # every gold paragraph was retrieved: the answer is there
+            acc["shown_answers"] += 1
+            acc["shown_grounded"] += got
+    wrong = wrong_answer(ex, ev, refs)
+    if wrong:
+        got = _grounded(judge, ex.question, wrong, refs)
+        if got is not None:
+            acc["wrong_answers"] += 1
+            acc["wrong_grounded"] += got
+
+
 def rows(res: dict[str, dict]) -> list[list[str]]:
     table = []
     for name, a in res.items():
@@ -127,18 +194,25 @@ def rows(res: dict[str, dict]) -> list[list[str]]:
         table.append([name, str(n // 2), str(a["cited"]), f"{a['agree'] / max(a['cited'], 1):.3f}",
                       f"{a['lex_sup_gold'] / max(a['lex_sup'], 1):.3f}", f"{a['gold_found'] / max(a['gold_cited'], 1):.3f}",
                       f"{sum(a['diff']) / n:.3f}", f"{sum(a['r_lex']) / n:.3f}", f"{sum(a['r_gold']) / n:.3f}",
-                      f"{a['paid'] / a['pairs']:.3f} ({a['paid']}/{a['pairs']})" if a["pairs"] else "—"])
+                      f"{a['paid'] / a['pairs']:.3f} ({a['paid']}/{a['pairs']})" if a["pairs"] else "—",
+                      _share(a["gold_grounded"], a["gold_answers"]), _share(a["shown_grounded"], a["shown_answers"]),
+                      _share(a["wrong_grounded"], a["wrong_answers"])])
     return table
+
+
+def _share(k: int, n: int) -> str:
+    return f"{k / n:.3f} ({k}/{n})" if n else "—"
 
 
 HEAD = ["dataset", "questions", "cited passages", "passage agreement", "lexical support precision",
         "lexical support recall", "mean abs diff r_cite", "r_cite lexical", "r_cite gold",
-        "distractors that pay (lexical)"]
+        "distractors that pay (lexical)", "gold answer grounded", "gold answer grounded, its evidence shown",
+        "wrong answer grounded"]
 
 
 def markdown(table: list[list[str]], before: list[tuple[str, list[list[str]]]], secs: float, n_items: int,
              command: str) -> str:
-    lines = [START, "## Citation judges: lexical vs gold evidence (issues 12, 22)", "",
+    lines = [START, "## Citation judges: lexical vs gold evidence (issues 12, 22, 43)", "",
              f"Date: {date.today().isoformat()}. Machine: 2 CPU cores, 24 GiB, no GPU ({platform.machine()}, Python "
              f"{platform.python_version()}). Command: `{command}`.",
              "", "Every question of the three shipped dev samples; a trajectory of two BM25 searches over the shipped "
@@ -148,7 +222,12 @@ def markdown(table: list[list[str]], before: list[tuple[str, list[list[str]]]], 
              "support precision / recall: its supporting calls against the gold labels. Distractors that pay: "
              "citing exactly the shown passages the gold judge calls supporting, plus one shown passage it does "
              "not, share of those (question, passage) pairs where the lexical r_cite rises above citing the gold "
-             "ones alone (for the gold judge it never does).", "",
+             "ones alone (for the gold judge it never does). The answers themselves (issue 43), citing every shown "
+             "passage: gold answer grounded (every claim), the same over the questions whose every gold paragraph "
+             "was shown, and wrong answer grounded: a value or name of the gold answer's kind taken from the shown "
+             "gold passages (another date or amount, another name, `no` for `yes`; never the gold answer nor a name "
+             "of the question), the contradiction set of real shipped questions; lower is better (the gold judge "
+             "grades evidence, not answers: it would ground every one).", "",
              "| " + " | ".join(HEAD) + " |", "|---|" + "---:|" * (len(HEAD) - 1)]
     lines += ["| " + " | ".join(r) + " |" for r in table]
     for label, old in before:

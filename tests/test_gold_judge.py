@@ -154,7 +154,9 @@ def test_data_without_evidence_goes_to_the_fallback_counted():
              for ex in (nq, hot)]
     judge = make_judge(CriticConfig(judge="gold"))
     got = judge_citations(judge, items, 0.5)
-    assert got[0].judge == "lexical" and got[0].fallback and got[0].score.reward == 1.0  # lexical: grounded
+    # lexical: the passage holds the answer but states none of the question's relation: inferred, half the credit
+    assert got[0].judge == "lexical" and got[0].fallback and got[0].score.reward == 0.5
+    assert got[0].verdict.verified_claims[0].status == "inferred"
     assert got[1].judge is None and not got[1].fallback and got[1].score.reward == -1.0  # gold: w1 is not gold
     assert judge.fallbacks == 1
     assert got[0].summary("gold")["judge"] == "lexical" and got[0].summary("gold")["fallback"] is True

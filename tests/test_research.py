@@ -12,9 +12,13 @@ from research_kit import RecordingScripted
 
 from awarl.data.loaders import load_shipped
 
-QID = "2hop__574419_270105"  # What is the seat of the county where Van Hook Township is located? Stanley
-HOP1 = "located in the administrative territorial entity of Van Hook Township?"
-HOP2 = "capital of Mountrail County?"
+QID = "2hop__312223_144857"  # What city was the author of What We Talk About When We Talk About love born in?
+HOP1 = "author of What We Talk About When We Talk About Love?"
+HOP2 = "What is the name of the city Raymond Carver was born in?"
+VAN_HOOK = "2hop__574419_270105"  # What is the seat of the county where Van Hook Township is located? Stanley
+VH1 = "located in the administrative territorial entity of Van Hook Township?"
+VH2 = "capital of Mountrail County?"
+QUESTION = "What city was the author of What We Talk About When We Talk About love born in?"
 
 
 @pytest.fixture(scope="module")
@@ -67,44 +71,79 @@ def test_the_plan_is_musique_own_decomposition_filled_with_the_executor_answers(
 
     plan = DecompositionPlanner().decompose(example.question, example)
     assert plan.rule == "musique_decomposition" and plan.reduce.kind == "last"
-    assert [s.text for s in plan.steps] == [HOP1, "capital of #1?"] and plan.steps[1].depends_on == [0]
-    assert fill(plan.steps[1].text, {0: "Mountrail County"}) == HOP2  # the executor's answer, never the gold one
+    assert [s.text for s in plan.steps] == [HOP1, "What is the name of the city #1 was born in?"]
+    assert plan.steps[1].depends_on == [0]
+    assert fill(plan.steps[1].text, {0: "Raymond Carver"}) == HOP2  # the executor's answer, never the gold one
     assert [s.text for s in DecompositionPlanner().decompose("Who?", None).steps] == ["Who?"]
 
 
 def test_an_unsupported_first_answer_is_requeried_and_the_evidence_found_is_approved(tok, server_url, example):
     script = {
-        HOP1: ["<search> Van Hook Township </search>", "<cite> 1 </cite> <answer> Zebra Crossing Borough </answer>"],
+        HOP1: ["<search> Love stories collection </search>", "<cite> 1 </cite> <answer> Tess Gallagher </answer>"],
         # the re-queued sub-question carries the planner's instructions; the agent searches differently
-        HOP1 + " (Not supported": ["<search> Van Hook Township Mountrail County North Dakota </search>",
-                                   "<cite> 1 </cite> <answer> Mountrail County </answer>"],
-        HOP2: ["<search> Mountrail County seat Stanley </search>", "<cite> 1 </cite> <answer> Stanley </answer>"],
+        HOP1 + " (Not supported": ["<search> What We Talk About When We Talk About Love </search>",
+                                   "<cite> 1 </cite> <answer> Raymond Carver </answer>"],
+        HOP2: ["<search> Raymond Carver born </search>", "<cite> 1 </cite> <answer> Clatskanie </answer>"],
     }
     cfg, engine = engine_for(tok, server_url, script)
     report = research(cfg, engine, example)
-    assert report.approved and report.answer == "Stanley" and report.coverage_gaps == []
+    assert report.approved and report.answer == "Clatskanie" and report.coverage_gaps == []
     hop1, hop2 = report.sub_questions
-    assert hop1["attempts"] == 2 and hop1["answer"] == "Mountrail County" and hop2["text"] == HOP2
+    assert hop1["attempts"] == 2 and hop1["answer"] == "Raymond Carver" and hop2["text"] == HOP2
     assert report.requeries == 1 and report.iterations == 2 <= cfg.research.max_iterations
     assert report.groundedness_before < report.groundedness_after
     # the re-query named the unsupported claim and the search already tried
     requeried = [p for p in engine.backend.prompts if "(Not supported" in p]
-    assert requeried and all('"Zebra Crossing Borough"' in p and '"Van Hook Township"' in p for p in requeried)
-    assert any(c.status == "grounded" and c.claim == "Stanley" for c in report.findings)
+    assert requeried and all('"Tess Gallagher"' in p and '"Love stories collection"' in p for p in requeried)
+    clatskanie = next(c for c in report.findings if c.claim == "Clatskanie" and c.step is None)
+    assert clatskanie.status == "grounded" and report.confidence == 1.0
+    # the evidence chain: the span that states it, in the passage text the report keeps
+    quote = clatskanie.quotes[0]
+    assert quote.text == "Carver was born in Clatskanie, Oregon, a mill town on the Columbia River"
+    assert {p.id: p.text for p in report.passages}[quote.passage_id][quote.start:quote.end] == quote.text
+    assert report.provenance["index"]["corpus_sha256"] and report.provenance["judge"]["name"] == "lexical"
 
 
-def test_evidence_never_found_ends_in_abstention_with_the_gap_named(tok, server_url, example):
-    script = {HOP1: ["<search> Van Hook Township </search>", "<cite> 1 </cite> <answer> Zebra Crossing Borough </answer>"],
-              HOP1 + " (Not supported": ["<search> zebra borough </search>",
-                                         "<cite> 1 </cite> <answer> Zebra Crossing Borough </answer>"]}
+def test_answers_the_sources_hold_but_the_executor_missed_are_a_query_failure_naming_the_passage(
+        tok, server_url, example):
+    """Issue 43: two searches that differed as strings made a "coverage gap" even when the sources held the
+    answer. The loop now searches the sub-question's own words before it says so: here that search retrieves
+    the collection's passage, which names its author, so the step is a query failure that names the passage."""
+    script = {HOP1: ["<search> Love stories collection </search>", "<cite> 1 </cite> <answer> Zebra Writer </answer>"],
+              HOP1 + " (Not supported": ["<search> zebra writer </search>",
+                                         "<cite> 1 </cite> <answer> Zebra Writer </answer>"]}
     cfg, engine = engine_for(tok, server_url, script, **{"research.max_iterations": 2})
     report = research(cfg, engine, example)
     assert not report.approved and report.answer == "not enough information"
     assert report.sub_questions[0]["attempts"] == 2 == report.iterations  # the hard limit, never exceeded
     assert report.sub_questions[1]["attempts"] == 0  # it needs hop 1's answer: not asked with a guess
-    assert any("Zebra Crossing Borough" in g and "2 attempt" in g for g in report.coverage_gaps)
-    assert any("needs the answer of step 1" in g for g in report.coverage_gaps)
-    assert report.query_failures == []  # searched with different terms both times: a gap in the sources
+    assert report.coverage_gaps == []
+    found = report.query_failures[0]
+    assert found.startswith(f"{HOP1}: the loop's own search for the sub-question itself ({HOP1!r}) retrieved ")
+    assert "by American writer Raymond Carver" in found and "'Love stories collection'; 'zebra writer'" in found
+    assert "by American writer Raymond Carver" in report.sub_questions[0]["probe"]["answering"]["text"]
+    assert "needs the answer of step 1" in report.query_failures[1]
+
+
+def test_evidence_never_found_ends_in_abstention_with_the_gap_named(tok, server_url):
+    """The shipped corpus's only passage about Stanley says the Mountrail County Courthouse is IN Stanley, not
+    that Stanley is the county's seat: the answer is inferred, never grounded (the judge before issue 43
+    grounded it), and after searches on other terms and the loop's own search for the sub-question, it is a
+    coverage gap that names everything searched."""
+    ex = next(e for e in load_shipped("musique") if e.id == VAN_HOOK)
+    script = {VH1: ["<search> Van Hook Township </search>", "<cite> 1 </cite> <answer> Mountrail County </answer>"],
+              VH2: ["<search> Mountrail County seat Stanley </search>", "<cite> 1 </cite> <answer> Stanley </answer>"],
+              VH2 + " (Not supported": ["<search> Mountrail County courthouse </search>",
+                                        "<cite> 1 </cite> <answer> Stanley </answer>"]}
+    cfg, engine = engine_for(tok, server_url, script, **{"research.max_iterations": 2})
+    report = research(cfg, engine, ex)
+    assert not report.approved and report.sub_questions[0]["approved"] and not report.sub_questions[1]["approved"]
+    assert [(f.claim, f.status) for f in report.findings if f.step == 1] == [("Stanley", "inferred")]
+    gap = report.coverage_gaps[0]
+    assert gap.startswith(f"{VH2}: Stanley (unsupported after 2 attempt(s)); the executor searched for "
+                          f"'Mountrail County seat Stanley'; 'Mountrail County courthouse' and the loop searched for "
+                          f"the sub-question itself ({VH2!r}): no retrieved passage answers it")
+    assert report.query_failures == [] and report.failures == []
 
 
 def test_coverage_gaps_are_required_and_always_in_the_report():
@@ -120,21 +159,21 @@ def test_a_requery_that_repeats_the_searches_is_redrawn_then_counted_a_query_fai
     """Greedy decoding repeats itself: re-queries are sampled (research.requery_temperature), a draw whose
     searches were all tried before is discarded and drawn again (research.requery_draws), and a step whose
     re-queries only repeated is a query failure, not a coverage gap."""
-    same = ["<search> Van Hook Township </search>", "<cite> 1 </cite> <answer> Zebra Crossing Borough </answer>"]
+    same = ["<search> Love stories collection </search>", "<cite> 1 </cite> <answer> Zebra Writer </answer>"]
     cfg, engine = engine_for(tok, server_url, {HOP1: same, HOP1 + " (Not supported": same})
     report = research(cfg, engine, example)
     hop1 = report.sub_questions[0]
     assert [t["repeated"] for t in hop1["trace"]] == [False, True, True] and hop1["attempts"] == 3
     assert [t["draws"] for t in hop1["trace"]] == [1, 2, 2] and len(hop1["discarded_draws"]) == 2
     assert report.coverage_gaps == [] and len(report.query_failures) == 2  # hop 1, and hop 2 blocked by it
-    assert "re-queries repeated the searches already tried (Van Hook Township)" in report.query_failures[0]
+    assert "re-queries repeated the searches already tried ('Love stories collection')" in report.query_failures[0]
     temps = {("(Not supported" in p, t)
              for p, t in zip(engine.backend.prompts, engine.backend.temperatures, strict=True)}
     assert temps == {(False, 0.0), (True, 0.7)} and cfg.research.requery_temperature == 0.7
 
 
 def test_a_step_that_never_searched_is_a_query_failure_not_a_coverage_gap(tok, server_url, example):
-    cfg, engine = engine_for(tok, server_url, {HOP1: ["<cite> 1 </cite> <answer> Zebra Crossing Borough </answer>"]},
+    cfg, engine = engine_for(tok, server_url, {HOP1: ["<cite> 1 </cite> <answer> Zebra Writer </answer>"]},
                              **{"research.max_iterations": 2})
     report = research(cfg, engine, example)
     assert report.coverage_gaps == []
@@ -151,10 +190,11 @@ def test_a_step_two_links_behind_a_query_failure_is_a_query_failure_too(tok, ser
 
     class Chain(DecompositionPlanner):
         def decompose(self, question, example=None):
-            return Plan(steps=[SubQuestion(index=0, text=HOP1), SubQuestion(index=1, text="capital of #1?", depends_on=[0]),
+            return Plan(steps=[SubQuestion(index=0, text=HOP1),
+                               SubQuestion(index=1, text="What is the name of the city #1 was born in?", depends_on=[0]),
                                SubQuestion(index=2, text="Who founded #2?", depends_on=[1])])
 
-    cfg, engine = engine_for(tok, server_url, {HOP1: ["<cite> 1 </cite> <answer> Zebra Crossing Borough </answer>"]},
+    cfg, engine = engine_for(tok, server_url, {HOP1: ["<cite> 1 </cite> <answer> Zebra Writer </answer>"]},
                              **{"research.max_iterations": 2})
     run = ResearchRun(example.question, Chain(), approve_threshold=0.8, max_iterations=2,
                       abstention_phrase="not enough information", example=example)
@@ -164,12 +204,12 @@ def test_a_step_two_links_behind_a_query_failure_is_a_query_failure_too(tok, ser
 
 
 def test_the_requery_names_every_search_tried_by_every_earlier_attempt(tok, server_url, example):
-    script = {HOP1: ["<search> Van Hook Township </search>", "<cite> 1 </cite> <answer> Zebra Crossing Borough </answer>"],
-              HOP1 + " (Not supported": ["<search> zebra borough </search>",
-                                         "<cite> 1 </cite> <answer> Zebra Crossing Borough </answer>"]}
+    script = {HOP1: ["<search> Love stories collection </search>", "<cite> 1 </cite> <answer> Zebra Writer </answer>"],
+              HOP1 + " (Not supported": ["<search> zebra writer </search>",
+                                         "<cite> 1 </cite> <answer> Zebra Writer </answer>"]}
     cfg, engine = engine_for(tok, server_url, script, **{"research.requery_draws": 1})
     research(cfg, engine, example)
-    third = [p for p in engine.backend.prompts if '"Van Hook Township"; "zebra borough"' in p]
+    third = [p for p in engine.backend.prompts if '"Love stories collection"; "zebra writer"' in p]
     assert third  # attempt 3 is told both earlier searches, not only the last attempt's
 
 
@@ -195,7 +235,8 @@ def test_gap_and_requery_text_never_quote_the_gold_evidence(tok, server_url):
     ev = gold_evidence(ex)
     facts = [fact_text(ev, k) for k in range(len(ev.paragraphs))]
     assert facts and not any(f in said for f in facts)
-    assert not any(a in said for a in ex.answers) and "Zebra" in report.coverage_gaps[0]
+    assert not any(a in said for a in ex.answers)
+    assert "Zebra" in (report.coverage_gaps + report.query_failures)[0]  # the executor's own answer, named
 
 
 SHIPPED_TASKS = "data/research/regression.jsonl"
@@ -216,12 +257,13 @@ def test_cli_research_prints_the_markdown_report_and_writes_its_json(tmp_path, t
     from awarl.cli import main
 
     out = tmp_path / "report.json"
-    q = "What is the seat of the county where Van Hook Township is located?"
-    assert main(["research", q, "--out", str(out), *scripted_args(tiny_dir, shipped_bm25_dir)]) == 0
+    assert main(["research", QUESTION, "--out", str(out), *scripted_args(tiny_dir, shipped_bm25_dir)]) == 0
     said = capsys.readouterr().out
-    assert "**Answer:** Stanley (approved)" in said and "## Coverage gaps" in said and "- none" in said
+    assert "**Answer:** Clatskanie (approved)" in said and "## Coverage gaps" in said and "- none" in said
     saved = json.loads(out.read_text())
-    assert saved["answer"] == "Stanley" and saved["coverage_gaps"] == [] and saved["iterations"] == 2
+    assert saved["answer"] == "Clatskanie" and saved["coverage_gaps"] == [] and saved["iterations"] == 2
+    # the executor's identity is its script's hash; the index's the closed corpus's
+    assert saved["provenance"]["executor"]["kind"] == "scripted" and saved["provenance"]["index"]["passage_count"] == 6404
 
 
 @pytest.mark.slow
@@ -274,8 +316,9 @@ def gold_judged_run(tok, server_url, example):
     from awarl.research.loop import ResearchRun, run_research
     from awarl.research.planner import DecompositionPlanner
 
-    script = {HOP1: ["<search> Van Hook Township </search>", "<cite> 1 </cite> <answer> Mountrail County </answer>"],
-              HOP2: ["<search> Mountrail County seat Stanley </search>", "<cite> 1 </cite> <answer> Stanley </answer>"]}
+    script = {HOP1: ["<search> What We Talk About When We Talk About Love </search>",
+                     "<cite> 1 </cite> <answer> Raymond Carver </answer>"],
+              HOP2: ["<search> Raymond Carver born </search>", "<cite> 1 </cite> <answer> Clatskanie </answer>"]}
     cfg, engine = engine_for(tok, server_url, script, **{"critic.judge": "gold"})
     run = ResearchRun(example.question, DecompositionPlanner(), approve_threshold=0.8, max_iterations=3,
                       abstention_phrase="not enough information", example=example)
@@ -285,7 +328,7 @@ def gold_judged_run(tok, server_url, example):
 
 def test_under_the_gold_judge_a_step_is_approved_when_its_hop_evidence_is_retrieved_and_cited(
         tok, server_url, example):
-    """The gold judge grades evidence, not wording: hop 1's gold paragraph (Van Hook Township's) retrieved and
+    """The gold judge grades evidence, not wording: hop 1's gold paragraph (the collection's) retrieved and
     cited approves it at once, and the synthesis is checked against the question's whole gold evidence."""
     from awarl.research.critic import step_gold
 
@@ -328,12 +371,12 @@ def planner_app(requests: list[dict]):
         user = body["messages"][-1]["content"]
         if name == "research_plan":
             out = {"sub_questions": [{"question": HOP1, "depends_on": []},
-                                     {"question": "capital of #1?", "depends_on": [1]}]}
+                                     {"question": "What is the name of the city #1 was born in?", "depends_on": [1]}]}
         elif name == "research_requery":
             out = {"question": HOP1 + " (Not supported, said the LLM planner)"}
         else:
-            assert "Stanley" in user
-            out = {"answer": "Stanley"}
+            assert "Clatskanie" in user
+            out = {"answer": "Clatskanie"}
         return chat_answer(json.dumps(out), usage={"prompt_tokens": 10})
 
     return fake_chat_app(reply, models=["planner-llm"], log=requests)
@@ -346,10 +389,10 @@ def test_the_llm_planner_decomposes_rewrites_and_synthesises_through_a_schema_bo
     from awarl.research.records import make_planner
 
     script = {
-        HOP1: ["<search> Van Hook Township </search>", "<cite> 1 </cite> <answer> Zebra Crossing Borough </answer>"],
-        HOP1 + " (Not supported": ["<search> Van Hook Township Mountrail County North Dakota </search>",
-                                   "<cite> 1 </cite> <answer> Mountrail County </answer>"],
-        HOP2: ["<search> Mountrail County seat Stanley </search>", "<cite> 1 </cite> <answer> Stanley </answer>"],
+        HOP1: ["<search> Love stories collection </search>", "<cite> 1 </cite> <answer> Tess Gallagher </answer>"],
+        HOP1 + " (Not supported": ["<search> What We Talk About When We Talk About Love </search>",
+                                   "<cite> 1 </cite> <answer> Raymond Carver </answer>"],
+        HOP2: ["<search> Raymond Carver born </search>", "<cite> 1 </cite> <answer> Clatskanie </answer>"],
     }
     requests: list[dict] = []
     with serve_app(planner_app(requests)) as url:
@@ -357,10 +400,10 @@ def test_the_llm_planner_decomposes_rewrites_and_synthesises_through_a_schema_bo
                                                              "research.planner_base_url": f"{url}/v1",
                                                              "research.planner_model": "planner-llm"})
         planner = make_planner(cfg, tmp_path / "cache", check=True)
-        run = ResearchRun("What is the seat of the county where Van Hook Township is located?", planner,
-                          approve_threshold=0.8, max_iterations=3, abstention_phrase="not enough information")
+        run = ResearchRun(QUESTION, planner, approve_threshold=0.8, max_iterations=3,
+                          abstention_phrase="not enough information")
         (report,) = run_research([run], engine, LexicalJudge(cfg.critic), temperature=0.0)
-    assert report.approved and report.answer == "Stanley" and report.requeries == 1
+    assert report.approved and report.answer == "Clatskanie" and report.requeries == 1
     names = [r["response_format"]["json_schema"]["name"] for r in requests]
     assert names == ["research_plan", "research_requery", "research_synthesis"]
     assert all(r["response_format"]["json_schema"]["strict"] and r["model"] == "planner-llm" for r in requests)

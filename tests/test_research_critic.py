@@ -73,18 +73,40 @@ def test_a_claim_grounded_in_a_passage_never_retrieved_is_unsupported_and_flagge
 
 
 def test_a_claim_grounded_in_retrieved_passages_named_by_number_is_approved_with_its_ids(tok, claims_index, tmp_path):
-    """The audit resolves `1` / `[1]` to the corpus id (a judge may copy the number): a real grounding stands."""
+    """The audit resolves `1` / `[1]` to the corpus id (a judge may copy the number): a real grounding stands,
+    and its quote is the span of the passage that states it, with its offsets into the text the report keeps."""
     def verdict(user, ids):
         return {"verified_claims": [{"claim": "Plato describes a lost city", "status": "grounded",
                                      "source_ids": ["[1]"], "confidence": 0.9}], "overall_groundedness": 1.0,
-                "flags": []}
+                "flags": [], "conflicts": []}
 
+    script = {PLATO: ["<search> Plato lost city </search>", "<cite> 1 </cite> <answer> a lost city </answer>"]}
     with serve_app(fake_judge_app(verdict)) as url:
-        cfg, eng = engine(tok, claims_index, ATLANTIS)
+        cfg, eng = engine(tok, claims_index, script)
         report, run = research(PLATO, FixedPlanner([PLATO]), eng, llm_judge(url, tmp_path), cfg)
     first_id = run.steps[0].attempts[0].passages[0]["id"]
     assert report.approved and report.findings[0].source_ids == [first_id]
-    assert "lost city" in report.findings[0].quotes[0].text and report.findings[0].quotes[0].passage_id == first_id
+    quote = report.findings[0].quotes[0]
+    text = {p.id: p.text for p in report.passages}[first_id]
+    assert quote.passage_id == first_id and text[quote.start:quote.end] == quote.text == \
+        "Plato describes a lost city in the Atlantic."
+
+
+def test_a_claim_the_llm_judge_leaves_out_counts_as_unverified(tok, claims_index, tmp_path):
+    """Issue 43: a verdict that never mentions the answer ("Atlantis") approved it at 1.00 on the judge's other
+    claim. The answer's claim is added as unsupported (flagged), so the step is not approved."""
+    def verdict(user, ids):
+        return {"verified_claims": [{"claim": "Plato describes a lost city", "status": "grounded",
+                                     "source_ids": ["[1]"], "confidence": 0.9}], "overall_groundedness": 1.0,
+                "flags": [], "conflicts": []}
+
+    with serve_app(fake_judge_app(verdict)) as url:
+        cfg, eng = engine(tok, claims_index, ATLANTIS)
+        report, _ = research(PLATO, FixedPlanner([PLATO]), eng, llm_judge(url, tmp_path), cfg)
+    assert not report.approved and report.sub_questions[0]["trace"][0]["groundedness"] == 0.5
+    assert [(f.claim, f.status) for f in report.findings] == [("Plato describes a lost city", "grounded"),
+                                                              ("Atlantis", "unsupported")]
+    assert any("leaves out the answer's claim 'Atlantis'" in f for f in report.flags)
 
 
 def test_the_citation_reward_recounts_an_llm_judges_verdict_too(tmp_path):
@@ -210,6 +232,8 @@ def test_an_unsupported_claim_in_an_approved_answer_is_marked_with_the_evidence_
                                                                             "</answer>"]})
     report, run = research(FOO_Q, FixedPlanner([FOO_Q]), eng, lexical(cfg), cfg)
     assert report.approved
+    # confidence: the grounded share of the judge's findings on the answer (final pass and step: 8 of 10)
+    assert report.confidence == pytest.approx(0.8)
     nobel = [f for f in report.findings if "Nobel" in f.claim]
     assert nobel and all(f.status == "unsupported" and f.mark.startswith("unsupported") for f in nobel)
     assert any(f.startswith("unsupported claim in the approved answer") and "Nobel" in f for f in report.flags)

@@ -12,6 +12,9 @@ the planner acts on the critic's groundedness, so that figure must be the claims
   off, schema.py): the first wording is kept, with the weakest label of its copies (grounded > inferred >
   unsupported; a copy demoted above counts as unsupported), the sources of its copies with that label merged
   (first seen first) and the first such copy's confidence, and the repeat is flagged;
+- a claim's evidence spans must lie in a passage the trajectory retrieved, within its text (others are
+  dropped), and a conflict's `source_ids` are resolved like a claim's (an id never retrieved is dropped and
+  flagged; the conflict itself stands: a judge that saw one is not overruled);
 - `overall_groundedness` is **recounted**: grounded claims / all claims (0 with no claims). The judge's own
   figure is kept as `reported_groundedness`, and when it does not round to the recounted number of grounded
   claims (with no claims: when the figure itself does not round to the recount, 0), the disagreement is
@@ -23,7 +26,7 @@ figures are counts by construction and whose claims do not repeat on the shipped
 
 from __future__ import annotations
 
-from awarl.critic.schema import ClaimVerification, CriticInput, CriticOutput
+from awarl.critic.schema import ClaimVerification, Conflict, CriticInput, CriticOutput, Span
 from awarl.metrics import normalize_answer
 
 _STRENGTH = {"unsupported": 0, "inferred": 1, "grounded": 2}
@@ -56,8 +59,31 @@ def _merge(copies: list[ClaimVerification]) -> ClaimVerification:
     weakest = min(copies, key=lambda c: _STRENGTH[c.status])
     kept = [c for c in copies if c.status == weakest.status]
     ids = list(dict.fromkeys(s for c in kept for s in c.source_ids))
+    spans = list({(e.passage_id, e.start, e.end): e for c in kept for e in c.evidence}.values())
     return ClaimVerification(claim=copies[0].claim, status=weakest.status, source_ids=ids,
-                             confidence=kept[0].confidence)
+                             confidence=kept[0].confidence, evidence=spans)
+
+
+def _spans(spans: list[Span], names: dict[str, str], lengths: dict[str, int]) -> list[Span]:
+    """The spans that lie in a retrieved passage, within its text (ids resolved like sources)."""
+    out = []
+    for e in spans:
+        pid = _resolve(e.passage_id, names)
+        if pid is not None and e.start < e.end <= lengths.get(pid, -1):
+            out.append(Span(passage_id=pid, start=e.start, end=e.end))
+    return out
+
+
+def _conflicts(conflicts: list[Conflict], names: dict[str, str], flags: list[str]) -> list[Conflict]:
+    out = []
+    for c in conflicts:
+        resolved = [_resolve(s, names) for s in c.source_ids]
+        unknown = [s for s, r in zip(c.source_ids, resolved, strict=True) if r is None]
+        if unknown:
+            flags.append(f"a conflict ({c.claim or ', '.join(c.values)}) names passage(s) {unknown} that were never "
+                         "retrieved: those ids are dropped, the conflict stands")
+        out.append(c.model_copy(update={"source_ids": list(dict.fromkeys(r for r in resolved if r is not None))}))
+    return out
 
 
 def _off(reported: float, grounded: int, n: int) -> bool:
@@ -70,6 +96,7 @@ def audit_verdict(verdict: CriticOutput, item: CriticInput) -> CriticOutput:
     """The verdict with its sources resolved to retrieved ids, claims on never-retrieved passages demoted to
     unsupported, repeated claims counted once and its groundedness recounted (module docstring)."""
     names = passage_names(item)
+    lengths = {p.id: len(p.text) for p in [*item.passages, *item.cited]}
     copies: dict[str, list[ClaimVerification]] = {}
     flags = list(verdict.flags)
     for c in verdict.verified_claims:
@@ -81,7 +108,8 @@ def audit_verdict(verdict: CriticOutput, item: CriticInput) -> CriticOutput:
                          "retrieved: counted as unsupported")
             checked = ClaimVerification(claim=c.claim, status="unsupported", source_ids=[], confidence=c.confidence)
         else:
-            checked = ClaimVerification(claim=c.claim, status=c.status, source_ids=ids, confidence=c.confidence)
+            checked = ClaimVerification(claim=c.claim, status=c.status, source_ids=ids, confidence=c.confidence,
+                                        evidence=_spans(c.evidence, names, lengths))
         copies.setdefault(claim_key(c.claim), []).append(checked)
     claims = []
     for same in copies.values():
@@ -95,8 +123,9 @@ def audit_verdict(verdict: CriticOutput, item: CriticInput) -> CriticOutput:
     if _off(reported, grounded, n):
         flags.append(f"the judge reported overall_groundedness {reported:.2f}; recounted from its claims: "
                      f"{grounded}/{n} grounded = {recount:.2f} (the recount is used)")
+    conflicts = _conflicts(verdict.conflicts, names, flags)
     return CriticOutput(verified_claims=claims, overall_groundedness=recount, flags=list(dict.fromkeys(flags)),
-                        reported_groundedness=reported)
+                        reported_groundedness=reported, conflicts=conflicts)
 
 
 def disagrees(verdict: CriticOutput) -> bool:

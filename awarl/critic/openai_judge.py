@@ -67,7 +67,7 @@ from awarl.io import atomic_write_json, loads_json
 log = logging.getLogger(__name__)
 
 # Part of the cache key: changing a prompt invalidates its old verdicts (the grader's is unchanged).
-PROMPT_VERSION = "awarl-critic/3"
+PROMPT_VERSION = "awarl-critic/4"  # 4: conflicts are a typed field of the verdict (issue 43)
 GRADER_PROMPT_VERSION = "awarl-critic/1"
 Verdict = TypeVar("Verdict", bound=BaseModel)  # CriticOutput, AnswerVerdict, the research planner's
 
@@ -96,9 +96,11 @@ source_ids lists the passages it follows from.
 source_ids is [].
 Copy passage ids exactly as written in the passages' "id" fields; an id that is not one of them makes the \
 claim unsupported. confidence is your confidence in the label, between 0 and 1. overall_groundedness is the \
-fraction of claims labelled grounded (it is recounted from your labels). In flags, list concrete problems: \
-passages that give conflicting values for the same fact (name both ids; report the conflict, do not \
-average it), supporting passages the answer did not cite, cited passages that support nothing.
+fraction of claims labelled grounded (it is recounted from your labels). In conflicts, list every fact for \
+which the passages give different values (two dates, amounts or names for one thing): the claim it concerns, \
+the values as the passages write them, the ids of the passages that give them, and a one-sentence detail; \
+report the conflict, do not average it or pick a side. In flags, list other concrete problems: supporting \
+passages the answer did not cite, cited passages that support nothing.
 
 Reply with one JSON object and nothing else, matching this JSON schema:
 {schema}"""

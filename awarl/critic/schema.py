@@ -7,6 +7,12 @@ grounding), and returns one `CriticOutput` per item, or None when it failed.
 A claim names the passages it rests on in `source_ids`: several when they ground it only jointly (the two
 hops of a multi-hop answer), the critic-loop article's `source_url` generalised. The single-id form
 (`"source_id": "w1"`, or null) of older verdicts and caches is still read.
+
+Issue 43 added two optional parts, both absent from older verdicts and caches (read as empty): a claim's
+`evidence` (the character spans of its passages that state it: the offline judge gives them, an LLM judge is
+not asked for them) and a verdict's `conflicts` (passages that give different values for one fact, a typed
+list every judge fills; the LLM judge's request schema asks for it, so its conflicts are no longer read from
+the wording of a flag).
 """
 
 from __future__ import annotations
@@ -18,6 +24,39 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from awarl.data.evidence import GoldEvidence, passage_id_key
 
 
+class Span(BaseModel):
+    """Characters [start, end) of a passage's original text that state a claim."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    passage_id: str
+    start: int = Field(..., ge=0)
+    end: int = Field(..., ge=0)
+
+    @field_validator("passage_id", mode="before")
+    @classmethod
+    def _clean_id(cls, v: Any) -> Any:
+        return passage_id_key(v) if isinstance(v, str) else v
+
+
+class Conflict(BaseModel):
+    """Retrieved passages that give different values for one fact (reported, never averaged)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    claim: str = Field("", description="The claim or fact the values are about.")
+    values: list[str] = Field(default_factory=list, description="The values the passages give, as written.")
+    source_ids: list[str] = Field(default_factory=list, description="The passages that give them.")
+    detail: str = Field("", description="What each passage says, in a sentence.")
+
+    @field_validator("source_ids", mode="before")
+    @classmethod
+    def _clean_ids(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            return list(dict.fromkeys(k for x in v if x is not None and (k := passage_id_key(str(x)))))
+        return v
+
+
 class ClaimVerification(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -26,6 +65,8 @@ class ClaimVerification(BaseModel):
     source_ids: list[str] = Field(default_factory=list, description="Passage ids that support the claim (all "
                                   "of them jointly); at least one when grounded.")
     confidence: float = Field(..., ge=0.0, le=1.0)
+    evidence: list[Span] = Field(default_factory=list, description="The spans of the source passages that state "
+                                 "the claim (the offline judge's; empty when a judge gives none).")
 
     @model_validator(mode="before")
     @classmethod
@@ -69,6 +110,9 @@ class CriticOutput(BaseModel):
                                         "Recounted from the claims once a verdict is read (awarl.critic.audit): "
                                         "a judge's own figure is never trusted.")
     flags: list[str] = Field(default_factory=list, description="Issues: conflicting values, uncited support, ...")
+    conflicts: list[Conflict] = Field(default_factory=list, description="Passages that give different values for "
+                                      "one fact: the typed form of a conflicting-values flag (read by the critic "
+                                      "loop; absent from older verdicts, read as none).")
     reported_groundedness: float | None = Field(None, ge=0.0, le=1.0, description="The judge's own "
                                                 "overall_groundedness, kept beside the recount (set by the "
                                                 "audit; None before it). Internal: not part of the request "
@@ -154,6 +198,7 @@ class Judge(Protocol):
 # local judges (lexical, gold) may return more.
 MAX_CLAIMS = 16
 MAX_FLAGS = 8
+MAX_CONFLICT_VALUES = 4
 
 
 def _claim_schema(statuses: list[str], min_sources: int) -> dict:
@@ -185,14 +230,26 @@ def critic_output_json_schema() -> dict:
     # build otherwise marks every claim grounded with no source, and every verdict fails validation.
     claim = {"anyOf": [_claim_schema(["grounded"], min_sources=1),
                        _claim_schema(["inferred", "unsupported"], min_sources=0)]}
+    conflict = {
+        "type": "object",
+        "properties": {
+            "claim": {"type": "string"},
+            "values": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": MAX_CONFLICT_VALUES},
+            "source_ids": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+            "detail": {"type": "string"},
+        },
+        "required": ["claim", "values", "source_ids", "detail"],
+        "additionalProperties": False,
+    }
     return {
         "type": "object",
         "properties": {
             "verified_claims": {"type": "array", "items": claim, "maxItems": MAX_CLAIMS},
             "overall_groundedness": {"type": "number", "minimum": 0, "maximum": 1},
             "flags": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_FLAGS},
+            "conflicts": {"type": "array", "items": conflict, "maxItems": MAX_FLAGS},
         },
-        "required": ["verified_claims", "overall_groundedness", "flags"],
+        "required": ["verified_claims", "overall_groundedness", "flags", "conflicts"],
         "additionalProperties": False,
     }
 

@@ -2,9 +2,11 @@
 passages, and once more over the final answer (reduce) against every passage the approved steps retrieved.
 
 Every verdict is audited on the way in (awarl.critic.audit, through `safe_verify`): approval reads the
-groundedness recounted from the claims, never the judge's own figure. The gold judge reads the dataset's
-gold evidence: it is an ORACLE for the loop, labelled so wherever its verdicts are used (`judge_label`), and
-its claims (gold facts) are never quoted back to the executor or in a gap (`claims_to_name`).
+groundedness recounted from the claims, never the judge's own figure. Then the loop reads the sources itself
+(awarl/research/checks.py): a claim of the answer the verdict leaves out is added as unsupported, and the
+conflicts the passages show join the judge's typed ones (issue 43). The gold judge reads the dataset's gold
+evidence: it is an ORACLE for the loop, labelled so wherever its verdicts are used (`judge_label`), and its
+claims (gold facts) are never quoted back to the executor or in a gap (`claims_to_name`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from awarl.agent.rollout import Trajectory
 from awarl.critic.schema import CriticInput, CriticOutput, Judge, PassageRef
 from awarl.data.evidence import GoldEvidence, gold_evidence
 from awarl.data.types import QAExample
+from awarl.research.checks import complete, merge_conflicts, source_conflicts
 from awarl.research.schema import ExecutorResult
 from awarl.rewards.citation import safe_verify
 
@@ -41,7 +44,22 @@ def verify(judge: Judge | None, inputs: Sequence[CriticInput]) -> list[tuple[Cri
     if judge is None:
         return [(None, "none")] * len(inputs)
     verdicts = safe_verify(judge, inputs, "research critic")[0]
-    return [(v, judge_name(judge, inp)) for v, inp in zip(verdicts, inputs, strict=True)]
+    out = []
+    for v, inp in zip(verdicts, inputs, strict=True):
+        name = judge_name(judge, inp)
+        out.append((None if v is None else read_sources(v, inp, name, getattr(judge, "cfg", None)), name))
+    return out
+
+
+def read_sources(verdict: CriticOutput, item: CriticInput, judge: str, cfg: Any = None) -> CriticOutput:
+    """The audited verdict completed by the loop's own reading (module docstring): omitted claims added as
+    unsupported (not under the oracle, whose claims are gold facts), the passages' conflicts merged in."""
+    kw = {"short_answer_words": cfg.short_answer_words} if cfg is not None else {}
+    if judge != ORACLE:
+        verdict = complete(verdict, item, **kw)
+    found = source_conflicts(item, cfg) if cfg is not None else source_conflicts(item)
+    conflicts = merge_conflicts(verdict.conflicts, found)
+    return verdict if len(conflicts) == len(verdict.conflicts) else verdict.model_copy(update={"conflicts": conflicts})
 
 
 def nothing_to_verify() -> CriticOutput:
@@ -61,7 +79,8 @@ def own_answer(result: ExecutorResult) -> str:
 
 
 def unsupported_claims(verdict: CriticOutput | None) -> list[str]:
-    return [c.claim for c in verdict.verified_claims if c.status == "unsupported"] if verdict else []
+    """The claims the sources did not ground: unsupported, and inferred (stated by no passage)."""
+    return [c.claim for c in verdict.verified_claims if c.status != "grounded"] if verdict else []
 
 
 def claims_to_name(verdict: CriticOutput | None, judge: str, answer: str) -> list[str]:

@@ -2,15 +2,17 @@
 different sub-results ("The market size is $5B" from one, "$3B" from another) is flagged with both sources,
 never averaged or silently resolved.
 
-A statement is a step's answer (with its sub-question as the subject when the answer is a bare value: a
-name, a date, a number) or a longer claim of its verdict. Each is read as a subject (its content words) and
-its values: numbers (currency and multipliers normalised: "$5B" = "$5 billion"), dates, and named entities
-(capitalised names). Two statements of DIFFERENT steps conflict when their subjects share at least
-`research.drift_overlap` of the smaller one's words and exactly one kind of value differs (a number, a date,
-or one name for another: "capital of France is Paris" vs "... is Lyon"; two names changed at once means two
-different subjects, "Paris ... France" vs "Berlin ... Germany"). A lexical heuristic: what it cannot parse it
-does not flag; the LLM judge's final pass over all the passages flags conflicts too, and its flags reach the
-report.
+A statement is a step's answer or a longer claim of its verdict, read as a subject and its values
+(awarl/critic/values.py, awarl/critic/claims.py): dates at their precision, quantities in their units ("$5B"
+= "$5,000 million", "5 km" = "5,000 m", and "5 km" is not "5 miles"), and names. The subject of a claim is
+its relation words; a bare answer (a name, a date, an amount) takes its sub-question's names and relation
+words (stemmed, with the relation table: "founded" and "established" are one relation; "according to the
+registry" names a source, not the subject). Two statements of DIFFERENT steps conflict when their subjects
+share at least `research.drift_overlap` of the smaller one's words and exactly one kind of value differs: a
+date that disagrees at the coarser precision ("March 1999" and "3 March 1999" do not), an amount of the same
+dimension outside rounding, or one name for another ("capital of France is Paris" vs "... is Lyon"; two
+kinds at once mean two subjects: "Acme Europe ... $5B" vs "Acme Asia ... $3B"). What it cannot read it does
+not flag; the final pass over all the passages flags conflicts too, and those reach the report.
 """
 
 from __future__ import annotations
@@ -19,25 +21,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from awarl.critic.lexical_judge import content_tokens, tokens
-from awarl.research.reduce import read_date
+from awarl.critic.claims import facts_of
+from awarl.critic.support import question_of
+from awarl.critic.values import Value
+from awarl.research.schema import ReportConflict
 
-
-def _words(text: str) -> frozenset[str]:
-    return frozenset(text.split())
-
-
-_MONTHS = _words("january february march april may june july august september october november december")
-_NUM = re.compile(r"(?P<cur>[$€£¥])?\s?(?P<num>\d+(?:[,.]\d+)*)\s*(?P<mult>%|percent|thousand|million|billion|"
-                  r"trillion|bn|[kmbt]\b)?", re.IGNORECASE)
-_MULT = {"thousand": 1e3, "k": 1e3, "million": 1e6, "m": 1e6, "billion": 1e9, "bn": 1e9, "b": 1e9,
-         "trillion": 1e12, "t": 1e12}
-_NAME = re.compile(r"\b[A-Z][\w'’.-]*(?:\s+(?:of|de|the|van|von|da|del|la|le|du)?\s*[A-Z][\w'’.-]*)*")
-_OPENERS = _words("the a an in on at what which who when where how is are was were it this that these those "
-                  "there its his her their according")
-# Words of a sub-question that say what is asked, not what it is about.
-_ASKING = _words("what which who whom whose when where how year date many much number value name called "
-                 "did does do is are was were")
+_SOURCE = re.compile(r",?\s*\b(?:according to|says|said|as reported by|reported by|as per)\b[^,?]*", re.IGNORECASE)
 
 
 @dataclass
@@ -46,80 +35,57 @@ class Statement:
     text: str
     sources: list[str]
     subject: set[str] = field(default_factory=set)
-    values: dict[str, set[str]] = field(default_factory=dict)
-
-
-def _numbers(text: str) -> set[str]:
-    out = set()
-    for m in _NUM.finditer(text):
-        if read_date(m.group(0)) and not m.group("cur") and not m.group("mult") and len(m.group("num")) == 4:
-            continue  # a year: a date, not an amount
-        num = float(m.group("num").replace(",", "")) if m.group("num").count(".") <= 1 else None
-        if num is None:
-            continue
-        mult = (m.group("mult") or "").lower()
-        pct = mult in ("%", "percent")
-        out.add(f"{m.group('cur') or ''}{num * _MULT.get(mult, 1.0):g}{'%' if pct else ''}")
-    return out
-
-
-def _dates(text: str) -> set[str]:
-    d = read_date(text)
-    return {"-".join(str(x) for x in d)} if d else set()
-
-
-def _names(text: str) -> set[str]:
-    out = set()
-    for m in _NAME.finditer(text):
-        words = m.group(0).split()
-        if m.start() == 0 or text[:m.start()].rstrip().endswith((".", "?", "!")):
-            while words and words[0].lower() in _OPENERS:  # capitalised only because it opens a sentence
-                words = words[1:]
-        words = [w for w in words if w.lower().strip(".") not in _MONTHS]
-        if words and not any(ch.isdigit() for ch in words[0]):
-            out.add(" ".join(tokens(" ".join(words))))
-    return {n for n in out if n}
+    values: list[Value] = field(default_factory=list)
+    names: set[tuple[str, ...]] = field(default_factory=set)
 
 
 def read_statement(step: int, text: str, sources: Sequence[str], question: str = "") -> Statement:
     """Subject and values of one statement (module docstring); a bare value takes its question as subject."""
-    values = {"number": _numbers(text), "date": _dates(text), "name": _names(text)}
-    if values["date"]:
-        values["number"] = {n for n in values["number"] if not re.fullmatch(r"\d{1,4}", n)}
-    value_words = {t for v in values["name"] for t in v.split()} | _MONTHS
-    subject = {t for t in content_tokens(text) if t not in value_words and not any(c.isdigit() for c in t)}
+    f = facts_of(text)
+    subject, names = set(f.words), set(f.names)
     if not subject and question:
-        q_names = _names(question)
-        subject = {t for t in content_tokens(question) if t not in _ASKING}
-        values["name"] -= q_names
-    return Statement(step=step, text=text, sources=list(sources), subject=subject,
-                     values={k: v for k, v in values.items() if v})
+        q = question_of(_SOURCE.sub("", question), text, 0.0).facts
+        subject = set(q.words) | {t for n in q.names for t in n}
+        names -= set(q.names)
+    return Statement(step=step, text=text, sources=list(sources), subject=subject, values=list(f.values),
+                     names=names)
+
+
+def _differs(a: list[Value], b: list[Value]) -> bool:
+    """Some value of one conflicts with a comparable value of the other, and none of them agree."""
+    pairs = [(x, y) for x in a for y in b if x.comparable(y)]
+    return bool(pairs) and not any(x.agrees(y) for x, y in pairs)
 
 
 def _conflict(a: Statement, b: Statement, overlap: float) -> str | None:
     small = min(len(a.subject), len(b.subject))
     if a.step == b.step or not small or len(a.subject & b.subject) / small < overlap:
         return None
-    differ = [k for k in a.values.keys() & b.values.keys() if a.values[k] != b.values[k]]
-    if len(differ) != 1:
-        return None
-    kind = differ[0]
-    if kind == "name" and (len(a.values[kind] - b.values[kind]) > 1 or len(b.values[kind] - a.values[kind]) > 1):
-        return None
-    if kind == "number" and (a.values.get("name", set()) ^ b.values.get("name", set())):
-        return None
-    return kind
+    differ = []
+    for kind in ("date", "quantity"):
+        if _differs([v for v in a.values if v.kind == kind], [v for v in b.values if v.kind == kind]):
+            differ.append(kind)
+    if a.names and b.names and a.names != b.names:
+        if len(a.names - b.names) > 1 or len(b.names - a.names) > 1:
+            return None  # two names changed at once: two subjects
+        differ.append("name")
+    return differ[0] if len(differ) == 1 else None
 
 
-def conflicts(statements: Sequence[Statement], overlap: float) -> list[str]:
-    """Flags for statements of different steps that give different values of one kind for one subject."""
-    flags = []
+def conflicts(statements: Sequence[Statement], overlap: float) -> list[tuple[str, ReportConflict]]:
+    """(flag, typed conflict) for statements of different steps that give different values of one kind for
+    one subject."""
+    out = []
     for i, a in enumerate(statements):
         for b in statements[i + 1:]:
             kind = _conflict(a, b, overlap)
-            if kind is not None:
-                flags.append(f"conflicting values across sub-questions ({kind}) for "
-                             f"{' '.join(sorted(a.subject & b.subject))!r}: {a.text!r} (step {a.step + 1}, "
-                             f"sources {', '.join(a.sources) or 'none'}) vs {b.text!r} (step {b.step + 1}, sources "
-                             f"{', '.join(b.sources) or 'none'}); reported, not averaged")
-    return flags
+            if kind is None:
+                continue
+            about = " ".join(sorted(a.subject & b.subject))
+            flag = (f"conflicting values across sub-questions ({'number' if kind == 'quantity' else kind}) for "
+                    f"{about!r}: {a.text!r} (step {a.step + 1}, sources {', '.join(a.sources) or 'none'}) vs {b.text!r} "
+                    f"(step {b.step + 1}, sources {', '.join(b.sources) or 'none'}); reported, not averaged")
+            out.append((flag, ReportConflict(claim=about, values=[a.text, b.text],
+                                             source_ids=list(dict.fromkeys([*a.sources, *b.sources])),
+                                             steps=sorted({a.step, b.step}), found_by="drift", detail=flag)))
+    return out

@@ -17,11 +17,14 @@ from awarl.rewards.citation import build_critic_input, passages_from_rollout
 def to_result(sub_question: str, traj: Trajectory, attempt: int) -> ExecutorResult:
     p = traj.parsed
     by_number = {d["number"]: d for d in traj.passages}
+    unknown = [f"[{n}]" for n in dict.fromkeys(p.citations) if n not in by_number]
+    unknown += [f"<cite> {m}" for m in dict.fromkeys(p.malformed_citations)]
     return ExecutorResult(
         sub_question=sub_question, summary=(p.answer or "") if p.valid else "",
         source_docs=[f"{d.get('title', '')}\n{d['text']}" for d in traj.passages],
         source_ids=[str(d["id"]) for d in traj.passages],
         cited_ids=[str(by_number[n]["id"]) for n in dict.fromkeys(p.citations) if n in by_number],
+        unknown_citations=unknown, invalid_reason=None if p.valid else (p.invalid_reason or "invalid trajectory"),
         searches=list(p.searches), abstained=bool(p.abstained), valid=bool(p.valid), attempt=attempt)
 
 

@@ -1,37 +1,58 @@
 """Findings with their evidence trail (the critic-loop article: every claim traceable to a source, marked as
 inferred, or shown as a gap; "no silent fourth category").
 
-Each verified claim becomes a `Finding` with the quoted span of every passage it names (the sentence of the
-passage's ORIGINAL text that best holds the claim's words), and a mark unless it is grounded with enough
-confidence: `inferred` (follows from the named passages, stated in none), `unsupported` (in no retrieved
-source), or low confidence (below `research.min_claim_confidence`).
+Each verified claim becomes a `Finding` with, for every passage it names, the span of that passage's
+ORIGINAL text that states it and the span's offsets (the report keeps the passage's text, so the chain from
+claim to source can be followed without the index): the judge's own span when it gives one (the offline
+judge does), else the span the offline reader (awarl/critic/support.py) finds stating the claim in that
+passage: a clause or sentence that holds the claim's names, words and values, NEVER one that contradicts it.
+A passage in which no span states the claim gets no quote (its text is still in the report). A finding is
+marked unless it is grounded with enough confidence: `inferred` (follows from the named passages, stated in
+none), `unsupported` (in no retrieved source), or low confidence (below `research.min_claim_confidence`).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 
-from awarl.critic.lexical_judge import content_tokens
-from awarl.critic.schema import ClaimVerification, PassageRef
+from awarl.config import CriticConfig
+from awarl.critic.claims import facts_of, is_short
+from awarl.critic.schema import ClaimVerification, PassageRef, Span
+from awarl.critic.support import check_answer, check_claim, question_of, view
 from awarl.research.critic import judge_label
 from awarl.research.schema import Finding, Quote
 
-QUOTE_CHARS = 300  # display cap of one quoted span (the passage itself stays in the trace)
-_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_CRITIC = CriticConfig()
 
 
-def quote(claim: str, text: str, question: str = "") -> str:
-    """The sentence of `text` holding most of the claim's content words (ties: the one most about the
-    question, then the first), cut to QUOTE_CHARS."""
-    want, about = content_tokens(claim), content_tokens(question)
-    best, key = "", (-1.0, -1.0)
-    for s in _SENTENCE.split(text.strip()):
-        toks = content_tokens(s)
-        k = (len(want & toks) / max(len(want), 1), len(about & toks) / max(len(about), 1))
-        if k > key:
-            best, key = s, k
-    return best if len(best) <= QUOTE_CHARS else best[:QUOTE_CHARS - 1] + "…"
+def locate(claim: str, question: str, passage: PassageRef) -> Span | None:
+    """The span of `passage` that states the claim (module docstring), or None."""
+    v = [view(passage)]
+    if is_short(claim, _CRITIC.short_answer_words):
+        found = check_answer(question_of(question, claim, _CRITIC.relation_overlap), claim, v).supports
+    else:
+        found = []
+    if not found:
+        found = check_claim(facts_of(claim), v, _CRITIC.support_threshold).supports
+    if not found:
+        return None
+    rank = {"clause": 0, "sentence": 1, "window": 2}
+    u = min(found, key=lambda x: (rank[x.level], x.end - x.start))
+    return Span(passage_id=passage.id, start=u.start, end=u.end)
+
+
+def quotes_of(c: ClaimVerification, by_id: dict[str, PassageRef], question: str) -> list[Quote]:
+    """One quote per passage the claim names that has a span stating it (the judge's, else located)."""
+    spans = {e.passage_id: e for e in c.evidence}
+    out = []
+    for pid in c.source_ids:
+        p = by_id.get(pid)
+        if p is None:
+            continue
+        span = spans.get(pid) or (locate(c.claim, question, p) if c.status != "unsupported" else None)
+        if span is not None and 0 <= span.start < span.end <= len(p.text):
+            out.append(Quote(passage_id=pid, text=p.text[span.start:span.end], start=span.start, end=span.end))
+    return out
 
 
 def mark(c: ClaimVerification, min_confidence: float) -> str | None:
@@ -50,10 +71,9 @@ def findings_of(claims: Iterable[ClaimVerification], passages: Sequence[PassageR
     by_id = {p.id: p for p in passages}
     out = []
     for c in claims:
-        quotes = [Quote(passage_id=pid, text=quote(c.claim, by_id[pid].text, question))
-                  for pid in c.source_ids if pid in by_id]
         out.append(Finding(claim=c.claim, status=c.status, source_ids=list(c.source_ids), confidence=c.confidence,
-                           step=step, judge=judge_label(judge), quotes=quotes, mark=mark(c, min_confidence)))
+                           evidence=list(c.evidence), step=step, judge=judge_label(judge),
+                           quotes=quotes_of(c, by_id, question), mark=mark(c, min_confidence)))
     return out
 
 

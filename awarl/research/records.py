@@ -10,7 +10,14 @@ from typing import Any, Protocol
 
 from awarl.agent.backends.base import question_seed
 from awarl.agent.rollout import RolloutEngine
-from awarl.config import AgentConfig, CriticConfig, MetricsConfig, ResearchConfig, RewardConfig
+from awarl.config import (
+    AgentConfig,
+    CriticConfig,
+    GenerationConfig,
+    MetricsConfig,
+    ResearchConfig,
+    RewardConfig,
+)
 from awarl.critic.correctness import AnswerGrader, Grade, answer_outcome, grade_answers, graded_fields
 from awarl.critic.gold_judge import compact_evidence
 from awarl.critic.schema import Judge
@@ -19,6 +26,7 @@ from awarl.data.types import QAExample
 from awarl.research.critic import passage_refs
 from awarl.research.loop import ResearchRun, run_research
 from awarl.research.planner import DecompositionPlanner, Planner
+from awarl.research.provenance import provenance
 from awarl.research.schema import ResearchReport
 from awarl.rewards.citation import CitationJudgement, citation_reward, safe_verify
 
@@ -93,9 +101,13 @@ def make_runs(r: ResearchConfig, examples: Sequence[Any], planner: Planner, phra
 
 
 def loop_reports(runs: Sequence[ResearchRun], engine: RolloutEngine, judge: Judge | None, research: ResearchConfig,
-                 *, temperature: float, top_p: float, seed: int | None) -> list[ResearchReport]:
+                 *, temperature: float, top_p: float, seed: int | None, generation: GenerationConfig | None = None,
+                 model_ref: str | None = None) -> list[ResearchReport]:
+    """The runs' reports, each with the identities of its index, executor (`model_ref`: the checkpoint given;
+    a scripted replay: `generation.script`), judge and planner."""
+    ident = provenance(engine, judge, runs[0].planner if runs else None, generation, model_ref)
     return run_research(runs, engine, judge, temperature=temperature, top_p=top_p, seed=seed,
-                        requery_temperature=research.requery_temperature)
+                        requery_temperature=research.requery_temperature, provenance=ident)
 
 
 def critic_summaries(runs: Sequence[ResearchRun], reports: Sequence[ResearchReport], judge: Judge | None,
@@ -157,7 +169,8 @@ def critic_loop_rows(engine: RolloutEngine, judge: Judge | None, grader: AnswerG
     phrases = list(engine.abstention_phrases)
     loop_judge = loop_judge if loop_judge is not None else make_loop_judge(cfg, reuse=judge)
     runs = make_runs(cfg.research, batch, planner, phrases, seed=seed)
-    reports = loop_reports(runs, engine, loop_judge, cfg.research, temperature=temperature, top_p=top_p, seed=seed)
+    reports = loop_reports(runs, engine, loop_judge, cfg.research, temperature=temperature, top_p=top_p, seed=seed,
+                           generation=getattr(cfg, "generation", None))
     grades = grade_answers(grader, [(ex.question, rep.answer, True, ex.gold_answers) for ex, rep in zip(batch, reports,
                                                                                                strict=True)], phrases)
     summaries = critic_summaries(runs, reports, judge, loop_judge, label, cfg.reward.inferred_weight)

@@ -9,58 +9,31 @@ be read leaves the comparison undecided rather than guessed.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
+from awarl.critic.values import Date, first_date, first_quantity
 from awarl.metrics import normalize_answer
 from awarl.research.schema import Reduce, SubQuestion
 
-_MONTHS = {m: i + 1 for i, m in enumerate(("january", "february", "march", "april", "may", "june", "july", "august",
-                                           "september", "october", "november", "december"))}
-_MONTHS.update({m[:3]: i for m, i in list(_MONTHS.items())})
-_MONTH = r"(?P<month>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
-_DATE_FORMS = (
-    re.compile(r"\b(?P<year>\d{4})-(?P<mnum>\d{1,2})-(?P<day>\d{1,2})\b"),
-    re.compile(r"\b(?P<day>\d{1,2})(?:st|nd|rd|th)?\s+" + _MONTH + r",?\s+(?P<year>\d{3,4})\b", re.IGNORECASE),
-    re.compile(r"\b" + _MONTH + r"\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?,?\s+(?P<year>\d{3,4})\b", re.IGNORECASE),
-    re.compile(r"\b" + _MONTH + r",?\s+(?P<year>\d{3,4})\b", re.IGNORECASE),
-    re.compile(r"\b(?P<year>\d{3,4})\s*(?P<bc>BC|BCE)?\b"),
-)
-_NUMBER = re.compile(r"(?<![\w.])(?P<num>\d+(?:,\d{3})*(?:\.\d+)?)\s*(?P<mult>thousand|million|billion|trillion|"
-                     r"bn|[kmb])?\b", re.IGNORECASE)
-_MULT = {"thousand": 1e3, "k": 1e3, "million": 1e6, "m": 1e6, "billion": 1e9, "bn": 1e9, "b": 1e9, "trillion": 1e12}
-
 
 def read_date(text: str) -> tuple[int, int, int] | None:
-    """(year, month, day) of the first date in the text (0 for a missing month or day; BC years negative).
-    First by position: "1912 (died 14 March 1983)" is 1912, though the full date is the more specific
-    form; of the forms that start at the same place, the longest ("14 March 1983", not "14")."""
-    found = [m for form in _DATE_FORMS if (m := form.search(text)) is not None]
-    if not found:
-        return None
-    m = min(found, key=lambda m: (m.start(), -len(m.group(0))))
-    g = m.groupdict()
-    year = int(g["year"]) * (-1 if g.get("bc") else 1)
-    month = int(g["mnum"]) if g.get("mnum") else _MONTHS.get((g.get("month") or "").lower().rstrip("."), 0)
-    return year, month, int(g.get("day") or 0)
+    """(year, month, day) of the first date in the text (0 for a missing month or day; BC years negative),
+    read by awarl/critic/values.py. First by position: "1912 (died 14 March 1983)" is 1912, though the full
+    date is the more specific form; of the forms that start at the same place, the longest ("14 March 1983",
+    not "14")."""
+    d = first_date(text)
+    return d.key() if d is not None else None
 
 
 def _undecided(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:
-    """Whether two read dates cannot be ordered: the same year where one lacks the month, or the same month
-    where one lacks the day (1983 against 14 March 1983 is either order)."""
-    if a[0] != b[0]:
-        return False
-    if not a[1] or not b[1]:
-        return True
-    return a[1] == b[1] and (not a[2] or not b[2])
+    """Whether two read dates cannot be ordered (`Date.orderable`: 1983 against 14 March 1983)."""
+    return not Date(*a).orderable(Date(*b))
 
 
 def read_number(text: str) -> float | None:
-    m = _NUMBER.search(text)
-    if m is None:
-        return None
-    mult = _MULT.get((m.group("mult") or "").lower(), 1.0)
-    return float(m.group("num").replace(",", "")) * mult
+    """The first amount of the text in its base unit ("8,035 m" and "8.035 km" are both 8035; "$5B" is 5e9;
+    "5000 m" is five thousand metres, never five billion)."""
+    return first_quantity(text)
 
 
 def yes_no(text: str) -> bool | None:

@@ -62,6 +62,10 @@ class ExecutorResult(BaseModel):
                                    "passage, used for critic verification.")
     source_ids: list[str] = Field(default_factory=list, description="Corpus ids of those passages, in order.")
     cited_ids: list[str] = Field(default_factory=list, description="The passages the executor cited.")
+    unknown_citations: list[str] = Field(default_factory=list, description="What the executor cited that names no "
+                                         "passage it was shown: a number never shown, or a <cite> block that names "
+                                         "no number (flagged in the report, never dropped silently).")
+    invalid_reason: str | None = Field(None, description="Why the trajectory is invalid (the parser's reason).")
     searches: list[str] = Field(default_factory=list, description="The search queries it issued.")
     abstained: bool = False
     valid: bool = True
@@ -75,6 +79,31 @@ class ExecutorResult(BaseModel):
 class Quote(BaseModel):
     passage_id: str
     text: str = Field(..., description="The span of the passage's original text that supports the claim.")
+    start: int | None = Field(None, ge=0, description="Where the span starts in the passage's text (the report's "
+                              "`passages` keeps that text): passages[id].text[start:end] == text.")
+    end: int | None = Field(None, ge=0, description="Where it ends (exclusive).")
+
+
+class PassageText(BaseModel):
+    """A retrieved passage as the critic read it (original text): the evidence chain's last link."""
+
+    id: str
+    title: str = ""
+    text: str
+
+
+class ReportConflict(BaseModel):
+    """Values that disagree for one fact, with the passages (and steps) that give them: reported, not averaged."""
+
+    claim: str = ""
+    values: list[str] = Field(default_factory=list)
+    source_ids: list[str] = Field(default_factory=list)
+    steps: list[int] = Field(default_factory=list, description="0-based steps whose sources or answers give them; "
+                             "empty for the final pass.")
+    found_by: Literal["critic", "drift"] = Field("critic", description="critic: the step's or the final pass's "
+                                                 "verdict (the judge's typed conflicts and the loop's reading of "
+                                                 "the passages); drift: two sub-questions' answers.")
+    detail: str = ""
 
 
 class Finding(ClaimVerification):
@@ -99,9 +128,17 @@ class ResearchReport(BaseModel):
     query_failures: list[str] = Field(default_factory=list, description="Steps that failed for want of a real "
                                       "search (none at all, or re-queries repeating the searches tried): not "
                                       "evidence about the sources.")
+    failures: list[str] = Field(default_factory=list, description="The judge gave no valid verdict, the executor no "
+                                "valid trajectory, or the loop's own search failed: failures of the machinery, "
+                                "neither evidence about the sources nor a failure of the query.")
+    conflicts: list[ReportConflict] = Field(default_factory=list, description="Values that disagree for one fact "
+                                            "(any blocks approval).")
     flags: list[str] = Field(default_factory=list, description="Conflicting values across sub-questions, claims "
                              "marked in an approved answer, and every critic flag (the final pass's too).")
-    confidence: float = Field(..., ge=0.0, le=1.0, description="Share of grounded claims over all findings.")
+    confidence: float = Field(..., ge=0.0, le=1.0, description="How much of the reported answer is grounded: the "
+                              "share of grounded claims among the judge's findings on it (the final pass's and the "
+                              "approved steps'; the planner's own conclusion is not a claim of the sources and is "
+                              "not counted). 0 when the report abstains: it asserts nothing (docs/research.md).")
     iterations: int = Field(..., ge=0, description="Critic-loop cycles: the most attempts any sub-question took.")
     requeries: int = Field(0, ge=0, description="Re-queued sub-question attempts, over all sub-questions.")
     groundedness_before: float | None = Field(None, description="Mean groundedness of the first attempts.")
@@ -113,5 +150,10 @@ class ResearchReport(BaseModel):
     sub_questions: list[dict] = Field(default_factory=list, description="Per step: text as asked, attempts, "
                                       "approved, answer, searches, and per attempt the recounted and the "
                                       "judge's own groundedness.")
+    passages: list[PassageText] = Field(default_factory=list, description="The original text of every passage a "
+                                        "finding or a conflict names: each quote is passages[id].text[start:end].")
+    provenance: dict = Field(default_factory=dict, description="What the report was made with: the index (kind, "
+                             "corpus hash, size, settings), the executor (policy identity), the judge (name, model) "
+                             "and the planner.")
     generated_at: str = Field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(
         timespec="seconds"))

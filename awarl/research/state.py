@@ -33,6 +33,21 @@ class Attempt:
     def groundedness(self) -> float:
         return float(self.verdict.overall_groundedness) if self.verdict is not None else 0.0
 
+    @property
+    def answered(self) -> bool:
+        r = self.result
+        return r.valid and not r.abstained and bool(r.summary.strip())
+
+    @property
+    def judge_failed(self) -> bool:
+        """The executor answered and the judge gave no valid verdict on it (an outage, a reply off schema)."""
+        return self.answered and self.verdict is None
+
+    @property
+    def executor_failed(self) -> bool:
+        """The executor's trajectory is invalid (no answer it could be held to)."""
+        return not self.result.valid
+
 
 @dataclass
 class Step:
@@ -46,6 +61,7 @@ class Step:
     pending: str | None = None          # the re-query being drawn
     discarded: list[list[str]] = field(default_factory=list)  # searches of draws that only repeated
     draws: int = 0                      # discarded draws of the pending attempt
+    probe: dict | None = None           # the loop's own search for the sub-question, before a gap is stated
 
     @property
     def done(self) -> bool:
@@ -89,6 +105,8 @@ class ResearchRun:
         # The question's own sampling seed (set by the caller, e.g. `question_seed` of its dataset and id): every
         # draw of this run is seeded from it alone, so it samples the same whatever other runs share its batches.
         self.seed: int | None = None
+        # What the report was made with: the index, the executor, the judge, the planner (run_research sets it).
+        self.provenance: dict[str, Any] = {}
 
     def answers(self) -> dict[int, str]:
         return {s.sub.index: s.attempts[-1].result.summary for s in self.steps if s.approved}
@@ -140,6 +158,13 @@ class ResearchRun:
                          and verdict is not None and verdict.overall_groundedness >= self.threshold)
         step.exhausted = not step.approved and len(step.attempts) >= self.max_iterations
 
+    def to_probe(self) -> list[Step]:
+        """The exhausted steps that searched and stayed unsupported, whose sub-question the loop searches itself
+        before it may call them a coverage gap (report_build: a failure of the query when that search finds an
+        answering passage)."""
+        return [s for s in self.steps if s.exhausted and s.probe is None and s.tried()
+                and not all(a.judge_failed or a.executor_failed for a in s.attempts)]
+
     def synthesis(self) -> list[CriticInput]:
         """The final pass's critic inputs once every step is approved and the reduce decided an answer (else
         none: nothing to synthesise). A joined answer is checked part by part, each against every passage."""
@@ -156,8 +181,9 @@ class ResearchRun:
         whole = synthesis_input(self.question, answer, refs, cited, self.gold)
         self.final = (answer, whole)
         by_index = {s.sub.index: s for s in self.steps}
-        if self.plan.reduce.kind == "join":
-            self.final_inputs = [synthesis_input(by_index[p].asked, answers[p], refs, cited, self.gold)
+        if self.plan.reduce.kind == "join":  # each part with its own step's citations: the others cite other parts
+            self.final_inputs = [synthesis_input(by_index[p].asked, answers[p], refs,
+                                                 set(by_index[p].attempts[-1].result.cited_ids), self.gold)
                                  for p in self.plan.reduce.parts]
         else:
             self.final_inputs = [whole]
@@ -178,12 +204,18 @@ class ResearchRun:
         self.final_verdict = CriticOutput(
             verified_claims=claims, overall_groundedness=grounded / len(claims) if claims else 0.0,
             flags=list(dict.fromkeys(f for v in present for f in v.flags)),
+            conflicts=[c for v in present for c in v.conflicts],
             reported_groundedness=sum(reported) / len(reported) if reported else None)
 
 def check_question(question: Any, max_chars: int) -> None:
-    """A research question must be text with something to research, within research.max_question_chars."""
+    """A research question must be UTF-8 text with something to research, within research.max_question_chars."""
     if not isinstance(question, str) or not question.strip():
         raise ValueError("the research question is empty or only whitespace: give a question to research")
+    bad = next((i for i, ch in enumerate(question) if 0xD800 <= ord(ch) <= 0xDFFF), None)
+    if bad is not None:  # bytes that were not UTF-8 (the command line keeps them as lone surrogates)
+        byte = f"0x{ord(question[bad]) - 0xDC00:02x}" if ord(question[bad]) >= 0xDC80 else repr(question[bad])
+        raise ValueError(f"the research question is not valid UTF-8 (undecodable byte {byte} at character {bad + 1}): "
+                         "give the question as UTF-8 text")
     if len(question) > max_chars:
         raise ValueError(f"the research question is {len(question):,} characters, over the limit of {max_chars:,} "
                          "(research.max_question_chars)")

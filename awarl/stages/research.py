@@ -52,7 +52,7 @@ def _research(parts: _Parts, questions: list[str], examples: list[Any]) -> list[
     cfg, engine, judge = parts.cfg, parts.engine, parts.judge
     runs = make_runs(cfg.research, examples, parts.planner, engine.abstention_phrases, questions, seed=cfg.run.seed)
     return loop_reports(runs, engine, judge, cfg.research, temperature=cfg.eval.temperature, top_p=cfg.generation.top_p,
-                        seed=cfg.run.seed)
+                        seed=cfg.run.seed, generation=cfg.generation, model_ref=parts.model_ref)
 
 
 class _Question:
