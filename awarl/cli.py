@@ -33,6 +33,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("compare", "compare evaluation runs on their shared questions, with paired-bootstrap differences"),
     ("research", "research a question with the critic loop (planner, executor, critic, re-query, gaps)"),
     ("simulate", "simulate the reward dynamics on CPU to choose gamma and penalty steps"),
+    ("config", "show a resolved config, each key with the file, line, override or default that set it"),
 ]
 
 

@@ -876,6 +876,29 @@ def _record_origins(data: dict, path: Path, origins: Origins, prefix: tuple[str,
             _record_origins(v, path, origins, (*prefix, str(k)))
 
 
+def yaml_key_lines(path: Path) -> dict[tuple[str, ...], int]:
+    """The line (1-based) of every mapping key of a YAML file, by its key path (what `_record_origins` notes
+    for the file); keys brought in by a `<<:` merge have none. Read within load_yaml's bounds."""
+    loader = _BoundedLoader(read_text_file(path))
+    try:
+        root = loader.get_single_node()
+    except yaml.YAMLError:
+        return {}   # read_yaml_mapping has read the same file: only a file changed since has no lines
+    finally:
+        loader.dispose()
+    lines: dict[tuple[str, ...], int] = {}
+
+    def walk(node: Any, prefix: tuple[str, ...]) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    lines[(*prefix, key.value)] = key.start_mark.line + 1
+                    walk(value, (*prefix, key.value))
+
+    walk(root, ())
+    return lines
+
+
 def origin_of(loc: tuple, origins: Origins) -> Path | None:
     """The file that set the key at `loc` (a validation error's location), or the one that set its nearest
     enclosing section; list indices are skipped (a list is set as a whole)."""
@@ -1005,17 +1028,32 @@ def config_from_dict(data: dict, source: str = "<config>", origins: Origins | No
         raise ConfigError(format_validation_error(e, source, origins=origins, root=root) + hint) from None
 
 
+OverrideOrigins = dict[tuple[str, ...], tuple[str, Any]]
+
+
+def claim_overrides(origins: Origins, overrides: list[str]) -> OverrideOrigins:
+    """Take the keys the overrides set away from the files in `origins` (in place): an override replaces the
+    key, and the whole section when its value is one. Returns each overridden key's last override (its text and
+    value); a key inside an overridden section was set by it when that value holds the key."""
+    claimed: OverrideOrigins = {}
+    for text in overrides:
+        parts, value = parse_override(text)
+        key = tuple(parts)
+        for held in (origins, claimed):
+            for k in [k for k in held if k[:len(key)] == key]:
+                del held[k]
+        claimed[key] = (text, value)
+    return claimed
+
+
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> AwarlConfig:
     """Read a YAML config (following `extends:`), apply dotted overrides, validate. Raises ConfigError."""
     origins: Origins = {}
     root = Path(path).resolve() if path else None
     data = read_config_yaml(Path(path), origins=origins) if path else {}
-    for text in overrides or []:  # an overridden key is the command line's (named by `source`), not a parent's
-        parts = tuple(parse_override(text)[0])
-        for k in [k for k in origins if k[:len(parts)] == parts]:
-            del origins[k]
-        if root is not None:
-            origins[parts] = root
+    claimed = claim_overrides(origins, overrides or [])
+    if root is not None:  # an overridden key is the command line's (named by `source`), not a parent's
+        origins.update(dict.fromkeys(claimed, root))
     data = apply_overrides(data, overrides or [])
     source = str(path) if path else "<defaults>"
     if overrides:

@@ -31,7 +31,9 @@ hand (`tests/test_config_docs.py` fails when this file is stale). Every key can 
 `reward.gamma=0.25`; unknown keys are errors. Precedence, lowest first: defaults, the config file, a
 command's own flags (e.g. `awarl eval --index D` is `retrieval.index_dir=D`), then `KEY=VALUE` overrides in
 order. Defaults marked (R) are our reconstruction of constants the AWA-RL paper does not publish
-([method](method.md)). Every run saves its resolved config as `resolved_config.yaml`.
+([method](method.md)). Every run saves its resolved config as `resolved_config.yaml`;
+`awarl config show --config C.yaml [KEY=VALUE ...]` prints it before a run, each key with the file and line,
+`extends:` parent, override or default that set it.
 
 Every YAML file awarl reads (configs, sweep files, templates, override values) is read within bounds, each
 breach a one-line error naming the file, line and column: at most 32 levels of nesting and 100,000 values

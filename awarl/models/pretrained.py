@@ -234,7 +234,7 @@ def _versions() -> dict[str, str]:
 
 
 def models_cache() -> Path:
-    from awarl.stages.resources import cache_dir
+    from awarl.cache import cache_dir
 
     return cache_dir() / "models"
 

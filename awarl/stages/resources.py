@@ -7,9 +7,9 @@ the shipped closed corpus takes seconds, so it is built once into a cache folder
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
+from awarl.cache import cache_dir
 from awarl.config import AwarlConfig
 from awarl.data.corpus import shipped_closed_corpus
 from awarl.io import canonical_sha256, file_sha256, loads_json
@@ -17,11 +17,6 @@ from awarl.retrieval import build_index
 from awarl.retrieval.index import build_settings
 
 log = logging.getLogger(__name__)
-
-
-def cache_dir() -> Path:
-    """AWARL_CACHE, else ~/.cache/awarl."""
-    return Path(os.environ.get("AWARL_CACHE") or Path.home() / ".cache" / "awarl")
 
 
 def _digest(obj: object) -> str:

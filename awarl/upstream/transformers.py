@@ -12,10 +12,11 @@
   `position_ids` and `logits_to_keep`), through a PEFT wrapper, and the one it takes the KV cache under:
   `past_key_values` up to 5.23, `cache` from 5.24 (`past_key_values` is deprecated there, gone in 5.40).
 - `trainer_loggers`: the `report_to` names the Trainer knows (`integration_utils.INTEGRATION_TO_CALLBACK`).
-- `transformers.logits_processors` (a probe only): every GenerationConfig field
-  `GenerationMixin._get_logits_processor` reads is one awarl's transformers-generate fallback resets or sets
-  (awarl.agent.backends.hf `_NEUTRAL_PROCESSORS`): a new processor a checkpoint can switch on would otherwise
-  make that path sample another distribution than the logprobs it records (`top_h` did, in 5.17).
+- `neutral_processors`: the GenerationConfig fields at the values that switch their logits processor off, which
+  awarl's transformers-generate fallback (awarl.agent.backends.hf) passes to every `generate`. Its probe
+  (`transformers.logits_processors`) checks that every field `GenerationMixin._get_logits_processor` reads is
+  one the fallback resets or sets: a new processor a checkpoint can switch on would otherwise make that path
+  sample another distribution than the logprobs it records (`top_h` did, in 5.17).
 - `commit_hash`: the hub revision a model was loaded from, for the eval manifest: `config._commit_hash` up
   to 5.17; from 5.18 the config no longer keeps it and the hub cache's snapshot folder tells.
 """
@@ -161,6 +162,35 @@ def commit_hash(model: Any, ref: str | None = None) -> str | None:
     return Path(cached).parent.name if isinstance(cached, str) else None
 
 
+# ------------------------------------------------------------------------------------------ logits processors
+# The GenerationConfig fields that add a logits processor or change the search, at values that switch them off
+# (transformers 5 names). A default GenerationConfig() holds None, "unset", for most of them, and an unset field
+# takes the checkpoint's value; min_new_tokens 0 takes precedence over a checkpoint's min_length.
+NEUTRAL_PROCESSORS: dict[str, Any] = {
+    "min_new_tokens": 0, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
+    "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0, "bad_words_ids": None, "renormalize_logits": False,
+    "forced_bos_token_id": None, "forced_eos_token_id": None, "remove_invalid_values": False,
+    "exponential_decay_length_penalty": None, "suppress_tokens": None, "begin_suppress_tokens": None,
+    "sequence_bias": None, "guidance_scale": None, "min_p": None, "num_beams": 1, "num_return_sequences": 1,
+    "top_h": None, "watermarking_config": None,
+}
+# The other fields transformers' logits-processor builder reads: set by every call (the sampling knobs), or no
+# processor of the sampled distribution (lengths and special tokens the call sets, the KV cache). The probe
+# `transformers.logits_processors` fails when the builder reads a field in none of the three.
+SET_PER_CALL = frozenset({"do_sample", "temperature", "top_k", "top_p"})
+NOT_A_PROCESSOR = frozenset({"_eos_token_tensor", "max_length", "min_length", "use_cache"})
+
+
+def neutral_processors() -> dict[str, Any]:
+    """NEUTRAL_PROCESSORS, the fields this transformers' GenerationConfig has: the generate keywords that keep
+    a checkpoint's generation_config from switching a logits processor on."""
+    from transformers import GenerationConfig
+
+    default = GenerationConfig()
+    return {name: v for name, v in NEUTRAL_PROCESSORS.items() if hasattr(default, name)}
+
+
 @shim("transformers.logits_processors", dist="transformers", checked="5.17.0",
       reaches="GenerationMixin._get_logits_processor's generation_config fields (read from its source)")
 def _logits_processor_fields() -> str | None:
@@ -168,15 +198,13 @@ def _logits_processor_fields() -> str | None:
 
     from transformers.generation.utils import GenerationMixin
 
-    from awarl.agent.backends import hf
-
     read = set(re.findall(r"generation_config\.(\w+)", inspect.getsource(GenerationMixin._get_logits_processor)))
     if not read:
         return "_get_logits_processor reads no generation_config field: its source changed shape"
-    unknown = read - set(hf._NEUTRAL_PROCESSORS) - hf._SET_PER_CALL - hf._NOT_A_PROCESSOR
+    unknown = read - set(NEUTRAL_PROCESSORS) - SET_PER_CALL - NOT_A_PROCESSOR
     if unknown:
         return (f"_get_logits_processor reads {sorted(unknown)}, which the transformers-generate fallback neither "
-                f"resets (hf._NEUTRAL_PROCESSORS) nor sets")
+                f"resets (NEUTRAL_PROCESSORS) nor sets")
     return None
 
 

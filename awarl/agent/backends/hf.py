@@ -232,7 +232,7 @@ class HFBackend:
         # Plain sampling, as the slot-cache path and the recorded logprobs (raw logits / T) assume: the logits
         # processors a checkpoint's generation_config may switch on (repetition_penalty, no_repeat_ngram_size,
         # ...) are set back to transformers' neutral defaults, or this path would sample another distribution.
-        kwargs.update(_neutral_processors())
+        kwargs.update(upstream_transformers.neutral_processors())
         if sample:
             kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
         else:  # greedy: clear sampling knobs a checkpoint's generation_config may carry, to avoid warnings
@@ -250,33 +250,6 @@ class HFBackend:
             lp[:, t] = (scaled.gather(1, gen[:, t:t + 1]).squeeze(1) - torch.logsumexp(scaled, -1)).cpu()
         return [finish(gen[i].tolist(), lp[i].tolist(), self.tokenizer, stop_strings, self.eos)
                 for i in range(len(prompts))]
-
-
-# The GenerationConfig fields that add a logits processor or change the search, at values that switch them off
-# (transformers 5 names). A default GenerationConfig() holds None, "unset", for most of them, and an unset field
-# takes the checkpoint's value; min_new_tokens 0 takes precedence over a checkpoint's min_length.
-_NEUTRAL_PROCESSORS: dict[str, Any] = {
-    "min_new_tokens": 0, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
-    "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
-    "encoder_no_repeat_ngram_size": 0, "bad_words_ids": None, "renormalize_logits": False,
-    "forced_bos_token_id": None, "forced_eos_token_id": None, "remove_invalid_values": False,
-    "exponential_decay_length_penalty": None, "suppress_tokens": None, "begin_suppress_tokens": None,
-    "sequence_bias": None, "guidance_scale": None, "min_p": None, "num_beams": 1, "num_return_sequences": 1,
-    "top_h": None, "watermarking_config": None,
-}
-# The other fields transformers' logits-processor builder reads: set by every call (the sampling knobs), or no
-# processor of the sampled distribution (lengths and special tokens the call sets, the KV cache). The upstream
-# probe `transformers.logits_processors` fails when the builder reads a field in neither list.
-_SET_PER_CALL = frozenset({"do_sample", "temperature", "top_k", "top_p"})
-_NOT_A_PROCESSOR = frozenset({"_eos_token_tensor", "max_length", "min_length", "use_cache"})
-
-
-def _neutral_processors() -> dict[str, Any]:
-    """_NEUTRAL_PROCESSORS, the fields this transformers' GenerationConfig has."""
-    from transformers import GenerationConfig
-
-    default = GenerationConfig()
-    return {name: v for name, v in _NEUTRAL_PROCESSORS.items() if hasattr(default, name)}
 
 
 def build(gen_cfg: Any, model_path_or_obj: Any, tokenizer: Any, generation_config: Any = None) -> HFBackend:
