@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from awarl.locks import path_lock
+
 log = logging.getLogger(__name__)
 
 
@@ -65,21 +67,21 @@ def atomic_write_folder(out: str | os.PathLike, marker: str, fill: Callable[[Pat
     kind (it holds the file `marker`, which `fill` writes); anything else in it is refused (ValueError), not
     overwritten."""
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not (out / marker).is_file():
-        raise ValueError(f"{out}: exists and holds something else (no {marker}); choose another folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    try:
-        fill(tmp)
-        _set_output_modes(tmp)
-        if not (tmp / marker).is_file():
-            raise RuntimeError(f"{out}: the folder written has no {marker}")
-        if out.exists():
-            shutil.rmtree(out)
-        os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with path_lock(out, str(out)):  # one writer: two would each delete the other's result to rename their own
+        if out.exists() and (not out.is_dir() or any(out.iterdir())) and not (out / marker).is_file():
+            raise ValueError(f"{out}: exists and holds something else (no {marker}); choose another folder")
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+        try:
+            fill(tmp)
+            _set_output_modes(tmp)
+            if not (tmp / marker).is_file():
+                raise RuntimeError(f"{out}: the folder written has no {marker}")
+            if out.exists():
+                shutil.rmtree(out)
+            os.rename(tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
 
 def _set_output_modes(folder: Path) -> None:

@@ -33,10 +33,12 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args, {"simulate.steps": args.steps, "simulate.seed": args.seed,
                                   "simulate.seeds": args.seeds})
+    from awarl.locks import folder_lock
     from awarl.simulate import run_simulation
 
     out = Path(args.out) if args.out else Path(cfg.run.out_dir) / "simulate"
-    summary = run_simulation(cfg, out, progress=not args.no_progress)
+    with folder_lock(out, f"simulation folder {out}", remedy="or pass another --out"):
+        summary = run_simulation(cfg, out, progress=not args.no_progress)
     for c in summary["claims"]:
         print(f"{'reproduced' if c['holds'] else 'NOT reproduced'}: {c['claim']}\n    {c['evidence']}")
     print(f"wrote {out}/summary.md, summary.json, curves.png")

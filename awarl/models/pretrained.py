@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from awarl.io import FILE_MODE, atomic_write_json, file_sha256, loads_json
+from awarl.locks import path_lock
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +261,14 @@ def convert_gguf(gguf_path: str | Path, *, cache_root: Path | None = None,
     sha = file_sha256(path)
     root = cache_root or models_cache()
     final = root / f"gguf-{sha[:16]}"
+    # One converter per cache entry: a second process converting the same file waits and takes its result.
+    with path_lock(final, f"the conversion of {path.name} ({final})", wait=True):
+        return _cached_or_converted(path, meta, sha, root, final, package)
+
+
+def _cached_or_converted(path: Path, meta: dict[str, Any], sha: str, root: Path, final: Path,
+                         package: dict[str, str] | None) -> Path:
+    """`convert_gguf` once the cache entry's lock is held."""
     source = read_source(final)
     if source and source.get("sha256") == sha:
         if package and source.get("package") != package:
@@ -305,6 +314,11 @@ def export_folder(src: Path, out: str | Path) -> Path:
     """`src` (a cached conversion) at `out`: hard links where the disk allows, else copies; atomic (a
     temporary sibling renamed into place). An `out` already holding the same conversion is kept."""
     out = Path(out).expanduser()
+    with path_lock(out, str(out), remedy="or choose another --out"):
+        return _export_locked(src, out)
+
+
+def _export_locked(src: Path, out: Path) -> Path:
     record = read_source(src) or {}
     have = read_source(out)
     if have and have.get("sha256") == record.get("sha256"):

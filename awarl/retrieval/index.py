@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from awarl.io import DataError, atomic_write_json, file_sha256, loads_json
+from awarl.locks import path_lock
 from awarl.retrieval.docstore import DOCSTORE_FILE, OFFSETS_FILE, CorpusReader, Docstore, DocstoreWriter
 from awarl.retrieval.passage_ids import POLICIES, SeenIds
 from awarl.retrieval.types import Retriever
@@ -75,7 +76,7 @@ def _make_builder(kind: str, settings: dict[str, Any], show_progress: bool, work
 
 def build_index(corpus_path: str | os.PathLike, kind: str, out_dir: str | os.PathLike, *,
                 overwrite: bool = False, show_progress: bool = True, duplicate_ids: str = "fail",
-                **settings: Any) -> Path:
+                wait: bool = False, **settings: Any) -> Path:
     """Build a `kind` ("bm25" | "dense") index of the corpus JSONL into `out_dir`; returns `out_dir`.
 
     duplicate_ids: "fail" (a repeated passage id is a DataError naming both lines) or "keep_first" (later
@@ -84,10 +85,9 @@ def build_index(corpus_path: str | os.PathLike, kind: str, out_dir: str | os.Pat
     settings: bm25: k1, b, method, stopwords ("en"|"none"), stemmer ("s"|"snowball"|"none"), memory_mb (the
     build's memory target, default 2048); dense: model, query_prefix, passage_prefix, index_type
     ("flat"|"hnsw"|"ivfpq"), hnsw, hnsw_m, ef_construction, ef_search, nlist, pq_m, nprobe, train_size,
-    batch_size, device. Raises DataError (naming file:line) on a malformed corpus line.
+    batch_size, device. Raises DataError (naming file:line) on a malformed corpus line. `wait`: another process
+    building this index is waited for (an index built on first use), not refused (OutputInUse).
     """
-    from awarl import __version__
-
     corpus_path, out_dir = Path(corpus_path), Path(out_dir)
     if kind not in KINDS:
         raise ValueError(f"unknown index kind {kind!r}; choose one of {', '.join(KINDS)}")
@@ -99,6 +99,21 @@ def build_index(corpus_path: str | os.PathLike, kind: str, out_dir: str | os.Pat
         # an --overwrite would swap the folder out, corpus and all, and the index would point at nothing
         raise RetrievalIndexError(f"the corpus {corpus_path} is inside --out {out_dir}; build the index into "
                                   "a folder of its own")
+    # One builder per index folder (awarl.locks): `wait` (an index built on first use) waits for another
+    # process building it and then takes its copy; otherwise a second build is refused, naming the first.
+    with path_lock(out_dir, f"index {out_dir}", wait=wait, remedy="or choose another --out"):
+        if wait and not overwrite and (out_dir / META_FILE).is_file():
+            log.info("index %s was built by another process meanwhile; using it", out_dir)
+            return out_dir
+        return _build_locked(corpus_path, kind, out_dir, overwrite=overwrite, show_progress=show_progress,
+                             duplicate_ids=duplicate_ids, settings=settings)
+
+
+def _build_locked(corpus_path: Path, kind: str, out_dir: Path, *, overwrite: bool, show_progress: bool,
+                  duplicate_ids: str, settings: dict[str, Any]) -> Path:
+    """`build_index` once the index folder's lock is held."""
+    from awarl import __version__
+
     if out_dir.exists() and any(out_dir.iterdir()):
         if not overwrite:
             raise RetrievalIndexError(f"{out_dir} already exists and is not empty; pass overwrite=True "
@@ -489,7 +504,7 @@ def load_retriever(cfg: RetrievalConfig) -> Retriever:
             raise ConfigError(f"retrieval.index_dir: {index_dir} holds no index and retrieval.corpus is not "
                               "set to build one from")
         log.info("building %s index %s from %s", cfg.kind, index_dir, cfg.corpus)
-        build_index(cfg.corpus, cfg.kind, index_dir, **build_settings(cfg))
+        build_index(cfg.corpus, cfg.kind, index_dir, wait=True, **build_settings(cfg))
     retriever = load_index(index_dir, verify_corpus=cfg.verify_corpus, mmap=cfg.mmap, workers=cfg.workers)
     if cfg.corpus:
         warn_if_other_corpus(Path(cfg.corpus), index_dir, retriever.meta)

@@ -39,6 +39,7 @@ from awarl.data.evidence import gold_evidence
 from awarl.data.paths import HubUnavailable
 from awarl.data.types import QAExample, example_key
 from awarl.io import DataError, atomic_write_text, loads_json
+from awarl.locks import folder_lock, is_main_process
 from awarl.models.loading import load_tokenizer
 from awarl.retrieval import load_retriever
 from awarl.rewards.strategies import strategy
@@ -401,6 +402,20 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
     run's plan for a launch on that many processes (default: this launch's, WORLD_SIZE)."""
     if processes is not None and not dry_run:
         raise ValueError("processes is for a dry run: a launch runs on the processes accelerate starts")
+    kwargs = dict(resume=resume, model=model, tokenizer=tokenizer, retriever=retriever, examples=examples,
+                  final_eval=final_eval, backend_factory=backend_factory, callbacks=callbacks, on_trainer=on_trainer,
+                  reset_reward_state=reset_reward_state)
+    if dry_run or not is_main_process():  # a dry run writes nothing; the other ranks write where rank 0 holds
+        return _run_train(cfg, dry_run=dry_run, processes=processes, **kwargs)
+    # One writer per run folder: two launches on one run.out_dir interleaved their checkpoints.
+    with folder_lock(cfg.run.out_dir, f"training run folder {cfg.run.out_dir}", remedy="or set another run.out_dir"):
+        return _run_train(cfg, dry_run=False, processes=None, **kwargs)
+
+
+def _run_train(cfg: AwarlConfig, *, resume: str | None, dry_run: bool, model: Any, tokenizer: Any, retriever: Any,
+               examples: list[QAExample] | None, final_eval: bool, backend_factory: Any, callbacks: list | None,
+               on_trainer: Any, reset_reward_state: bool, processes: int | None) -> dict:
+    """`run_train` (its docstring), under the run folder's lock for a launch."""
     n_procs = processes or world_size()
     t = cfg.train
     if resume is None:
