@@ -164,6 +164,7 @@ def estimate_inputs(cfg: AwarlConfig) -> dict[str, Any]:
                              {"index_dir": r.index_dir, "corpus": r.corpus}),
                           **({"embedding_model": r.embedding_model} if r.kind == "dense" else {})},
             "metrics.correctness": cfg.metrics.correctness, "metrics.f1_threshold": cfg.metrics.f1_threshold,
+            **({"generation.script": cfg.generation.script} if cfg.generation.backend == "scripted" else {}),
             **({"critic.model": cfg.critic.model} if cfg.metrics.correctness == "judge" else {}),
             "data.train": [d.model_dump(mode="json") for d in cfg.data.train], "data.on_error": cfg.data.on_error,
             **({"run.seed": cfg.run.seed} if any(d.limit for d in cfg.data.train) else {})}

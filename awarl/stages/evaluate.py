@@ -51,6 +51,7 @@ from awarl.stages.predictions import (
     PREDICTIONS,
     REJECTED,
     critic_label,
+    drop_failed_verdicts,
     read_done,
     regrade_failed,
     set_aside_bad_lines,
@@ -198,6 +199,7 @@ def _run_eval_locked(cfg: AwarlConfig, out: Path, eval_set: EvalSet, *, model: A
         save_resolved(cfg, out)
         atomic_write_json(out / MANIFEST, manifest)
         set_aside = set_aside_bad_lines(pred_path, cfg.metrics.correctness, engine.abstention_phrases)
+        rejudged = drop_failed_verdicts(pred_path) if judge is not None else 0
         regrade_failed(pred_path, grader, cfg, engine.abstention_phrases)
         t0 = time.time()
         n_new = generate_predictions(engine, eval_set.examples, cfg, pred_path,
@@ -222,5 +224,7 @@ def _run_eval_locked(cfg: AwarlConfig, out: Path, eval_set: EvalSet, *, model: A
     manifest.update(status="complete", generated_now=n_new, seconds=round(time.time() - t0, 1))
     if set_aside:  # what the resume found wrong, and where the lines went
         manifest["lines_set_aside"] = {"count": len(set_aside), "file": REJECTED, "first": set_aside[0]}
+    if rejudged:
+        manifest["verdicts_retried"] = rejudged
     atomic_write_json(out / MANIFEST, manifest)
     return results

@@ -46,6 +46,7 @@ from awarl.rewards.strategies import strategy
 from awarl.rewards.trl_reward import AwaRLReward, load_reward_state
 from awarl.stages.eval_manifest import MANIFEST, policy_identity
 from awarl.stages.evaluate import run_eval
+from awarl.stages.predictions import PREDICTIONS
 from awarl.stages.questions import load_train_examples
 from awarl.stages.resources import ensure_default_retrieval
 from awarl.training.checkpoints import (
@@ -352,15 +353,20 @@ def set_aside_other_step(out_dir: Path, step: int) -> Path | None:
     """Rename `out_dir` to `<name>.step-<N>` when it holds an evaluation of the policy at another step N (a
     resumed run that trains further evaluates its new final policy in eval/final; the old one is kept, not
     resumed as if it were the same policy). A folder whose manifest names no step (an earlier awarl) is
-    moved aside too, as `<name>.step-unknown`: which weights it scored cannot be told. Returns the new path."""
+    moved aside too, as `<name>.step-unknown`: which weights it scored cannot be told; so is one with
+    predictions and no manifest at all (the evaluation would refuse to resume it). Returns the new path."""
     manifest = out_dir / MANIFEST
     if not manifest.is_file():
-        return None
-    try:
-        old = loads_json(manifest.read_text(encoding="utf-8"))
-        old_step = old["model"]["global_step"]
-    except (ValueError, OSError, KeyError, TypeError):
+        preds = out_dir / PREDICTIONS
+        if not (preds.is_file() and preds.stat().st_size):
+            return None
         old_step = None
+    else:
+        try:
+            old = loads_json(manifest.read_text(encoding="utf-8"))
+            old_step = old["model"]["global_step"]
+        except (ValueError, OSError, KeyError, TypeError):
+            old_step = None
     if old_step == step:
         return None
     tag = "unknown" if old_step is None else str(old_step)
