@@ -334,6 +334,28 @@ def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+SAMPLE_BLOCK = 64 << 10
+SAMPLE_BLOCKS = 16
+
+
+def file_sample_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a file's size and of 16 blocks of 64 KiB spread evenly over it (first and last included; the
+    whole file when it is no larger): a fingerprint that costs about a megabyte read whatever the size, so
+    it can be checked at every load where a full hash of a multi-GB file could not. It tells a file from
+    another one (another build, a truncation, a copy cut short) unless the two agree on every sampled block."""
+    size = os.path.getsize(path)
+    h = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        if size <= SAMPLE_BLOCK * SAMPLE_BLOCKS:
+            h.update(f.read())
+        else:
+            step = (size - SAMPLE_BLOCK) / (SAMPLE_BLOCKS - 1)
+            for i in range(SAMPLE_BLOCKS):
+                f.seek(int(i * step))
+                h.update(f.read(SAMPLE_BLOCK))
+    return h.hexdigest()
+
+
 def repo_root() -> Path:
     """The source checkout (where data/ and configs/ live)."""
     return Path(__file__).resolve().parent.parent

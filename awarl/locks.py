@@ -223,6 +223,13 @@ def lock_holder(lock_file: str | os.PathLike) -> dict[str, Any] | None:
         return None
 
 
+def is_held_here(path: str | os.PathLike) -> bool:
+    """Whether this process holds the `path_lock` of `path`."""
+    path = Path(path)
+    with _guard:
+        return str(path.with_name(f".{path.name}.lock").absolute()) in _held
+
+
 def is_atomic_temporary(name: str) -> bool:
     """Whether `name` is a temporary of `awarl.io.atomic_write_bytes` (`.NAME.<8 random>.tmp`) or of
     `save_figure` (`.NAME.tmp.EXT`)."""

@@ -20,11 +20,12 @@ import shutil
 import socket
 import sys
 import time
+import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from awarl.io import DataError, atomic_write_json, file_sha256, loads_json
+from awarl.io import DataError, atomic_write_json, file_sample_sha256, file_sha256, loads_json
 from awarl.locks import path_lock
 from awarl.retrieval.docstore import DOCSTORE_FILE, OFFSETS_FILE, CorpusReader, Docstore, DocstoreWriter
 from awarl.retrieval.passage_ids import POLICIES, SeenIds
@@ -139,9 +140,11 @@ def _build_locked(corpus_path: Path, kind: str, out_dir: Path, *, overwrite: boo
             log.warning("%s: left out %d passage(s) whose id repeats an earlier one (duplicate_ids=keep_first; "
                         "first: %s)", corpus_path, duplicates.dropped, ", ".join(duplicates.examples))
         used = builder.finish(tmp)
+        build_id = uuid.uuid4().hex
         meta = {
             "format_version": FORMAT_VERSION,
             "kind": kind,
+            "build_id": build_id,
             "corpus": str(corpus_path.resolve()),
             "corpus_sha256": reader.sha256,
             "corpus_bytes": reader.bytes_read,
@@ -155,6 +158,7 @@ def _build_locked(corpus_path: Path, kind: str, out_dir: Path, *, overwrite: boo
         }
         if kind == "bm25":
             meta["build"] = {"memory_mb": builder.memory_mb, "shards": builder.shards_written}
+        meta["files"] = build_files(tmp)
         atomic_write_json(tmp / META_FILE, meta)  # the mode of a plain open() (awarl.io.FILE_MODE): shareable
         _move_into_place(tmp, out_dir, overwrite)
     except BaseException:
@@ -162,6 +166,36 @@ def _build_locked(corpus_path: Path, kind: str, out_dir: Path, *, overwrite: boo
         raise
     log.info("built %s index of %d passages in %s (%.1fs)", kind, count, out_dir, time.time() - t0)
     return out_dir
+
+
+def build_files(folder: Path) -> dict[str, dict[str, Any]]:
+    """Each file of a finished build (but the meta): its size, sha256 and sampled sha256 (`file_sample_sha256`),
+    recorded in the meta under the build's id so that `index info` (every byte) and every load (the samples)
+    refuse a folder put together from two builds: the same corpus built twice with other settings gives files
+    of the same names, and often of the same sizes, that search differently. (The files themselves keep
+    their formats: bm25s refuses a params file with a key it does not know, and .npy headers take none.)"""
+    return {f.name: {"bytes": f.stat().st_size, "sha256": file_sha256(f), "sample_sha256": file_sample_sha256(f)}
+            for f in sorted(folder.iterdir()) if f.is_file() and f.name != META_FILE}
+
+
+def check_build_files(index_dir: Path, meta: dict[str, Any], *, full: bool) -> None:
+    """RetrievalIndexError unless every file the build recorded is the one it wrote (size and sampled hash;
+    with `full`, the sha256 of every byte). A meta without the record (an index built before awarl kept it)
+    is not checked."""
+    files, build_id = meta.get("files"), meta.get("build_id")
+    if not isinstance(files, dict) or not build_id:
+        return
+    for name, rec in files.items():
+        path = index_dir / name
+        if not path.is_file():
+            raise RetrievalIndexError(f"{index_dir}: index is incomplete, missing {name}; rebuild it")
+        got = path.stat().st_size
+        if got != rec.get("bytes") or file_sample_sha256(path) != rec.get("sample_sha256") or (
+                full and file_sha256(path) != rec.get("sha256")):
+            what = f"{got} bytes, the build wrote {rec.get('bytes')}" if got != rec.get("bytes") else \
+                "its contents differ from what the build wrote"
+            raise RetrievalIndexError(f"{path}: not the file of this index's build {build_id[:12]} ({what}): a "
+                                      "folder put together from two builds, or a damaged file; rebuild the index")
 
 
 def _stream(reader: CorpusReader, builder: Any, store: DocstoreWriter, chunk_size: int, kind: str,
@@ -391,6 +425,7 @@ def verify_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True, de
             raise RetrievalIndexError(f"{index_dir}: meta says {n} passages but the BM25 index has {got}")
     if deep:
         _open_kind(index_dir, meta, mmap=True, workers=1, device="cpu")   # no docstore: the files only
+        check_build_files(index_dir, meta, full=True)   # after opening them, whose messages say more
     corpus = Path(meta.get("corpus") or "")
     if verify_corpus and meta.get("corpus") and corpus.is_file() and (
             corpus.stat().st_size != meta.get("corpus_bytes") or file_sha256(corpus) != meta["corpus_sha256"]):
@@ -450,6 +485,7 @@ def load_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True, devi
     use_mmap = index_bytes(index_dir) > MMAP_AUTO_BYTES if mmap in (None, "auto") else bool(mmap)
     docstore = Docstore(index_dir, mmap=use_mmap)
     retriever = _open_kind(index_dir, meta, mmap=use_mmap, workers=workers, device=device, docstore=docstore)
+    check_build_files(index_dir, meta, full=False)  # sizes and sampled hashes: a megabyte read per file
     retriever.meta = meta
     return retriever
 
