@@ -35,6 +35,16 @@ FILE_MODE = 0o666 & ~_umask()
 DIR_MODE = 0o777 & ~_umask()
 
 
+def named(e: OSError, path: str | os.PathLike) -> OSError:
+    """`e` with `path` as its file name when it has none (a failed write() names no file: a full disk then says
+    "No space left on device" and not where), for the command line's one-line message."""
+    if e.filename is not None or e.errno is None:
+        return e
+    out = type(e)(e.errno, e.strerror, os.fspath(path))
+    out.__cause__ = e
+    return out
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write via a temp file in the same folder + rename, so a crash never leaves a half-written file."""
     path = Path(path)
@@ -47,6 +57,9 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise named(e, path) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -235,10 +248,13 @@ def append_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
         return
     journal = _append_journal(path, path.stat().st_size if path.exists() else 0)
     atomic_write_bytes(journal, data)
-    with open(path, "ab") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(path, "ab") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:   # the journal stays: the next reader completes the batch (or cuts it back)
+        raise named(e, path) from None
     journal.unlink()
 
 
