@@ -144,4 +144,6 @@ def resume_advice(args: Any) -> str:
             ckpt = None
         if ckpt is not None:
             return f"continue from {ckpt.name} with: {command_line()} --resume"
-    return "rerun the same command to resume"
+    if args.command in ("eval", "estimate", "train", "demo", "demo-real", "sweep"):
+        return "rerun the same command to resume"
+    return "rerun the same command"
