@@ -40,9 +40,7 @@ def named(e: OSError, path: str | os.PathLike) -> OSError:
     "No space left on device" and not where), for the command line's one-line message."""
     if e.filename is not None or e.errno is None:
         return e
-    out = type(e)(e.errno, e.strerror, os.fspath(path))
-    out.__cause__ = e
-    return out
+    return type(e)(e.errno, e.strerror, os.fspath(path))
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

@@ -322,4 +322,3 @@ def spec_reward(**overrides):
 
     spec = load_config(repo_root() / "configs" / "paper_spec.yaml").reward
     return RewardConfig.model_validate({**spec.model_dump(), **overrides})
-

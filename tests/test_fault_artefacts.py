@@ -9,6 +9,7 @@ tokenizer and its chat template. docs/reliability.md (round 4) gives what each d
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -82,13 +83,20 @@ def test_load_checks_samples_of_each_file_and_info_every_byte(two_builds, tmp_pa
 
 
 # ----------------------------------------------------------------------------------------------- GGUF
-gguf = pytest.importorskip("gguf")
-
-from test_pretrained_errors import write_model_gguf  # noqa: E402
-
 from awarl.models.pretrained import SOURCE_FILE, PretrainedError, gguf_folder  # noqa: E402
 
+# the GGUF cases write real GGUF files with the gguf package (the [pretrained] extra): skipped without it
+needs_gguf = pytest.mark.skipif(importlib.util.find_spec("gguf") is None, reason="needs the gguf package")
 
+
+def write_model_gguf(path: Path, **kw) -> Path:
+    from test_pretrained_errors import write_model_gguf as write
+
+    return write(path, **kw)
+
+
+
+@needs_gguf
 @pytest.mark.parametrize("kw,says", [
     ({"drop": ("blk.0.attn_q.weight",)}, "1 missing (blk.0.attn_q.weight)"),
     ({"drop": ("output_norm.weight",)}, "1 missing (output_norm.weight)"),
@@ -106,6 +114,7 @@ def test_a_gguf_whose_tensors_do_not_fit_its_architecture_is_not_converted(tmp_p
     assert not models.exists() or not [p for p in models.iterdir() if not p.name.endswith(".lock")]
 
 
+@needs_gguf
 def test_the_command_says_so_in_one_line(tmp_path):
     f = write_model_gguf(tmp_path / "m.gguf", drop=("blk.0.attn_q.weight",))
     r = subprocess.run([sys.executable, "-m", "awarl.cli", "model", "from-gguf", str(f)], capture_output=True,
@@ -116,6 +125,7 @@ def test_the_command_says_so_in_one_line(tmp_path):
     assert errors[0].startswith(f"awarl model: error: {f}: its tensors do not match") and "1 missing" in errors[0]
 
 
+@needs_gguf
 def test_a_whole_gguf_converts_and_its_record_lists_every_file(tmp_path):
     folder = gguf_folder(write_model_gguf(tmp_path / "m.gguf"), cache_root=tmp_path / "cache")
     record = json.loads((folder / SOURCE_FILE).read_text())
@@ -123,6 +133,7 @@ def test_a_whole_gguf_converts_and_its_record_lists_every_file(tmp_path):
     assert record["files"]["model.safetensors"]["sha256"] == file_sha256(folder / "model.safetensors")
 
 
+@needs_gguf
 @pytest.mark.parametrize("damage", ["truncate", "flip", "no record"])
 def test_a_damaged_cached_conversion_is_converted_again_not_handed_out(tmp_path, caplog, damage):
     """Before: a truncated cached model.safetensors was handed out (exit 0), and loading it failed later with
@@ -148,6 +159,7 @@ def test_a_damaged_cached_conversion_is_converted_again_not_handed_out(tmp_path,
     AutoModelForCausalLM.from_pretrained(folder)
 
 
+@needs_gguf
 def test_a_damaged_export_is_exported_again(tmp_path, caplog):
     f = write_model_gguf(tmp_path / "m.gguf")
     out = gguf_folder(f, tmp_path / "out", cache_root=tmp_path / "cache")
@@ -160,6 +172,7 @@ def test_a_damaged_export_is_exported_again(tmp_path, caplog):
         file_sha256(out / "model.safetensors")
 
 
+@needs_gguf
 def test_a_conversion_that_did_not_finish_is_swept_by_the_next(tmp_path):
     """A conversion killed without its cleanup (SIGKILL) leaves `.gguf-<sha>.<random>`: the next run on the cache
     removes it (its entry's lock is free); a folder whose conversion still holds its lock stays."""
@@ -228,6 +241,7 @@ def test_a_chat_template_that_runs_away_is_stopped_within_its_bounds(tiny_tok, t
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000   # KB: under 200 MB grown
 
 
+@needs_gguf
 def test_a_gguf_chat_template_that_loops_fails_the_first_prompt_in_one_line(tmp_path, shipped_bm25_dir):
     """End to end: the template comes inside a GGUF file, is converted into the model folder, and `awarl eval`
     stops at the first prompt with one line instead of hanging."""

@@ -222,6 +222,8 @@ COMMANDS = {
         lambda c: c["tmp"] / "reg" / ".awarl.lock", lambda c: f"regression folder {c['tmp'] / 'reg'}", "kill"),
     "demo": (lambda c: ["demo", "--out", str(c["tmp"] / "demo")], lambda c: c["tmp"] / "demo" / ".awarl.lock",
              lambda c: f"demo folder {c['tmp'] / 'demo'}", "kill"),
+    "demo-real": (lambda c: ["demo-real", "--out", str(c["tmp"] / "dr")], lambda c: c["tmp"] / "dr" / ".awarl.lock",
+                  lambda c: f"demo folder {c['tmp'] / 'dr'}", "kill"),
     "sweep": (lambda c: ["sweep", "--config", str(_sweep_file(c)), "--aggregate"],
               lambda c: c["tmp"] / "sweep" / ".awarl.lock", lambda c: f"sweep folder {c['tmp'] / 'sweep'}", "continue"),
     "score": (lambda c: ["score", str(_predictions(c)), "--out", str(c["tmp"] / "rep")],
