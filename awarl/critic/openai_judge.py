@@ -174,6 +174,8 @@ class OpenAIJudge:
     """`OpenAIJudge(cfg.critic, cache_dir).verify(items)` / `.grade_answers(items)` (module docstring)."""
 
     name = "openai"
+    # SYSTEM_PROMPT has the judge split the answer into claims, one of which states it (the audit checks that).
+    claims_state_the_answer = True
 
     def __init__(self, cfg: CriticConfig, cache_dir: str | os.PathLike | None = None,
                  api_key: str | None = None) -> None:
@@ -193,6 +195,8 @@ class OpenAIJudge:
         self.failure_reasons: Counter[str] = Counter()
         self.requests = 0
         self.cache_hits = 0
+        self.cache_write_errors = 0
+        self._memory: dict[str, Any] = {}  # verdicts the disk cache could not take
         self.prompt_tokens = 0
         self.completion_tokens = 0
 
@@ -253,6 +257,8 @@ class OpenAIJudge:
         return self.cache_dir / key[:2] / f"{key}.json" if self.cache_dir else None
 
     def _cache_get(self, key: str, kind: type[Verdict]) -> Verdict | None:
+        if key in self._memory:
+            return kind.model_validate(self._memory[key])
         path = self._cache_path(key)
         if path is None or not path.is_file():
             return None
@@ -263,9 +269,22 @@ class OpenAIJudge:
             return None
 
     def _cache_put(self, key: str, out: BaseModel) -> None:
+        """Keep a verdict on disk; where the cache cannot be written (read-only, full), in memory for this run,
+        with one warning: a verdict the judge gave must not be lost to its cache (they were all counted as
+        failures)."""
         path = self._cache_path(key)
-        if path is not None:
+        if path is None:
+            return
+        try:
             atomic_write_json(path, out.model_dump(mode="json"))
+        except OSError as e:
+            with self._lock:
+                self._memory[key] = out.model_dump(mode="json")
+                first = not self.cache_write_errors
+                self.cache_write_errors += 1
+            if first:
+                log.warning("critic cache %s cannot be written (%s: %s); verdicts are kept in memory for this run "
+                            "only", self.cache_dir, type(e).__name__, e.strerror or e)
 
     # ---------------------------------------------------------------------------------- request
     def request_body(self, messages: list[dict], schema_name: str, schema: dict) -> dict[str, Any]:

@@ -380,13 +380,9 @@ class AwaRLReward:
     def load_state_dict(self, state: Mapping[str, Any], source: str = "<state>") -> None:
         if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
             raise ValueError(f"{source}: not an AWA-RL reward state (expected format {STATE_FORMAT!r})")
-        e_bar = state.get("e_bar")
-        if not isinstance(e_bar, (int, float)) or not math.isfinite(e_bar):
-            raise ValueError(f"{source}: key 'e_bar' must be a finite number, got {e_bar!r}")
+        e_bar = _excess_value(source, "e_bar", state.get("e_bar"))
         # States written before reward.ema_start existed hold only Ē, which then equalled the EMA itself.
-        e_ema = state.get("e_ema", e_bar)
-        if not isinstance(e_ema, (int, float)) or not math.isfinite(e_ema):
-            raise ValueError(f"{source}: key 'e_ema' must be a finite number, got {e_ema!r}")
+        e_ema = _excess_value(source, "e_ema", state.get("e_ema", e_bar))
         p_online = state.get("p_online") or {}
         if not isinstance(p_online, Mapping):
             raise ValueError(f"{source}: key 'p_online' must be a mapping qid -> p")
@@ -407,6 +403,21 @@ class AwaRLReward:
         self.judge_failures_total = counts["judge_failures_total"]
         self.unknown_p_total = counts["unknown_p_total"]
         self.last_stats = {str(k): float(v) for k, v in last.items()}
+
+
+# E_t = ρ_t − ρ̂_t is a difference of two rates in [0, 1], so it lies in [−1, 1]; the EMA of such values from
+# m_0 = 0, and Ē (that EMA, or its bias-corrected weighted average), stay in [−1, 1] too. A saved value outside
+# (plus rounding) was not written by this reward: a hand edit or a damaged file, which would pin the penalty at
+# its maximum for the rest of the run.
+EXCESS_BOUND = 1.0 + 1e-9
+
+
+def _excess_value(source: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or abs(value) > EXCESS_BOUND:
+        raise ValueError(f"{source}: key {key!r} must be a number in [-1, 1] (an excess refusal rate ρ − ρ̂, or an "
+                         f"average of them), got {value!r:.40}")
+    return float(value)
 
 
 def save_reward_state(reward: AwaRLReward, checkpoint_dir: str | os.PathLike) -> Path:

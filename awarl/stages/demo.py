@@ -34,6 +34,7 @@ from awarl.data.estimates import read_estimates
 from awarl.data.loaders import load_shipped
 from awarl.data.types import example_key
 from awarl.io import atomic_write_text, loads_json, repo_root
+from awarl.locks import folder_lock
 from awarl.models.tiny import build_tiny_model
 from awarl.retrieval import load_index
 from awarl.stages.compare import compare_runs, write_comparison
@@ -152,6 +153,12 @@ def start_record(cfg: AwarlConfig, out: Path) -> tuple[list, list, list]:
 
 
 def run_demo(out_dir: str | Path, config: str | Path | None = None, overrides: list[str] | None = None) -> dict:
+    """The whole demo into `out_dir` (one demo at a time in a folder: awarl.locks)."""
+    with folder_lock(out_dir, f"demo folder {out_dir}", remedy="or use another --out"):
+        return _run_demo(out_dir, config, overrides)
+
+
+def _run_demo(out_dir: str | Path, config: str | Path | None, overrides: list[str] | None) -> dict:
     from transformers import AutoTokenizer
 
     # The demo is offline by design: every model it loads is one it built, so never wait on a hub lookup.

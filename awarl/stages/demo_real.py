@@ -29,6 +29,7 @@ from awarl.config import AwarlConfig, load_config
 from awarl.data.estimates import read_estimates
 from awarl.data.types import example_key
 from awarl.io import atomic_write_json, atomic_write_text, loads_json, repo_root
+from awarl.locks import folder_lock
 from awarl.models.pretrained import pretrained_folder, read_source
 from awarl.stages.compare import compare_runs, write_comparison
 from awarl.stages.demo import (
@@ -85,6 +86,13 @@ def _eval(cfg: AwarlConfig, out: Path, model: Path, tokenizer: Any, retriever: A
 
 def run_demo_real(out_dir: str | Path, config: str | Path | None = None, overrides: list[str] | None = None,
                   adapter: str | Path | None = None) -> dict:
+    """The released-checkpoint demo into `out_dir` (one at a time in a folder: awarl.locks)."""
+    with folder_lock(out_dir, f"demo folder {out_dir}", remedy="or use another --out"):
+        return _run_demo_real(out_dir, config, overrides, adapter)
+
+
+def _run_demo_real(out_dir: str | Path, config: str | Path | None, overrides: list[str] | None,
+                   adapter: str | Path | None) -> dict:
     from transformers import AutoTokenizer
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -30,6 +30,7 @@ from awarl.data.estimates import (
 )
 from awarl.data.types import QAExample, example_key
 from awarl.io import append_jsonl, atomic_write_json, finish_interrupted_append, pending_batches
+from awarl.locks import path_lock
 from awarl.models.loading import load_tokenizer
 from awarl.retrieval import load_retriever
 from awarl.stages.eval_manifest import (
@@ -53,10 +54,21 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
 
     `model` defaults to `estimate.model`, else `train.model` (cold start: the instruct model itself).
     Tests and callers that already hold an engine/model can pass them in."""
+    out = estimates_path(cfg.estimate.out, cfg.run.out_dir)
+    # One writer per p_i file: two estimates started together both passed the settings check (neither had
+    # written a row yet) and appended each question twice.
+    with path_lock(out, f"p_i estimate {out}", remedy="or set estimate.out to another file",
+                   companions=(settings_path(out).name,)):
+        return _run_estimate_locked(cfg, out, model=model, tokenizer=tokenizer, retriever=retriever,
+                                    engine=engine, examples=examples, on_batch=on_batch)
+
+
+def _run_estimate_locked(cfg: AwarlConfig, out: Path, *, model: Any, tokenizer: Any, retriever: Any,
+                         engine: Any, examples: list[QAExample] | None,
+                         on_batch: Callable[[int], None] | None) -> Path:
+    """`run_estimate` once the p_i file's lock is held."""
     from tqdm.auto import tqdm
 
-    out = estimates_path(cfg.estimate.out, cfg.run.out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
     examples = examples if examples is not None else load_train_examples(cfg.data, cfg.run.seed)
     k = cfg.estimate.k
     model = model if model is not None else (cfg.estimate.model or cfg.train.model)
@@ -152,6 +164,7 @@ def estimate_inputs(cfg: AwarlConfig) -> dict[str, Any]:
                              {"index_dir": r.index_dir, "corpus": r.corpus}),
                           **({"embedding_model": r.embedding_model} if r.kind == "dense" else {})},
             "metrics.correctness": cfg.metrics.correctness, "metrics.f1_threshold": cfg.metrics.f1_threshold,
+            **({"generation.script": cfg.generation.script} if cfg.generation.backend == "scripted" else {}),
             **({"critic.model": cfg.critic.model} if cfg.metrics.correctness == "judge" else {}),
             "data.train": [d.model_dump(mode="json") for d in cfg.data.train], "data.on_error": cfg.data.on_error,
             **({"run.seed": cfg.run.seed} if any(d.limit for d in cfg.data.train) else {})}

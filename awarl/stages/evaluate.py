@@ -32,6 +32,7 @@ from awarl.critic.correctness import close_grader, grade_trajectories, make_answ
 from awarl.data.evidence import gold_evidence
 from awarl.data.types import QAExample, example_key
 from awarl.io import append_jsonl, atomic_write_json, pending_batches
+from awarl.locks import folder_lock
 from awarl.metrics import Outcome
 from awarl.models.loading import load_tokenizer
 from awarl.report import write_report
@@ -50,12 +51,13 @@ from awarl.stages.predictions import (
     PREDICTIONS,
     REJECTED,
     critic_label,
+    drop_failed_verdicts,
     read_done,
     regrade_failed,
     set_aside_bad_lines,
     trajectory_record,
 )
-from awarl.stages.questions import load_eval_set
+from awarl.stages.questions import EvalSet, load_eval_set
 from awarl.stages.score import score_predictions
 
 log = logging.getLogger(__name__)
@@ -161,6 +163,16 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
     eval_set = load_eval_set(cfg.data, cfg.eval, cfg.run.seed, datasets, limit)
     if not eval_set.examples:
         raise ValueError("no evaluation questions: check eval.datasets / data.eval")
+    # One writer per folder: a second evaluation into it (started before this one appended anything, so the
+    # settings check below could not tell) would interleave two models' lines in one file.
+    with folder_lock(out, f"evaluation folder {out}", remedy="or use another --out"):
+        return _run_eval_locked(cfg, out, eval_set, model=model, tokenizer=tokenizer, retriever=retriever,
+                                on_batch=on_batch, model_ident=model_ident)
+
+
+def _run_eval_locked(cfg: AwarlConfig, out: Path, eval_set: EvalSet, *, model: Any, tokenizer: Any,
+                     retriever: Any, on_batch: Callable[[int], None] | None, model_ident: dict | None) -> dict:
+    """`run_eval` once the folder's lock is held."""
     judge = make_judge(cfg.critic, critic_cache_dir(cfg.critic, out))
     grader = make_answer_grader(cfg.metrics, cfg.critic, out / "critic_cache")
     pred_path = out / PREDICTIONS
@@ -181,12 +193,13 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
         manifest = build_manifest(cfg, eval_set, ident,
                                   retriever_identity(retriever), {"status": "running"})
         check_resumable(out, manifest)
-        # Only now: a refused resume must leave the folder's record of its settings as the run made it, and
-        # a bad --model / --datasets / --template must leave no empty --out folder behind.
-        out.mkdir(parents=True, exist_ok=True)
+        # Only now: a refused resume must leave the folder's record of its settings as the run made it (and a
+        # bad --model / --datasets / --template leaves no empty --out folder behind: folder_lock removes the
+        # folder it made when nothing was written)
         save_resolved(cfg, out)
         atomic_write_json(out / MANIFEST, manifest)
         set_aside = set_aside_bad_lines(pred_path, cfg.metrics.correctness, engine.abstention_phrases)
+        rejudged = drop_failed_verdicts(pred_path) if judge is not None else 0
         regrade_failed(pred_path, grader, cfg, engine.abstention_phrases)
         t0 = time.time()
         n_new = generate_predictions(engine, eval_set.examples, cfg, pred_path,
@@ -211,5 +224,7 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
     manifest.update(status="complete", generated_now=n_new, seconds=round(time.time() - t0, 1))
     if set_aside:  # what the resume found wrong, and where the lines went
         manifest["lines_set_aside"] = {"count": len(set_aside), "file": REJECTED, "first": set_aside[0]}
+    if rejudged:
+        manifest["verdicts_retried"] = rejudged
     atomic_write_json(out / MANIFEST, manifest)
     return results

@@ -43,11 +43,12 @@ def shipped_corpus(path: Path | None = None) -> Path:
 
 
 def ensure_index(corpus: Path, kind: str, out_dir: Path, **settings) -> Path:
-    """Build the index unless a complete one is already there (load_index verifies it)."""
+    """Build the index unless a complete one is already there (load_index verifies it); another process building
+    it is waited for."""
 
     if not (out_dir / "index_meta.json").exists():
         log.info("building the %s index of %s -> %s", kind, corpus, out_dir)
-        build_index(corpus, kind, out_dir, **settings)
+        build_index(corpus, kind, out_dir, wait=True, **settings)
     return out_dir
 
 

@@ -39,12 +39,14 @@ from awarl.data.evidence import gold_evidence
 from awarl.data.paths import HubUnavailable
 from awarl.data.types import QAExample, example_key
 from awarl.io import DataError, atomic_write_text, loads_json
+from awarl.locks import folder_lock, is_main_process
 from awarl.models.loading import load_tokenizer
 from awarl.retrieval import load_retriever
 from awarl.rewards.strategies import strategy
 from awarl.rewards.trl_reward import AwaRLReward, load_reward_state
 from awarl.stages.eval_manifest import MANIFEST, policy_identity
 from awarl.stages.evaluate import run_eval
+from awarl.stages.predictions import PREDICTIONS
 from awarl.stages.questions import load_train_examples
 from awarl.stages.resources import ensure_default_retrieval
 from awarl.training.alarms import ALARMS_FILE, read_alarms
@@ -356,15 +358,20 @@ def set_aside_other_step(out_dir: Path, step: int) -> Path | None:
     """Rename `out_dir` to `<name>.step-<N>` when it holds an evaluation of the policy at another step N (a
     resumed run that trains further evaluates its new final policy in eval/final; the old one is kept, not
     resumed as if it were the same policy). A folder whose manifest names no step (an earlier awarl) is
-    moved aside too, as `<name>.step-unknown`: which weights it scored cannot be told. Returns the new path."""
+    moved aside too, as `<name>.step-unknown`: which weights it scored cannot be told; so is one with
+    predictions and no manifest at all (the evaluation would refuse to resume it). Returns the new path."""
     manifest = out_dir / MANIFEST
     if not manifest.is_file():
-        return None
-    try:
-        old = loads_json(manifest.read_text(encoding="utf-8"))
-        old_step = old["model"]["global_step"]
-    except (ValueError, OSError, KeyError, TypeError):
+        preds = out_dir / PREDICTIONS
+        if not (preds.is_file() and preds.stat().st_size):
+            return None
         old_step = None
+    else:
+        try:
+            old = loads_json(manifest.read_text(encoding="utf-8"))
+            old_step = old["model"]["global_step"]
+        except (ValueError, OSError, KeyError, TypeError):
+            old_step = None
     if old_step == step:
         return None
     tag = "unknown" if old_step is None else str(old_step)
@@ -406,6 +413,20 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
     run's plan for a launch on that many processes (default: this launch's, WORLD_SIZE)."""
     if processes is not None and not dry_run:
         raise ValueError("processes is for a dry run: a launch runs on the processes accelerate starts")
+    kwargs = dict(resume=resume, model=model, tokenizer=tokenizer, retriever=retriever, examples=examples,
+                  final_eval=final_eval, backend_factory=backend_factory, callbacks=callbacks, on_trainer=on_trainer,
+                  reset_reward_state=reset_reward_state)
+    if dry_run or not is_main_process():  # a dry run writes nothing; the other ranks write where rank 0 holds
+        return _run_train(cfg, dry_run=dry_run, processes=processes, **kwargs)
+    # One writer per run folder: two launches on one run.out_dir interleaved their checkpoints.
+    with folder_lock(cfg.run.out_dir, f"training run folder {cfg.run.out_dir}", remedy="or set another run.out_dir"):
+        return _run_train(cfg, dry_run=False, processes=None, **kwargs)
+
+
+def _run_train(cfg: AwarlConfig, *, resume: str | None, dry_run: bool, model: Any, tokenizer: Any, retriever: Any,
+               examples: list[QAExample] | None, final_eval: bool, backend_factory: Any, callbacks: list | None,
+               on_trainer: Any, reset_reward_state: bool, processes: int | None) -> dict:
+    """`run_train` (its docstring), under the run folder's lock for a launch."""
     n_procs = processes or world_size()
     t = cfg.train
     if resume is None:

@@ -145,6 +145,40 @@ def _loggers_shape() -> str | None:
     return f"INTEGRATION_TO_CALLBACK lacks {sorted(missing)}" if missing else None
 
 
+# ------------------------------------------------------------------------------------------ GGUF
+def gguf_tensor_names(model: Any, architecture: str) -> dict[str, str] | None:
+    """GGUF tensor name -> parameter name of `model`, the map transformers' GGUF loader fills the model by
+    (`get_gguf_hf_weights_map` with the architecture's tensor processor; a file tensor it does not list is
+    dropped, a parameter no file tensor fills keeps its random initialisation). None for an architecture whose
+    processor renames or splits tensors on the way (MoE, T5, GPT-2, ...): its names cannot be checked one by
+    one."""
+    from transformers.modeling_gguf_pytorch_utils import (
+        TENSOR_PROCESSORS,
+        LlamaTensorProcessor,
+        TensorProcessor,
+        get_gguf_hf_weights_map,
+    )
+
+    processor = TENSOR_PROCESSORS.get(architecture, TensorProcessor)
+    if processor not in (TensorProcessor, LlamaTensorProcessor):
+        return None
+    return dict(get_gguf_hf_weights_map(model, processor(config=model.config.to_dict())))
+
+
+@shim("transformers.gguf_tensor_names", dist="transformers", checked="5.17.0",
+      reaches="modeling_gguf_pytorch_utils.get_gguf_hf_weights_map and TENSOR_PROCESSORS")
+def _gguf_map_shape() -> str | None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    with torch.device("meta"):
+        model = LlamaForCausalLM(LlamaConfig(hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                                             num_attention_heads=2, num_key_value_heads=2, vocab_size=16))
+    got = (gguf_tensor_names(model, "llama") or {}).get("blk.0.attn_q.weight")
+    want = "model.layers.0.self_attn.q_proj.weight"
+    return None if got == want else f"blk.0.attn_q.weight maps to {got!r}, not {want!r}"
+
+
 # ------------------------------------------------------------------------------------------ revision
 def commit_hash(model: Any, ref: str | None = None) -> str | None:
     """The hub commit the model was loaded from: its config's `_commit_hash` (transformers <= 5.17), else the

@@ -34,6 +34,20 @@ def resolve_dtype(dtype: str, device: str) -> Any:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
 
 
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def model_positions(model: Any) -> int | None:
+    """The positions a model's config says it was trained for (`max_position_embeddings` and the other names
+    configs use), or None when it names none."""
+    config = getattr(model, "config", None)
+    for key in POSITION_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 class HFBackend:
     """`batch_size`: sequences decoded together (the slot count; default: all of a call's). `static_cache`:
     fixed-shape slot cache, decode steps over all slots, compiled on CUDA when `compile` (see hf_slots).
@@ -55,6 +69,9 @@ class HFBackend:
         self._static: Any = None      # the static-mode cache, kept across calls
         self._compiled: Any = None    # (cache, compiled decode step)
         self._support: tuple[str | None] | None = None   # (session_support(),) once worked out
+        # The model's context: the rollout keeps each trajectory (prompt + turns + blocks) inside it, as it keeps
+        # a vLLM request inside max_model_len (past it a model with rotary positions generated on, unwarned).
+        self.context_len: int | None = model_positions(model)
 
     @classmethod
     def for_model(cls, model: Any, tokenizer: Any, **kwargs: Any) -> HFBackend:
