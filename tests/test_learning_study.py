@@ -91,3 +91,36 @@ def test_the_held_out_verdict_names_ties():
                                    "refusal_rate": 0.2}]
     v = S.judge(cell, "chosen", 0.02)
     assert v["tie"] and v["within_sd"] and not v["ahead"] and v["lead"] == pytest.approx(0.005)
+
+
+def _report():
+    spec = importlib.util.spec_from_file_location("learning_study_report",
+                                                  repo_root() / "scripts" / "learning_study_report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_interim_report_reports_finished_stages_by_the_protocols_rule_and_counts_the_first_unfinished(tmp_path):
+    """scripts/learning_study_report.py on a study that has not finished: the main stage's selection once all its
+    cells are in, the filed table, and for the next stage only how many cells it has."""
+    import json
+
+    S, R = _study(), _report()
+    cells = tmp_path / "cells"
+    cells.mkdir()
+    assert "Main stage (step 5): 0 of 24 cells finished" in R.report(cells)
+    best = ("group λ=0.25", 0.05)
+    pops = [p for p in S.draw_populations() if p["half"] == "tuning"] + S.filed_populations()
+    for p in pops:
+        for norm in S.NORMALISATIONS:
+            for tag, lead in (("main", 0.03), ("block1", -0.2)):
+                c = _cell(p["name"], p["half"], {best: lead}, norm=norm)
+                c["baselines"] += [{**c["baselines"][0], "strategy": s, "label": s, "ra_f1": 0.4}
+                                   for s in ("static", "bapo")]
+                (cells / f"{p['name']}-{norm}-{tag}.json").write_text(json.dumps(c))
+    (cells / f"{pops[0]['name']}-group-block1.json").unlink()
+    text = R.report(cells)
+    assert f"**Chosen on the tuning cells (step 5):** {best[0]}, γ {best[1]:g}" in text
+    assert "filed-case constraint met" in text and "| grow / group |" in text
+    assert "Seed block 1 (seeds [100, 101, 102]): 23 of 24 cells finished" in text and "block 2" not in text
