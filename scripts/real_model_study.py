@@ -104,6 +104,12 @@ CURVE_KEYS = ("awarl/rho", "awarl/rho_hat", "awarl/E_bar", "awarl/penalty", "awa
 
 
 # ------------------------------------------------------------------------------------------- stages
+def _grown(src: Path, dst: Path) -> bool:
+    """`src` should replace `dst`: it exists and `dst` does not, or is shorter (p_i's file only grows as an
+    interrupted estimate resumes; the other stage files are written once)."""
+    return src.exists() and (not dst.exists() or dst.stat().st_size < src.stat().st_size)
+
+
 def split_questions(eval_n: int, warmup_n: int, pool_n: int | None = None, seed: int = SPLIT_SEED) -> dict[str, list]:
     """Step 2: {eval, warmup, pool} examples, disjoint, the same every time (`pool_n`: at most that many RL-pool
     questions per dataset, a test-size option; the protocol takes them all)."""
@@ -177,13 +183,15 @@ class Study:
                    "eval_warm/results.json", "eval_warm/results.md")
 
     def persist_stages(self) -> None:
+        """Copies the stage files into RESULTS/stages; a partial p_i file (an interrupted estimate, kept by hand)
+        is replaced by the longer one the resumed estimate wrote."""
         import shutil
 
         if self.results is None or not self.protocol:
             return
         for rel in self.STAGE_FILES:
             src, dst = self.out / rel, self.results / "stages" / rel
-            if src.exists() and not dst.exists():
+            if _grown(src, dst):
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(src, dst)
 
@@ -194,7 +202,7 @@ class Study:
             return
         for rel in self.STAGE_FILES:
             src, dst = self.results / "stages" / rel, self.out / rel
-            if src.exists() and not dst.exists():
+            if _grown(src, dst):
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(src, dst)
 

@@ -122,6 +122,15 @@ def test_the_hours_of_cpu_behind_a_stage_travel_with_the_results_to_a_fresh_work
     fresh = S.Study(tmp_path / "b", tmp_path / "r", S.MODEL, S.default_sizes(), S.RUNS, 2, {})
     fresh.restore_stages()
     assert all((fresh.out / rel).read_text() == rel for rel in S.Study.STAGE_FILES)
+    # an interrupted estimate's partial p_i file, kept by hand, resumes in the fresh folder and its longer
+    # successor replaces it in RESULTS (a copy only where missing kept the partial one for good)
+    (tmp_path / "r" / "stages" / "p_estimates.jsonl").write_text('{"id": "q1"}\n')
+    (fresh.out / "p_estimates.jsonl").unlink()
+    fresh.restore_stages()
+    assert (fresh.out / "p_estimates.jsonl").read_text() == '{"id": "q1"}\n'
+    (fresh.out / "p_estimates.jsonl").write_text('{"id": "q1"}\n{"id": "q2"}\n')
+    fresh.persist_stages()
+    assert (tmp_path / "r" / "stages" / "p_estimates.jsonl").read_text().count("\n") == 2
     small = S.Study(tmp_path / "c", tmp_path / "r2", "tiny", S.default_sizes(), S.RUNS, 2, {})
     small.out.mkdir()
     (small.out / "p_estimates.jsonl").write_text("x")
