@@ -105,8 +105,9 @@ CURVE_KEYS = ("awarl/rho", "awarl/rho_hat", "awarl/E_bar", "awarl/penalty", "awa
 
 # ------------------------------------------------------------------------------------------- stages
 def _grown(src: Path, dst: Path) -> bool:
-    """`src` should replace `dst`: it exists and `dst` does not, or is shorter (p_i's file only grows as an
-    interrupted estimate resumes; the other stage files are written once)."""
+    """Restoring, `src` should replace `dst`: it exists and `dst` does not, or is shorter (p_i's file only grows
+    as an interrupted estimate resumes; the other stage files are written once). A resumed estimate checks its
+    rows' record, which names the warm checkpoint by its absolute path: resume with the same --out."""
     return src.exists() and (not dst.exists() or dst.stat().st_size < src.stat().st_size)
 
 
@@ -179,19 +180,20 @@ class Study:
     # What a later session needs so as not to redo hours of CPU: the adapter, p_i and the warm checkpoint's
     # evaluation, kept under RESULTS/stages (committed) and restored from there into a fresh --out.
     STAGE_FILES = ("model/adapter/adapter_model.safetensors", "model/adapter/adapter_config.json",
-                   "model/adapter/adapter_info.json", "p_estimates.jsonl", "eval_warm/predictions.jsonl",
+                   "model/adapter/adapter_info.json", "p_estimates.jsonl", "p_estimates.manifest.json",
+                   "eval_warm/predictions.jsonl",
                    "eval_warm/results.json", "eval_warm/results.md")
 
     def persist_stages(self) -> None:
-        """Copies the stage files into RESULTS/stages; a partial p_i file (an interrupted estimate, kept by hand)
-        is replaced by the longer one the resumed estimate wrote."""
+        """Copies the stage files into RESULTS/stages where they differ: a partial p_i file (an interrupted
+        estimate, kept by hand) is replaced by what the resumed estimate wrote, its record's status too."""
         import shutil
 
         if self.results is None or not self.protocol:
             return
         for rel in self.STAGE_FILES:
             src, dst = self.out / rel, self.results / "stages" / rel
-            if _grown(src, dst):
+            if src.exists() and (not dst.exists() or src.read_bytes() != dst.read_bytes()):
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(src, dst)
 
