@@ -15,7 +15,7 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, get_args, get_origin
 from urllib.parse import urlparse
 
 import yaml
@@ -33,8 +33,14 @@ SIMULATOR_ONLY_STRATEGIES = ("awarl_no_penalty",)  # the ablation with P(Ē) for
 # (awarl/choices.py), so the config, `--help`, docs/config.md and the dispatch cannot disagree. A type
 # checker sees plain strings (a Literal built at run time is not a static type).
 if TYPE_CHECKING:
-    FormatName = DevSetName = JudgeChoice = JudgeName = StrategyName = SimulatedStrategy = str
-    ExpectedRateName = BackendName = str
+    FormatName: TypeAlias = str
+    DevSetName: TypeAlias = str
+    JudgeChoice: TypeAlias = str
+    JudgeName: TypeAlias = str
+    StrategyName: TypeAlias = str
+    SimulatedStrategy: TypeAlias = str
+    ExpectedRateName: TypeAlias = str
+    BackendName: TypeAlias = str
 else:
     FormatName = choices.FORMATS.literal()
     DevSetName = choices.DEV_SETS.literal()
@@ -650,8 +656,7 @@ class CollapseConfig(Section):
     or an update."""
 
     signals: list[CollapseSignal] = Field(
-        default_factory=lambda: ["refusal_low", "refusal_high", "invalid", "entropy_low", "entropy_spike",
-                                 "truncated", "length_collapse", "reward_flat"],
+        default_factory=lambda: list(get_args(CollapseSignal)),  # every signal, in the Literal's order
         description="The signals watched ([] turns the alarms off): refusal_low / refusal_high (awarl/share_abstain "
                     "stuck near 0 / 1 while the reward's ρ̂ is not), invalid (awarl/share_invalid), entropy_low / "
                     "entropy_spike (TRL's per-token policy entropy, absolute floor / rise over the run's start), "
@@ -916,9 +921,10 @@ Origins = dict[tuple[str, ...], Path]
 def _record_origins(data: dict, path: Path, origins: Origins, prefix: tuple[str, ...] = ()) -> None:
     """Note `path` as where each key of `data` (at every depth) was set."""
     for k, v in data.items():
-        origins[(*prefix, str(k))] = path
+        key = (*prefix, str(k))
+        origins[key] = path
         if isinstance(v, dict):
-            _record_origins(v, path, origins, (*prefix, str(k)))
+            _record_origins(v, path, origins, key)
 
 
 def yaml_key_lines(path: Path) -> dict[tuple[str, ...], int]:
@@ -937,8 +943,9 @@ def yaml_key_lines(path: Path) -> dict[tuple[str, ...], int]:
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
                 if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
-                    lines[(*prefix, key.value)] = key.start_mark.line + 1
-                    walk(value, (*prefix, key.value))
+                    path_of_key = (*prefix, key.value)
+                    lines[path_of_key] = key.start_mark.line + 1
+                    walk(value, path_of_key)
 
     walk(root, ())
     return lines

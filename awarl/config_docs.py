@@ -131,7 +131,9 @@ def render_registry(reg: Registry, out: list[str]) -> None:
 def render_config_markdown() -> str:
     out = [HEADER]
     for name, field in AwarlConfig.model_fields.items():
-        render_section(section_model(field.annotation), name, out)
+        section = section_model(field.annotation)
+        assert section is not None, f"AwarlConfig.{name} is not a section"  # every top-level key is one
+        render_section(section, name, out)
     out.append(CHOICES_HEADER)
     for reg in REGISTRIES:
         render_registry(reg, out)

@@ -21,12 +21,12 @@ from awarl.critic.schema import Judge
 __all__ = ["GoldJudge", "JudgeUnavailable", "LexicalJudge", "OpenAIJudge", "check_endpoints", "critic_cache_dir", "make_judge"]
 
 
-def critic_cache_dir(cfg: CriticConfig, run_dir: str | os.PathLike) -> Path:
+def critic_cache_dir(cfg: CriticConfig, run_dir: str | os.PathLike[str]) -> Path:
     """Where a run's judge verdicts are cached: critic.cache_dir, else <run>/critic_cache."""
     return Path(cfg.cache_dir) if cfg.cache_dir else Path(run_dir) / "critic_cache"
 
 
-def make_judge(cfg: CriticConfig, cache_dir: str | os.PathLike | None = None) -> Judge | None:
+def make_judge(cfg: CriticConfig, cache_dir: str | os.PathLike[str] | None = None) -> Judge | None:
     """The judge `critic.judge` names, built by its registered factory with `cfg` and `cache_dir` (where a
     judge that caches verdicts keeps them; default cfg.cache_dir); None for `none`."""
     if cfg.judge == "none":

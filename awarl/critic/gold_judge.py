@@ -124,7 +124,7 @@ def gold_verdict(ev: GoldEvidence, passages: Sequence[PassageRef], cited: Sequen
                         flags=list(dict.fromkeys(flags)))
 
 
-def build(cfg: CriticConfig, cache_dir: str | os.PathLike | None = None) -> GoldJudge:
+def build(cfg: CriticConfig, cache_dir: str | os.PathLike[str] | None = None) -> GoldJudge:
     """The registered factory (awarl.choices.JUDGES `gold`): with the lexical judge for the questions without
     evidence unless `critic.gold_fallback: none`."""
     return GoldJudge(cfg, fallback=LexicalJudge(cfg) if cfg.gold_fallback == "lexical" else None)

@@ -65,6 +65,7 @@ from awarl.critic.tokens import (
     punct_to_spaces,
     tokens,
 )
+from awarl.critic.values import Value
 
 __all__ = ["LexicalJudge", "cased_tokens", "content_tokens", "entity_groups", "mentions", "punct_to_spaces",
            "split_claims", "tokens"]
@@ -128,7 +129,7 @@ def entity_groups(question: str, passages: list[PassageRef]) -> list[list[str]]:
     return list(groups.values())
 
 
-def build(cfg: CriticConfig, cache_dir: str | os.PathLike | None = None) -> LexicalJudge:
+def build(cfg: CriticConfig, cache_dir: str | os.PathLike[str] | None = None) -> LexicalJudge:
     """The registered factory (awarl.choices.JUDGES `lexical`); nothing to cache."""
     return LexicalJudge(cfg)
 
@@ -219,7 +220,7 @@ class LexicalJudge:
             return ClaimVerification(claim=claim, status="unsupported", confidence=1.0)
         return self._joint(it, claim, content_tokens(claim), f.values)
 
-    def _joint(self, it: _Item, claim: str, ct: set[str], values: Sequence = ()) -> ClaimVerification:
+    def _joint(self, it: _Item, claim: str, ct: set[str], values: Sequence[Value] = ()) -> ClaimVerification:
         """Inferred when two or more passages together hold `support_threshold` of the claim's tokens and
         every value it states (the fewest passages that do, picked greedily), else unsupported."""
         th = self.cfg.support_threshold

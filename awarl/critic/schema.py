@@ -201,7 +201,7 @@ MAX_FLAGS = 8
 MAX_CONFLICT_VALUES = 4
 
 
-def _claim_schema(statuses: list[str], min_sources: int) -> dict:
+def _claim_schema(statuses: list[str], min_sources: int) -> dict[str, Any]:
     sources: dict[str, Any] = {"type": "array", "items": {"type": "string", "minLength": 1}}
     if min_sources:
         sources["minItems"] = min_sources
@@ -218,7 +218,7 @@ def _claim_schema(statuses: list[str], min_sources: int) -> dict:
     }
 
 
-def critic_output_json_schema() -> dict:
+def critic_output_json_schema() -> dict[str, Any]:
     """JSON schema of CriticOutput for `response_format` and the prompt.
 
     Written by hand rather than taken from pydantic so that it is plain, closed (additionalProperties false)
@@ -254,7 +254,7 @@ def critic_output_json_schema() -> dict:
     }
 
 
-def answer_verdict_json_schema() -> dict:
+def answer_verdict_json_schema() -> dict[str, Any]:
     """JSON schema of AnswerVerdict (closed, for constrained decoding like the critic's)."""
     return {
         "type": "object",

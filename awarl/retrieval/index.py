@@ -29,7 +29,7 @@ from awarl.io import DataError, atomic_write_json, file_sample_sha256, file_sha2
 from awarl.locks import path_lock
 from awarl.retrieval.docstore import DOCSTORE_FILE, OFFSETS_FILE, CorpusReader, Docstore, DocstoreWriter
 from awarl.retrieval.passage_ids import POLICIES, SeenIds
-from awarl.retrieval.types import Retriever
+from awarl.retrieval.types import IndexRetriever, Retriever
 
 if TYPE_CHECKING:
     from awarl.config import RetrievalConfig
@@ -474,7 +474,7 @@ def index_bytes(index_dir: Path) -> int:
 
 
 def load_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True, device: str | None = None,
-               mmap: bool | str | None = "auto", workers: int = 1) -> Retriever:
+               mmap: bool | str | None = "auto", workers: int = 1) -> IndexRetriever:
     """Verify and open an index folder as a Retriever (BM25Retriever or DenseRetriever).
 
     mmap: True memory-maps the index arrays and the docstore (RAM stays free, the OS pages them in and
