@@ -12,9 +12,9 @@ claims (gold facts) are never quoted back to the executor or in a gap (`claims_t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from awarl.agent.rollout import Trajectory
+from awarl.config import CriticConfig
 from awarl.critic.schema import CriticInput, CriticOutput, Judge, PassageRef
 from awarl.data.evidence import GoldEvidence, gold_evidence
 from awarl.data.types import QAExample
@@ -51,7 +51,7 @@ def verify(judge: Judge | None, inputs: Sequence[CriticInput]) -> list[tuple[Cri
     return out
 
 
-def read_sources(verdict: CriticOutput, item: CriticInput, judge: str, cfg: Any = None) -> CriticOutput:
+def read_sources(verdict: CriticOutput, item: CriticInput, judge: str, cfg: CriticConfig | None = None) -> CriticOutput:
     """The audited verdict completed by the loop's own reading (module docstring): omitted claims added as
     unsupported (not under the oracle, whose claims are gold facts), the passages' conflicts merged in."""
     kw = {"short_answer_words": cfg.short_answer_words} if cfg is not None else {}
@@ -91,7 +91,7 @@ def claims_to_name(verdict: CriticOutput | None, judge: str, answer: str) -> lis
     return unsupported_claims(verdict)
 
 
-def step_gold(example: Any, n_steps: int) -> list[GoldEvidence | None]:
+def step_gold(example: QAExample | None, n_steps: int) -> list[GoldEvidence | None]:
     """The gold evidence each step of a plan is checked against by the gold judge: a decomposed question's hop k
     against hop k's supporting paragraph, another plan's steps against the whole question's evidence; None where
     the record has none (then the judge's fallback, if any, decides)."""

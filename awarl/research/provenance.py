@@ -9,15 +9,19 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.rollout import RolloutEngine
 from awarl.config import GenerationConfig
+from awarl.critic.schema import Judge
 from awarl.io import canonical_sha256
+from awarl.research.planner import Planner
 from awarl.research.regression import SNAPSHOT_KEYS, weights_identity
+from awarl.retrieval.types import Retriever
 
 _LEXICAL_SETTINGS = ("support_threshold", "short_support_threshold", "relation_overlap", "bridge_overlap",
                      "short_answer_words")
 
 
-def index_identity(retriever: Any) -> dict[str, Any]:
+def index_identity(retriever: Retriever | None) -> dict[str, Any]:
     """The index's identity from its meta (an in-process index) or a retrieval server's /health."""
     if retriever is None:
         return {}
@@ -41,7 +45,7 @@ def _weights(path: str, mtime: float) -> dict[str, Any]:
     return weights_identity(Path(path))
 
 
-def executor_identity(engine: Any, generation: GenerationConfig | None = None, model_ref: str | None = None
+def executor_identity(engine: RolloutEngine | None, generation: GenerationConfig | None = None, model_ref: str | None = None
                       ) -> dict[str, Any]:
     """The executor policy: a scripted replay's script, a local checkpoint's weights, else the model's name."""
     if generation is not None and generation.backend == "scripted" and generation.script:
@@ -61,7 +65,7 @@ def executor_identity(engine: Any, generation: GenerationConfig | None = None, m
     return {"kind": "hub" if name else type(backend).__name__, **({"name": str(name)} if name else {})}
 
 
-def judge_identity(judge: Any) -> dict[str, Any]:
+def judge_identity(judge: Judge | None) -> dict[str, Any]:
     if judge is None:
         return {"name": "none"}
     cfg = getattr(judge, "cfg", None)
@@ -75,14 +79,14 @@ def judge_identity(judge: Any) -> dict[str, Any]:
     return out
 
 
-def planner_identity(planner: Any) -> dict[str, Any]:
+def planner_identity(planner: Planner | None) -> dict[str, Any]:
     client = getattr(planner, "client", None)
     if client is not None:
         return {"planner": "openai", "model": client.cfg.model, "base_url": client.base_url}
     return {"planner": "decomposition" if type(planner).__name__ == "DecompositionPlanner" else type(planner).__name__}
 
 
-def provenance(engine: Any, judge: Any, planner: Any, generation: GenerationConfig | None = None,
+def provenance(engine: RolloutEngine | None, judge: Judge | None, planner: Planner | None, generation: GenerationConfig | None = None,
                model_ref: str | None = None) -> dict[str, Any]:
     return {"index": index_identity(getattr(engine, "retriever", None)),
             "executor": executor_identity(engine, generation, model_ref),

@@ -33,6 +33,7 @@ from awarl.io import append_jsonl, atomic_write_json, finish_interrupted_append,
 from awarl.locks import path_lock
 from awarl.models.loading import load_tokenizer
 from awarl.retrieval import load_retriever
+from awarl.retrieval.types import Retriever
 from awarl.stages.eval_manifest import (
     index_identity,
     model_identity,
@@ -47,8 +48,8 @@ from awarl.stages.resources import ensure_default_retrieval
 log = logging.getLogger(__name__)
 
 
-def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, retriever: Any = None,
-                 engine: Any = None, examples: list[QAExample] | None = None,
+def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, retriever: Retriever | None = None,
+                 engine: RolloutEngine | None = None, examples: list[QAExample] | None = None,
                  on_batch: Callable[[int], None] | None = None) -> Path:
     """Estimate p_i for every training question not yet in the output file; returns the file's path.
 
@@ -63,8 +64,8 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
                                     engine=engine, examples=examples, on_batch=on_batch)
 
 
-def _run_estimate_locked(cfg: AwarlConfig, out: Path, *, model: Any, tokenizer: Any, retriever: Any,
-                         engine: Any, examples: list[QAExample] | None,
+def _run_estimate_locked(cfg: AwarlConfig, out: Path, *, model: Any, tokenizer: Any, retriever: Retriever | None,
+                         engine: RolloutEngine | None, examples: list[QAExample] | None,
                          on_batch: Callable[[int], None] | None) -> Path:
     """`run_estimate` once the p_i file's lock is held."""
     from tqdm.auto import tqdm
@@ -170,7 +171,7 @@ def estimate_inputs(cfg: AwarlConfig) -> dict[str, Any]:
             **({"run.seed": cfg.run.seed} if any(d.limit for d in cfg.data.train) else {})}
 
 
-def _settings(cfg: AwarlConfig, model: Any, retriever: Any, loaded: Any = None) -> dict:
+def _settings(cfg: AwarlConfig, model: Any, retriever: Retriever | None, loaded: Any = None) -> dict:
     """The rollout settings of this estimate (`rollout_settings`), found without loading the model or the
     index: the model's small files, the index's meta file (or the loaded retriever's); `loaded`: the model
     object once the engine holds it."""
@@ -184,7 +185,7 @@ def _settings(cfg: AwarlConfig, model: Any, retriever: Any, loaded: Any = None) 
     return {**rollout_settings(cfg, ident, index, cfg.estimate.temperature), "k": cfg.estimate.k}
 
 
-def _build_engine(cfg: AwarlConfig, model: Any, tokenizer: Any, retriever: Any) -> Any:
+def _build_engine(cfg: AwarlConfig, model: Any, tokenizer: Any, retriever: Retriever | None) -> RolloutEngine:
     if tokenizer is None:
         ref = model if isinstance(model, str) else model.config.name_or_path
         tokenizer = load_tokenizer(ref, "estimate.model" if cfg.estimate.model else "train.model")

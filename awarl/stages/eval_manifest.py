@@ -19,6 +19,7 @@ from typing import Any
 from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig
 from awarl.io import canonical_sha256, file_sha256, loads_json
+from awarl.retrieval.types import Retriever
 from awarl.rewards.trl_reward import STATE_FILE
 from awarl.stages.predictions import PREDICTIONS, critic_label
 from awarl.stages.questions import EvalSet
@@ -244,7 +245,7 @@ def index_identity(index_dir: str | Path) -> dict:
     return {**meta, "meta_sha256": canonical_sha256(meta)}
 
 
-def retriever_identity(retriever: Any) -> dict | None:
+def retriever_identity(retriever: Retriever) -> dict | None:
     """The index meta (kind, corpus hash, size, settings) of an in-process index, or what a retrieval
     server reports on /health (a Search-R1 server has no /health: then only its URL is known)."""
     meta = getattr(retriever, "meta", None)

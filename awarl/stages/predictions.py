@@ -7,8 +7,16 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.rollout import Trajectory
 from awarl.config import AwarlConfig
-from awarl.critic.correctness import Grade, answer_outcome, grade_answers, graded_fields, trajectory_outcome
+from awarl.critic.correctness import (
+    AnswerGrader,
+    Grade,
+    answer_outcome,
+    grade_answers,
+    graded_fields,
+    trajectory_outcome,
+)
 from awarl.critic.gold_judge import compact_evidence
 from awarl.data.evidence import gold_evidence
 from awarl.data.types import QAExample, example_key
@@ -29,7 +37,7 @@ PREDICTIONS = "predictions.jsonl"
 REJECTED = "predictions.rejected.jsonl"  # lines a resume found unscorable, kept with what was wrong with them
 
 
-def trajectory_record(ex: QAExample, traj: Any, cfg: AwarlConfig, phrases: list[str],
+def trajectory_record(ex: QAExample, traj: Trajectory, cfg: AwarlConfig, phrases: list[str],
                       grade: Grade | None = None) -> dict[str, Any]:
     """One predictions.jsonl line (docs/formats.md) from an example and its trajectory.
 
@@ -155,7 +163,7 @@ def drop_failed_verdicts(path: Path) -> int:
     return dropped
 
 
-def regrade_failed(path: Path, grader: Any, cfg: AwarlConfig, phrases: list[str]) -> tuple[int, int]:
+def regrade_failed(path: Path, grader: AnswerGrader | None, cfg: AwarlConfig, phrases: list[str]) -> tuple[int, int]:
     """Ask the answer grader again for the lines whose grade failed (`judge_failed`) in an earlier run, so one
     outage does not stay in the folder: a line the grader now settles gets its verdict and outcome, one it
     still fails on keeps its flag. The file is rewritten atomically, other lines byte for byte. Returns

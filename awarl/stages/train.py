@@ -42,6 +42,7 @@ from awarl.io import DataError, atomic_write_text, loads_json
 from awarl.locks import folder_lock, is_main_process
 from awarl.models.loading import load_tokenizer
 from awarl.retrieval import load_retriever
+from awarl.retrieval.types import Retriever
 from awarl.rewards.strategies import strategy
 from awarl.rewards.trl_reward import AwaRLReward, load_reward_state
 from awarl.stages.eval_manifest import MANIFEST, policy_identity
@@ -331,7 +332,7 @@ def print_plan(plan: dict) -> None:
             print(f"  {k}: {v}")
 
 
-def evaluate_policy(cfg: AwarlConfig, model: Any, tokenizer: Any, retriever: Any, out_dir: str | Path,
+def evaluate_policy(cfg: AwarlConfig, model: Any, tokenizer: Any, retriever: Retriever, out_dir: str | Path,
                     *, step: int, limit: int | None = None) -> dict:
     """Greedy (eval.temperature) run of the live policy, at optimizer step `step`, on the held-out questions
     (data.eval files, else the shipped dev samples of eval.datasets), scored with awarl.metrics; returns the
@@ -399,7 +400,7 @@ def _eval_metrics(results: dict, prefix: str = "eval") -> dict[str, float]:
 
 
 def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = False, model: Any = None,
-              tokenizer: Any = None, retriever: Any = None, examples: list[QAExample] | None = None,
+              tokenizer: Any = None, retriever: Retriever | None = None, examples: list[QAExample] | None = None,
               final_eval: bool = True, backend_factory: Any = None, callbacks: list | None = None,
               on_trainer: Any = None, reset_reward_state: bool = False, processes: int | None = None) -> dict:
     """Train (or, with dry_run, only plan). Returns the plan (dry run) or a summary of the run.
@@ -423,7 +424,7 @@ def run_train(cfg: AwarlConfig, *, resume: str | None = None, dry_run: bool = Fa
         return _run_train(cfg, dry_run=False, processes=None, **kwargs)
 
 
-def _run_train(cfg: AwarlConfig, *, resume: str | None, dry_run: bool, model: Any, tokenizer: Any, retriever: Any,
+def _run_train(cfg: AwarlConfig, *, resume: str | None, dry_run: bool, model: Any, tokenizer: Any, retriever: Retriever,
                examples: list[QAExample] | None, final_eval: bool, backend_factory: Any, callbacks: list | None,
                on_trainer: Any, reset_reward_state: bool, processes: int | None) -> dict:
     """`run_train` (its docstring), under the run folder's lock for a launch."""
@@ -506,7 +507,7 @@ def keep_config_of_resumed_run(out: Path, cfg: AwarlConfig, ckpt: Path) -> list[
 
 
 def _train(cfg: AwarlConfig, plan: dict, rows: list[dict], reward: Any, grader: Any, *, ckpt: Path | None,
-           model: Any, tokenizer: Any, retriever: Any, final_eval: bool, backend_factory: Any,
+           model: Any, tokenizer: Any, retriever: Retriever, final_eval: bool, backend_factory: Any,
            extra_callbacks: list, on_trainer: Any) -> dict:
     from awarl.training.callbacks import (
         CollapseAlarms,
@@ -649,7 +650,7 @@ def _save_merged(trainer: Any, final_dir: Path) -> None:
     trainer.accelerator.wait_for_everyone()
 
 
-def _eval_live(cfg: AwarlConfig, trainer: Any, tokenizer: Any, retriever: Any, out_dir: Path,
+def _eval_live(cfg: AwarlConfig, trainer: Any, tokenizer: Any, retriever: Retriever, out_dir: Path,
                step: int) -> dict | None:
     """Evaluate the trainer's current policy on the main process; the others wait (inside the unwrap
     context, so ZeRO-3 parameter gathering stays collective)."""

@@ -605,7 +605,7 @@ def _check_with_model_config(model: str, options: dict[str, tuple[str, Any]]) ->
             f"config.json of {model}")
 
 
-def build(gen_cfg: Any, model_path_or_obj: Any, tokenizer: Any, generation_config: Any = None) -> VLLMBackend:
+def build(gen_cfg: GenerationConfig, model_path_or_obj: Any, tokenizer: Any, generation_config: Any = None) -> VLLMBackend:
     """The registered factory (awarl.choices.BACKENDS `vllm`): a path / hub id starts an engine with the
     `generation:` options; an engine object (any `vllm.LLM`, e.g. TRL's colocated one) is used as it is, with
     the policy's `generation_config` for its eos ids."""
