@@ -13,7 +13,9 @@ import importlib
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, overload
+
+T = TypeVar("T")
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_\-]*\Z")
 _TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*\Z")
@@ -41,7 +43,7 @@ class Registry:
         self.extras = dict(extras or {})
         self.data_files = data_files
         self._entries: dict[str, Entry] = {}
-        self._loaded: dict[str, Any] = {}
+        self._loaded: dict[str, object] = {}
 
     def add(self, name: str, target: str, description: str) -> None:
         """Register `name`: the one line a new implementation adds (in awarl/choices.py)."""
@@ -81,8 +83,22 @@ class Registry:
         """The one-line error of a name that is not registered."""
         return f"{self.key}: unknown {self.what} {name!r}; choose one of {', '.join(self.choices)}"
 
-    def load(self, name: str) -> Any:
-        """The implementation registered as `name`, imported on first use (cached)."""
+    @overload
+    def load(self, name: str) -> object: ...
+
+    @overload
+    def load(self, name: str, kind: type[T]) -> T: ...
+
+    def load(self, name: str, kind: type[T] | None = None) -> object:
+        """The implementation registered as `name`, imported on first use (cached). `kind`: what the registry's
+        targets are (`DataFormat`, `Strategy`, `JudgeKind`, ...): the target is checked to be one, and typed so."""
+        obj = self._load(name)
+        if kind is not None and not isinstance(obj, kind):
+            raise TypeError(f"{self.key}: {self.what} {name!r} is registered as {self.entry(name).target!r}, which is "
+                            f"a {type(obj).__name__}, not a {kind.__name__} ({self.contract})")
+        return obj
+
+    def _load(self, name: str) -> object:
         if self.data_files:
             raise TypeError(f"{self.key}: the {self.what} registry holds data files, not code: use entry(name).target")
         if name not in self._loaded:

@@ -45,7 +45,15 @@ from functools import lru_cache
 
 from awarl.config import CriticConfig
 from awarl.critic.claims import facts_of, is_short, split_claims
-from awarl.critic.schema import ClaimVerification, Conflict, CriticInput, CriticOutput, PassageRef, Span
+from awarl.critic.schema import (
+    ClaimVerification,
+    Conflict,
+    CriticInput,
+    CriticOutput,
+    JudgeKind,
+    PassageRef,
+    Span,
+)
 from awarl.critic.support import (
     AnswerCheck,
     Unit,
@@ -130,8 +138,13 @@ def entity_groups(question: str, passages: list[PassageRef]) -> list[list[str]]:
 
 
 def build(cfg: CriticConfig, cache_dir: str | os.PathLike[str] | None = None) -> LexicalJudge:
-    """The registered factory (awarl.choices.JUDGES `lexical`); nothing to cache."""
+    """The factory of the registered judge (LEXICAL); nothing to cache."""
     return LexicalJudge(cfg)
+
+
+# awarl.choices.JUDGES `lexical`: offline; its verdicts depend on these thresholds (a report's provenance).
+LEXICAL = JudgeKind(build, settings=("support_threshold", "short_support_threshold", "relation_overlap",
+                                     "bridge_overlap", "short_answer_words"))
 
 
 def _span(u: Unit) -> Span:

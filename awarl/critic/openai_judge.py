@@ -48,6 +48,7 @@ from awarl.critic.schema import (
     AnswerVerdict,
     CriticInput,
     CriticOutput,
+    JudgeKind,
     answer_verdict_json_schema,
     critic_output_json_schema,
 )
@@ -394,3 +395,6 @@ class OpenAIJudge:
                                                   GRADER_PROMPT_VERSION),
                              [build_grader_messages(it) for it in items])
         return [None if v is None else v.correct for v in verdicts]
+
+
+OPENAI = JudgeKind(OpenAIJudge, endpoint=True)  # awarl.choices.JUDGES `openai`: OpenAIJudge(cfg, cache_dir)

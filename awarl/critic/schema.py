@@ -17,11 +17,17 @@ the wording of a flag).
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from awarl.data.evidence import GoldEvidence, passage_id_key
+
+if TYPE_CHECKING:
+    from awarl.config import CriticConfig
 
 
 class Span(BaseModel):
@@ -190,6 +196,38 @@ class Judge(Protocol):
     def verify(self, items: list[CriticInput]) -> list[CriticOutput | None]:
         """One verdict per item, in order; None for an item the judge could not verify (never raises)."""
         ...
+
+
+@runtime_checkable
+class Reachable(Protocol):
+    """A judge (or answer grader) behind a service: `check_reachable` raises JudgeUnavailable, naming the setting
+    to change, when the service does not answer or does not serve the configured model. Every such judge is
+    checked before any model loads (`awarl.critic.check_endpoints`)."""
+
+    def check_reachable(self, what: str, *, instead: str = ...) -> None: ...
+
+
+@dataclass(frozen=True)
+class JudgeKind:
+    """A registered citation judge (awarl.choices.JUDGES; docs/extending.md): its factory, called as
+    `kind(cfg, cache_dir)`, and what a run must know of it without building it or comparing its name.
+
+    `oracle`: it reads the dataset's gold evidence, so its verdicts are no system's (labelled ORACLE wherever
+    they are used; the loop takes its claims as given). `endpoint`: it calls the OpenAI-compatible service of
+    critic.base_url / critic.model (its verdicts name the model; the dry run shows the endpoint). `settings`:
+    the CriticConfig fields its verdicts depend on (recorded with a research report's provenance)."""
+
+    build: Callable[..., Judge]   # (cfg: CriticConfig, cache_dir: str | PathLike | None) -> Judge
+    oracle: bool = False
+    endpoint: bool = False
+    settings: tuple[str, ...] = ()
+
+    def __call__(self, cfg: CriticConfig, cache_dir: str | os.PathLike[str] | None = None) -> Judge:
+        return self.build(cfg, cache_dir)
+
+    def label(self, name: str, cfg: CriticConfig) -> str:
+        """The judge named on each verdict: its name, with the model for an endpoint judge (`openai:<model>`)."""
+        return f"{name}:{cfg.model}" if self.endpoint else name
 
 
 # Bounds of a constrained reply: a weak judge model under constrained decoding (seen with vLLM's CPU build)

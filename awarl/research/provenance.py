@@ -9,16 +9,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.backends import backend_kind
 from awarl.agent.rollout import RolloutEngine
+from awarl.choices import JUDGES
 from awarl.config import GenerationConfig
+from awarl.critic import judge_kind
 from awarl.critic.schema import Judge
 from awarl.io import canonical_sha256
 from awarl.research.planner import Planner
 from awarl.research.regression import SNAPSHOT_KEYS, weights_identity
 from awarl.retrieval.types import Retriever
-
-_LEXICAL_SETTINGS = ("support_threshold", "short_support_threshold", "relation_overlap", "bridge_overlap",
-                     "short_answer_words")
 
 
 def index_identity(retriever: Retriever | None) -> dict[str, Any]:
@@ -48,7 +48,7 @@ def _weights(path: str, mtime: float) -> dict[str, Any]:
 def executor_identity(engine: RolloutEngine | None, generation: GenerationConfig | None = None, model_ref: str | None = None
                       ) -> dict[str, Any]:
     """The executor policy: a scripted replay's script, a local checkpoint's weights, else the model's name."""
-    if generation is not None and generation.backend == "scripted" and generation.script:
+    if generation is not None and backend_kind(generation.backend).replays_script and generation.script:
         from awarl.io import file_sha256
 
         return {"kind": "scripted", "script_sha256": file_sha256(generation.script)}
@@ -70,11 +70,14 @@ def judge_identity(judge: Judge | None) -> dict[str, Any]:
         return {"name": "none"}
     cfg = getattr(judge, "cfg", None)
     out: dict[str, Any] = {"name": getattr(judge, "name", type(judge).__name__)}
-    if out["name"] == "openai" and cfg is not None:
+    if out["name"] not in JUDGES:  # a judge object of its own (tests, notebooks): its name is all that is known
+        return out
+    kind = judge_kind(out["name"])
+    if kind.endpoint and cfg is not None:
         out.update(model=cfg.model, base_url=cfg.base_url)
-    elif out["name"] == "lexical" and cfg is not None:
-        out["settings"] = {k: getattr(cfg, k) for k in _LEXICAL_SETTINGS}
-    elif out["name"] == "gold":
+    if kind.settings and cfg is not None:
+        out["settings"] = {k: getattr(cfg, k) for k in kind.settings}
+    if kind.oracle:
         out["oracle"] = True
     return out
 

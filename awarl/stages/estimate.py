@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.backends import backend_kind
 from awarl.agent.backends.base import question_seed
 from awarl.agent.rollout import RolloutEngine
 from awarl.config import AwarlConfig, save_resolved
@@ -165,7 +166,8 @@ def estimate_inputs(cfg: AwarlConfig) -> dict[str, Any]:
                              {"index_dir": r.index_dir, "corpus": r.corpus}),
                           **({"embedding_model": r.embedding_model} if r.kind == "dense" else {})},
             "metrics.correctness": cfg.metrics.correctness, "metrics.f1_threshold": cfg.metrics.f1_threshold,
-            **({"generation.script": cfg.generation.script} if cfg.generation.backend == "scripted" else {}),
+            **({"generation.script": cfg.generation.script}
+               if backend_kind(cfg.generation.backend).replays_script else {}),
             **({"critic.model": cfg.critic.model} if cfg.metrics.correctness == "judge" else {}),
             "data.train": [d.model_dump(mode="json") for d in cfg.data.train], "data.on_error": cfg.data.on_error,
             **({"run.seed": cfg.run.seed} if any(d.limit for d in cfg.data.train) else {})}

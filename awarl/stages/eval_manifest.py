@@ -16,8 +16,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.backends import backend_kind
 from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig
+from awarl.critic import judge_kind
 from awarl.io import canonical_sha256, file_sha256, loads_json
 from awarl.retrieval.types import Retriever
 from awarl.rewards.trl_reward import STATE_FILE
@@ -86,8 +88,9 @@ def template_sha256(template_ref: str) -> str | None:
 def loop_judge_fields(cfg: AwarlConfig) -> dict[str, Any]:
     """Which judge decided a critic-loop run, and whether it is an oracle (the gold judge reads gold evidence)."""
     j = cfg.research.judge
-    label = f"openai:{cfg.critic.model}" if j == "openai" else ("gold (oracle)" if j == "gold" else j)
-    return {"loop_judge": label, "oracle": j == "gold"}
+    kind = judge_kind(j)
+    label = kind.label(j, cfg.critic) + (" (oracle)" if kind.oracle else "")
+    return {"loop_judge": label, "oracle": kind.oracle}
 
 
 def rollout_settings(cfg: AwarlConfig, model_ident: dict, retriever_meta: dict | None, temperature: float) -> dict:
@@ -117,7 +120,7 @@ def script_record(cfg: AwarlConfig) -> dict | None:
     """The replay file of the scripted backend (its path and sha256), which decides every answer the way a
     model's weights do; None when a model generates."""
     g = cfg.generation
-    if g.backend != "scripted" or not g.script:
+    if not backend_kind(g.backend).replays_script or not g.script:
         return None
     path = Path(g.script)
     return {"path": str(path), "sha256": file_sha256(path) if path.is_file() else None}

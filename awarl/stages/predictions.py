@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from awarl.agent.rollout import Trajectory
+from awarl.choices import JUDGES
 from awarl.config import AwarlConfig
+from awarl.critic import judge_kind
 from awarl.critic.correctness import (
     AnswerGrader,
     Grade,
@@ -74,9 +76,10 @@ def trajectory_record(ex: QAExample, traj: Trajectory, cfg: AwarlConfig, phrases
 
 
 def critic_label(cfg: AwarlConfig) -> str:
-    """The judge named on each verdict: `gold`, `lexical`, or `openai:<model>` (a gold judge's fallback
-    verdicts name the fallback)."""
-    return f"openai:{cfg.critic.model}" if cfg.critic.judge == "openai" else cfg.critic.judge
+    """The judge named on each verdict: `gold`, `lexical`, or `openai:<model>` (an endpoint judge names its
+    model; a gold judge's fallback verdicts name the fallback)."""
+    j = cfg.critic.judge
+    return judge_kind(j).label(j, cfg.critic) if j in JUDGES else j
 
 
 def read_done(path: Path, correctness: str = "em", phrases: list[str] | None = None) -> dict[str, dict]:

@@ -11,10 +11,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.backends import backend_kind
 from awarl.agent.backends.vllm import check_engine_options, engine_kwargs
 from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig, ConfigError, TrainConfig
-from awarl.critic import critic_cache_dir
+from awarl.critic import critic_cache_dir, judge_kind
 from awarl.rewards.trl_reward import AwaRLReward
 from awarl.stages.train_data import build_dataset
 from awarl.training.alarms import ALARMS_FILE
@@ -44,8 +45,9 @@ def check_launchable(cfg: AwarlConfig, rows: list[dict[str, Any]]) -> None:
     """What a dry run checks beyond the plan: what a launch would otherwise find only once it has started."""
     load_template(cfg.agent.template)  # a bad template name/path fails here, not hours into a launch
     g = cfg.generation
-    if g.backend == "scripted" and not (g.script and Path(g.script).is_file()):  # else the first rollout fails
-        raise ConfigError(f"generation.backend: scripted needs generation.script, a replay file; got "
+    # a replay without its file: else the first rollout fails
+    if backend_kind(g.backend).replays_script and not (g.script and Path(g.script).is_file()):
+        raise ConfigError(f"generation.backend: {g.backend} needs generation.script, a replay file; got "
                           f"{g.script!r}" + ("" if g.script is None else " (no such file)"))
     check_report_to(list(cfg.train.report_to))  # so does a logger whose package is missing (e.g. wandb)
     if rows:
@@ -86,8 +88,8 @@ def make_plan(cfg: AwarlConfig, info: dict[str, Any], reward: AwaRLReward, *, cp
     gen = ("vLLM " + t.vllm_mode + (f" at {t.vllm_server_host}:{t.vllm_server_port}" if t.vllm_mode == "server"
                                      else f", gpu_memory_utilization={cfg.generation.gpu_memory_utilization}")
            if t.use_vllm else "transformers generate on the live policy")
-    if cfg.generation.backend == "scripted":
-        gen = f"scripted replay of {cfg.generation.script}"
+    if backend_kind(cfg.generation.backend).replays_script:
+        gen = f"{cfg.generation.backend} replay of {cfg.generation.script}"
     elif t.use_vllm and not eff["use_vllm"]:
         gen += " (not on this machine: transformers generation here, see device.forced)"
     return {
@@ -141,7 +143,7 @@ def vllm_engine_options(cfg: AwarlConfig) -> tuple[str, dict[str, tuple[str, Any
     options from scripts/serve_vllm.sh)."""
     t, g = cfg.train, cfg.generation
     colocate = t.use_vllm and t.vllm_mode == "colocate"
-    if not colocate and g.backend != "vllm":
+    if not colocate and not backend_kind(g.backend).vllm_engine:
         return None
     # engine_kwargs: the mapping the engines themselves are built from, so the check sees what they get
     kw = engine_kwargs(g, max_model_len=colocate_max_model_len(cfg.generation, cfg.agent) if colocate else None)
@@ -174,12 +176,13 @@ def critic_plan(cfg: AwarlConfig, info: dict[str, Any]) -> dict[str, Any]:
     c = cfg.critic
     use = "reward and evaluation" if cfg.reward.lambda_cite > 0 else "evaluation only (reward.lambda_cite = 0)"
     plan: dict[str, Any] = {"judge": c.judge, "used_for": use if c.judge != "none" else "nothing"}
-    if c.judge == "gold":
+    kind = judge_kind(c.judge) if c.judge != "none" else None
+    if kind is not None and kind.oracle:
         n, with_ev = info.get("questions", 0), info.get("with_gold_evidence", 0)
         plan["gold_evidence"] = f"{with_ev} of {n} training questions"
         plan["without_evidence"] = (f"{n - with_ev} -> {c.gold_fallback} fallback" if c.gold_fallback == "lexical"
                                     else f"{n - with_ev} not judged (gold_fallback: none)")
-    if c.judge == "openai" or cfg.metrics.correctness == "judge":
+    if (kind is not None and kind.endpoint) or cfg.metrics.correctness == "judge":
         key = "set" if os.environ.get(c.api_key_env) else "not set (fine for a local vLLM server)"
         plan.update({"endpoint": c.base_url, "model": c.model, "response_format": c.response_format,
                      "api_key": f"${c.api_key_env} {key}",

@@ -20,7 +20,16 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from awarl.agent.backends.base import Generation, Seed, Session, StopMatcher, eos_ids, finish, stream_seed
+from awarl.agent.backends.base import (
+    BackendKind,
+    Generation,
+    Seed,
+    Session,
+    StopMatcher,
+    eos_ids,
+    finish,
+    stream_seed,
+)
 from awarl.upstream import transformers as upstream_transformers
 
 if TYPE_CHECKING:
@@ -283,3 +292,6 @@ def build(gen_cfg: GenerationConfig, model_path_or_obj: Any, tokenizer: Any, gen
         backend.tokenizer = tokenizer if tokenizer is not None else backend.tokenizer
         return backend
     return HFBackend.for_model(model_path_or_obj, tokenizer, **opts)
+
+
+HF = BackendKind(build)  # awarl.choices.BACKENDS `hf`

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from awarl.agent.backends.base import Generation, Seed, finish
+from awarl.agent.backends.base import BackendKind, Generation, Seed, finish
 from awarl.io import DataError, iter_jsonl
 
 if TYPE_CHECKING:
@@ -89,3 +89,6 @@ def build(gen_cfg: GenerationConfig, model_path_or_obj: Any, tokenizer: Any, gen
     if not gen_cfg.script:
         raise ValueError("generation.backend=scripted needs generation.script (a JSONL of scripted turns)")
     return ScriptedBackend.from_jsonl(tokenizer, gen_cfg.script)
+
+
+SCRIPTED = BackendKind(build, replays_script=True)  # awarl.choices.BACKENDS `scripted`

@@ -50,6 +50,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
 from awarl.agent.backends.base import (
+    BackendKind,
     Generation,
     Seed,
     Session,
@@ -615,3 +616,6 @@ def build(gen_cfg: GenerationConfig, model_path_or_obj: Any, tokenizer: Any, gen
         backend.tokenizer = tokenizer if tokenizer is not None else backend.tokenizer
         return backend
     return VLLMBackend(model_path_or_obj, tokenizer, generation_config=generation_config)
+
+
+VLLM = BackendKind(build, vllm_engine=True)  # awarl.choices.BACKENDS `vllm`
