@@ -237,7 +237,8 @@ def test_a_chat_template_that_runs_away_is_stopped_within_its_bounds(tiny_tok, t
     t0 = time.monotonic()
     with pytest.raises(ChatTemplateError, match=says):
         render_chat_template(tiny_tok, [{"role": "user", "content": "x" * 40}])
-    assert time.monotonic() - t0 < 8
+    # the 5 s alarm is wall time; the margin is for a loaded machine (CI shares its cores)
+    assert time.monotonic() - t0 < 30
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000   # KB: under 200 MB grown
 
 
@@ -249,12 +250,12 @@ def test_a_gguf_chat_template_that_loops_fails_the_first_prompt_in_one_line(tmp_
             "{% endfor %}")
     model = gguf_folder(write_model_gguf(tmp_path / "m.gguf", chat_template=loop), tmp_path / "model",
                         cache_root=tmp_path / "cache")
-    t0 = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "awarl.cli", "eval", "--model", str(model), "--index",
                         str(shipped_bm25_dir), "--limit", "1", "--datasets", "hotpotqa", "--out", str(tmp_path / "e"),
                         "critic.judge=lexical"], capture_output=True, text=True, timeout=300,
                        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
-    assert time.monotonic() - t0 < 90
+    # no wall-clock bound here (a loaded CI machine took over 90 s to start the command): a hang is the
+    # subprocess timeout's failure, the stop is the one line below
     errors = [x for x in r.stderr.splitlines() if " error: " in x or "Traceback" in x]
     assert r.returncode == 2 and len(errors) == 1, r.stderr[-2000:]
     assert f"the chat template of {model} was stopped" in errors[0]
