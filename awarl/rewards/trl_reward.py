@@ -265,8 +265,7 @@ class AwaRLReward:
         """Steps 4-5 over the whole generation batch (counts summed across processes): ρ_t, ρ̂_t, E_t, and
         the outcome shares."""
         cfg = self.cfg
-        exp_sum = sum(A.expected_abstain(p, cfg.gamma, cfg.p_min, cfg.expected_rate, cfg.soft_tau, cfg.r_correct,
-                                         cfg.r_wrong, c, cfg.posterior_prior) for p, c in zip(ps, ns, strict=True))
+        exp_sum = sum(A.expected_share(p, c, cfg) for p, c in zip(ps, ns, strict=True))
         counts = [float(len(outcomes)), exp_sum, float(unknown)] + [
             float(sum(o is kind for o in outcomes))
             for kind in (Outcome.ABSTAIN, Outcome.CORRECT, Outcome.WRONG, Outcome.INVALID)]

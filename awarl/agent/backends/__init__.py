@@ -15,7 +15,7 @@ __all__ = ["Backend", "BackendKind", "Generation", "backend_kind", "make_backend
 
 def backend_kind(name: str) -> BackendKind:
     """The registered backend `name` (ValueError naming the choices when there is none)."""
-    return BACKENDS.load(name, BackendKind)
+    return BACKENDS.load(name)
 
 
 def make_backend(gen_cfg: GenerationConfig, model_path_or_obj: Any, tokenizer: Any, *, kind: str | None = None,
