@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # each registry's kind, for the type of what `load` returns (
     from awarl.agent.backends.base import BackendKind
     from awarl.critic.schema import JudgeKind
     from awarl.data.formats import DataFormat
+    from awarl.metrics import CorrectnessRule
     from awarl.rewards.abstention import Reading
     from awarl.rewards.strategies import Strategy
 
@@ -101,6 +102,20 @@ EXPECTED_RATES.add("posterior", "awarl.rewards.abstention:posterior_reading", "t
                    "threshold with the estimate's uncertainty: smooth in γ, tending to 1 for a batch the model "
                    "never solves as K grows)")
 
+# --------------------------------------------------------------------------------- correctness rules
+# Target: an `awarl.metrics.CorrectnessRule`: check(answer, golds, metrics: MetricsConfig, verdict) -> bool, and
+# what the run must know of it without comparing its name (graded: the LLM answer grader decides; settings).
+CORRECTNESS: Registry[CorrectnessRule] = Registry(
+    "correctness rule", "metrics.correctness",
+    "an awarl.metrics.CorrectnessRule: check(answer, golds, metrics: MetricsConfig, verdict) -> bool, and "
+    "graded / settings", kind="awarl.metrics:CorrectnessRule")
+CORRECTNESS.add("em", "awarl.metrics:EM", "exact match of the normalised answer with a gold answer (SPEC section 3)")
+CORRECTNESS.add("f1", "awarl.metrics:F1", "token F1 with the best gold answer at least metrics.f1_threshold")
+CORRECTNESS.add("cover_em", "awarl.metrics:COVER_EM", "a normalised gold answer occurs in the normalised answer "
+                "on word boundaries")
+CORRECTNESS.add("judge", "awarl.metrics:JUDGE", "an LLM grader at critic.base_url / critic.model decides what "
+                "exact match does not settle")
+
 # --------------------------------------------------------------------------- generation backends
 # Target: an `awarl.agent.backends.base.BackendKind`: the factory (gen_cfg, model path or object, tokenizer,
 # generation_config) -> Backend, and what the run must know of it (a scripted replay, a vLLM engine to check).
@@ -115,7 +130,8 @@ BACKENDS.add("vllm", "awarl.agent.backends.vllm:VLLM", "vLLM (the GPU extra, or 
 BACKENDS.add("scripted", "awarl.agent.backends.scripted:SCRIPTED", "replays the scripted model turns of "
              "generation.script (tests, regression suites)")
 
-ALL: tuple[Registry[object], ...] = (FORMATS, DEV_SETS, JUDGES, STRATEGIES, EXPECTED_RATES, BACKENDS)
+ALL: tuple[Registry[object], ...] = (FORMATS, DEV_SETS, JUDGES, STRATEGIES, EXPECTED_RATES, CORRECTNESS,
+                                     BACKENDS)
 
 # ------------------------------------------------------------------------------- out-of-tree plug-ins
 # Last, and before awarl.config builds its allowed values from the names: a plug-in's lines are registry lines

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     SimulatedStrategy: TypeAlias = str
     ExpectedRateName: TypeAlias = str
     BackendName: TypeAlias = str
+    CorrectnessName: TypeAlias = str
 else:
     FormatName = choices.FORMATS.literal()
     DevSetName = choices.DEV_SETS.literal()
@@ -50,6 +51,7 @@ else:
     SimulatedStrategy = literal_of(*choices.STRATEGIES.names, *SIMULATOR_ONLY_STRATEGIES)
     ExpectedRateName = choices.EXPECTED_RATES.literal()
     BackendName = choices.BACKENDS.literal()
+    CorrectnessName = choices.CORRECTNESS.literal()
 
 
 class ConfigError(ValueError):
@@ -287,10 +289,8 @@ class GenerationConfig(Section):
 
 # ----------------------------------------------------------------------------------------- metrics
 class MetricsConfig(Section):
-    correctness: Literal["em", "f1", "cover_em", "judge"] = Field("em", description="How an answer is judged "
-                                                                   "correct (SPEC section 3). judge: an LLM "
-                                                                   "grader at critic.base_url/critic.model "
-                                                                   "decides what exact match does not settle.")
+    correctness: CorrectnessName = Field("em", description="How an answer is judged correct (SPEC section 3): "
+                                         + choices.CORRECTNESS.describe() + ".")
     f1_threshold: float = Field(0.8, ge=0.0, le=1.0, description="correctness=f1: token F1 needed.")
     critic_gate: float | None = Field(None, ge=0.0, le=1.0, description="Score an answer whose citation critic "
                                       "found its claims grounded below this share (overall_groundedness) as an "
@@ -812,6 +812,7 @@ REGISTERED_KEYS: dict[str, Registry[object]] = {
     "critic.judge": choices.JUDGES,
     "research.judge": choices.JUDGES,
     "simulate.strategies": choices.STRATEGIES,
+    "metrics.correctness": choices.CORRECTNESS,
 }
 
 

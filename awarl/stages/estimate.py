@@ -32,6 +32,7 @@ from awarl.data.estimates import (
 from awarl.data.types import QAExample, example_key
 from awarl.io import append_jsonl, atomic_write_json, finish_interrupted_append, pending_batches
 from awarl.locks import path_lock
+from awarl.metrics import correctness_rule
 from awarl.models.loading import load_tokenizer
 from awarl.retrieval import load_retriever
 from awarl.retrieval.types import Retriever
@@ -168,7 +169,7 @@ def estimate_inputs(cfg: AwarlConfig) -> dict[str, Any]:
             "metrics.correctness": cfg.metrics.correctness, "metrics.f1_threshold": cfg.metrics.f1_threshold,
             **({"generation.script": cfg.generation.script}
                if backend_kind(cfg.generation.backend).replays_script else {}),
-            **({"critic.model": cfg.critic.model} if cfg.metrics.correctness == "judge" else {}),
+            **({"critic.model": cfg.critic.model} if correctness_rule(cfg.metrics.correctness).graded else {}),
             "data.train": [d.model_dump(mode="json") for d in cfg.data.train], "data.on_error": cfg.data.on_error,
             **({"run.seed": cfg.run.seed} if any(d.limit for d in cfg.data.train) else {})}
 

@@ -16,6 +16,7 @@ from awarl.agent.backends.vllm import check_engine_options, engine_kwargs
 from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig, ConfigError, TrainConfig
 from awarl.critic import critic_cache_dir, judge_kind
+from awarl.metrics import correctness_rule
 from awarl.rewards.trl_reward import AwaRLReward
 from awarl.stages.train_data import build_dataset
 from awarl.training.alarms import ALARMS_FILE
@@ -126,7 +127,8 @@ def make_plan(cfg: AwarlConfig, info: dict[str, Any], reward: AwaRLReward, *, cp
                    "p_table_size": len(reward.p_table), "default_p": r.default_p,
                    "correctness": cfg.metrics.correctness + (f" (LLM grader {cfg.critic.model} at "
                                                              f"{cfg.critic.base_url})"
-                                                             if cfg.metrics.correctness == "judge" else "")},
+                                                             if correctness_rule(cfg.metrics.correctness).graded
+                                                             else "")},
         "critic": critic_plan(cfg, info),
         "device": {"cpu": cpu, **eff, "forced": notes},
         "logging": {"report_to": list(t.report_to), "logging_steps": t.logging_steps},
@@ -182,7 +184,7 @@ def critic_plan(cfg: AwarlConfig, info: dict[str, Any]) -> dict[str, Any]:
         plan["gold_evidence"] = f"{with_ev} of {n} training questions"
         plan["without_evidence"] = (f"{n - with_ev} -> {c.gold_fallback} fallback" if c.gold_fallback == "lexical"
                                     else f"{n - with_ev} not judged (gold_fallback: none)")
-    if (kind is not None and kind.endpoint) or cfg.metrics.correctness == "judge":
+    if (kind is not None and kind.endpoint) or correctness_rule(cfg.metrics.correctness).graded:
         key = "set" if os.environ.get(c.api_key_env) else "not set (fine for a local vLLM server)"
         plan.update({"endpoint": c.base_url, "model": c.model, "response_format": c.response_format,
                      "api_key": f"${c.api_key_env} {key}",
