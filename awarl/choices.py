@@ -19,8 +19,10 @@ if TYPE_CHECKING:  # each registry's kind, for the type of what `load` returns (
     from awarl.critic.schema import JudgeKind
     from awarl.data.formats import DataFormat
     from awarl.metrics import CorrectnessRule
+    from awarl.research.planner import PlannerKind
     from awarl.rewards.abstention import Reading
     from awarl.rewards.strategies import Strategy
+    from awarl.stages.eval_agents import EvalAgentKind
 
 # ------------------------------------------------------------------------------ dataset formats
 # Target: an `awarl.data.formats.DataFormat` (convert one record, recognise one, default dataset name).
@@ -116,6 +118,30 @@ CORRECTNESS.add("cover_em", "awarl.metrics:COVER_EM", "a normalised gold answer 
 CORRECTNESS.add("judge", "awarl.metrics:JUDGE", "an LLM grader at critic.base_url / critic.model decides what "
                 "exact match does not settle")
 
+# ---------------------------------------------------------------------------------- research planners
+# Target: an `awarl.research.planner.PlannerKind`: the factory (cfg, cache_dir, check) -> Planner, and `endpoint`.
+PLANNERS: Registry[PlannerKind] = Registry(
+    "research planner", "research.planner",
+    "an awarl.research.planner.PlannerKind: its factory (cfg: the run's config, cache_dir, check: bool) -> an "
+    "awarl.research.planner.Planner (decompose, requery, synthesize; `name`), and endpoint",
+    kind="awarl.research.planner:PlannerKind")
+PLANNERS.add("decomposition", "awarl.research.planner:DECOMPOSITION", "the dataset's own question_decomposition "
+             "(MuSiQue) where present, else offline rules over the question text (comparison, bridge, conjunction), "
+             "else the question itself, with a reduce that combines the sub-answers (offline)")
+PLANNERS.add("openai", "awarl.research.llm_planner:OPENAI", "an LLM at research.planner_base_url decomposes, "
+             "rewrites re-queries and synthesises (JSON-schema bound)")
+
+# ------------------------------------------------------------------------------- evaluation agents
+# Target: an `awarl.stages.eval_agents.EvalAgentKind`: rows(...) -> a batch's predictions lines, and research_loop.
+EVAL_AGENTS: Registry[EvalAgentKind] = Registry(
+    "evaluation agent", "eval.agent",
+    "an awarl.stages.eval_agents.EvalAgentKind: rows(engine, judge, grader, batch, cfg, *, temperature, top_p, "
+    "seed, planner, loop_judge) -> one predictions line per question, and research_loop",
+    kind="awarl.stages.eval_agents:EvalAgentKind")
+EVAL_AGENTS.add("single_pass", "awarl.stages.eval_agents:SINGLE_PASS", "one search trajectory per question")
+EVAL_AGENTS.add("critic_loop", "awarl.stages.eval_agents:CRITIC_LOOP", "the critic-loop research agent over it "
+                "(`research:`; docs/research.md)")
+
 # --------------------------------------------------------------------------- generation backends
 # Target: an `awarl.agent.backends.base.BackendKind`: the factory (gen_cfg, model path or object, tokenizer,
 # generation_config) -> Backend, and what the run must know of it (a scripted replay, a vLLM engine to check).
@@ -131,7 +157,7 @@ BACKENDS.add("scripted", "awarl.agent.backends.scripted:SCRIPTED", "replays the 
              "generation.script (tests, regression suites)")
 
 ALL: tuple[Registry[object], ...] = (FORMATS, DEV_SETS, JUDGES, STRATEGIES, EXPECTED_RATES, CORRECTNESS,
-                                     BACKENDS)
+                                     PLANNERS, EVAL_AGENTS, BACKENDS)
 
 # ------------------------------------------------------------------------------- out-of-tree plug-ins
 # Last, and before awarl.config builds its allowed values from the names: a plug-in's lines are registry lines

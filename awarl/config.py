@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     ExpectedRateName: TypeAlias = str
     BackendName: TypeAlias = str
     CorrectnessName: TypeAlias = str
+    PlannerName: TypeAlias = str
+    EvalAgentName: TypeAlias = str
 else:
     FormatName = choices.FORMATS.literal()
     DevSetName = choices.DEV_SETS.literal()
@@ -52,6 +54,8 @@ else:
     ExpectedRateName = choices.EXPECTED_RATES.literal()
     BackendName = choices.BACKENDS.literal()
     CorrectnessName = choices.CORRECTNESS.literal()
+    PlannerName = choices.PLANNERS.literal()
+    EvalAgentName = choices.EVAL_AGENTS.literal()
 
 
 class ConfigError(ValueError):
@@ -599,10 +603,8 @@ class EvalConfig(Section):
     policy_batch_size: int | None = Field(None, ge=1, description="train: trajectories the evaluation of the "
                                           "live policy decodes at once (with transformers, on the main process, "
                                           "whose KV cache grows with it); null: generation.batch_size.")
-    agent: Literal["single_pass", "critic_loop"] = Field("single_pass", description="The agent evaluated: one "
-                                                         "search trajectory per question (single_pass), or the "
-                                                         "critic-loop research agent over it (critic_loop, "
-                                                         "`research:`; docs/research.md).")
+    agent: EvalAgentName = Field("single_pass", description="The agent evaluated: "
+                                 + choices.EVAL_AGENTS.describe() + ".")
 
 
 class ResearchConfig(Section):
@@ -614,14 +616,8 @@ class ResearchConfig(Section):
                                      "in the retrieved passages (the critic-loop article's example threshold).")
     max_iterations: int = Field(3, ge=1, description="Hard limit of attempts per sub-question (1 initial + "
                                 "re-queries); what is still unsupported then becomes a coverage gap.")
-    planner: Literal["decomposition", "openai"] = Field("decomposition", description="decomposition: the "
-                                                        "dataset's own question_decomposition (MuSiQue) where "
-                                                        "present, else offline rules over the question text "
-                                                        "(comparison, bridge, conjunction), else the question "
-                                                        "itself, with a reduce that combines the sub-answers "
-                                                        "(offline); openai: an LLM at "
-                                                        "research.planner_base_url decomposes, rewrites re-queries "
-                                                        "and synthesises (JSON-schema bound).")
+    planner: PlannerName = Field("decomposition", description="The planner that decomposes the question, "
+                                 "rewrites re-queries and synthesises: " + choices.PLANNERS.describe() + ".")
     planner_base_url: str | None = Field(None, description="planner=openai: OpenAI-compatible endpoint base URL "
                                          "(default: critic.base_url, the judge's server).")
     planner_model: str | None = Field(None, description="planner=openai: model name (default: critic.model). "
@@ -813,6 +809,8 @@ REGISTERED_KEYS: dict[str, Registry[object]] = {
     "research.judge": choices.JUDGES,
     "simulate.strategies": choices.STRATEGIES,
     "metrics.correctness": choices.CORRECTNESS,
+    "research.planner": choices.PLANNERS,
+    "eval.agent": choices.EVAL_AGENTS,
 }
 
 

@@ -13,8 +13,9 @@ three methods (awarl/research/llm_planner.py).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from awarl.data.types import QAExample
 from awarl.research.decompose import offline_plan
@@ -31,6 +32,21 @@ class Planner(Protocol):
                 tried: Sequence[str] = ()) -> str: ...
 
     def synthesize(self, question: str, plan: Plan, answers: dict[int, str]) -> str: ...
+
+
+@dataclass(frozen=True)
+class PlannerKind:
+    """A registered research planner (`research.planner`, awarl.choices.PLANNERS; docs/extending.md): its factory,
+    called as `kind(cfg, cache_dir, check)` with the run's config (its `research:` and `critic:` sections), and
+    what a run must know of it without comparing its name. `endpoint`: it calls an OpenAI-compatible service
+    (research.planner_base_url, else critic.base_url), which `check` asks before any model loads; the planner
+    object's `name` is its registry name, recorded with each research report (its provenance)."""
+
+    build: Callable[[Any, Any, bool], Planner]
+    endpoint: bool = False
+
+    def __call__(self, cfg: Any, cache_dir: Any = None, check: bool = False) -> Planner:
+        return self.build(cfg, cache_dir, check)
 
 
 def render_hop(text: str) -> str:
@@ -78,6 +94,8 @@ def musique_plan(example: QAExample | None) -> Plan | None:
 class DecompositionPlanner:
     """Offline planner (module docstring)."""
 
+    name = "decomposition"
+
     def decompose(self, question: str, example: QAExample | None = None) -> Plan:
         return (musique_plan(example) or offline_plan(question)
                 or Plan(steps=[SubQuestion(index=0, text=question)], rule="question"))
@@ -93,6 +111,9 @@ class DecompositionPlanner:
     def explain(plan: Plan, answers: dict[int, str]) -> str:
         """How the offline reduce reached (or could not reach) its answer, for the report."""
         return combine(plan.reduce, plan.steps, answers)[1]
+
+
+DECOMPOSITION = PlannerKind(lambda cfg, cache_dir, check: DecompositionPlanner())
 
 
 def one_step(question: str, rule: str = "question") -> Plan:

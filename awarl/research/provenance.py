@@ -85,8 +85,9 @@ def judge_identity(judge: Judge | None) -> dict[str, Any]:
 def planner_identity(planner: Planner | None) -> dict[str, Any]:
     client = getattr(planner, "client", None)
     if client is not None:
-        return {"planner": "openai", "model": client.cfg.model, "base_url": client.base_url}
-    return {"planner": "decomposition" if type(planner).__name__ == "DecompositionPlanner" else type(planner).__name__}
+        return {"planner": getattr(planner, "name", type(planner).__name__), "model": client.cfg.model,
+                "base_url": client.base_url}
+    return {"planner": getattr(planner, "name", type(planner).__name__)}
 
 
 def provenance(engine: RolloutEngine | None, judge: Judge | None, planner: Planner | None, generation: GenerationConfig | None = None,

@@ -154,7 +154,7 @@ def build_manifest(cfg: AwarlConfig, eval_set: EvalSet, model_ident: dict, retri
         **rollout_settings(cfg, model_ident, retriever_meta, cfg.eval.temperature),
         "eval_agent": {"kind": cfg.eval.agent,
                        **({"research": cfg.research.model_dump(mode="json"), **loop_judge_fields(cfg)}
-                          if cfg.eval.agent == "critic_loop" else {})},
+                          if choices.EVAL_AGENTS.load(cfg.eval.agent).research_loop else {})},
         "data": {ds: data_record(paths) for ds, paths in eval_set.files.items()},
         "questions": len(eval_set.examples),
         "critic": {"judge": critic_label(cfg), "inferred_weight": cfg.reward.inferred_weight,

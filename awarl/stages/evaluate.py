@@ -26,6 +26,7 @@ from typing import Any
 from awarl.agent.backends.base import question_seed
 from awarl.agent.rollout import RolloutEngine
 from awarl.agent.templates import load_template
+from awarl.choices import EVAL_AGENTS
 from awarl.config import AwarlConfig, save_resolved
 from awarl.critic import check_endpoints, critic_cache_dir, make_judge
 from awarl.critic.correctness import AnswerGrader, close_grader, grade_trajectories, make_answer_grader
@@ -38,7 +39,7 @@ from awarl.metrics import Outcome
 from awarl.models.loading import load_tokenizer
 from awarl.report import write_report
 from awarl.research.planner import Planner
-from awarl.research.records import critic_loop_rows, make_loop_judge, make_planner, research_summary
+from awarl.research.records import make_loop_judge, make_planner, research_summary
 from awarl.retrieval import load_retriever
 from awarl.retrieval.types import Retriever
 from awarl.rewards.citation import CitationItem, judge_citations
@@ -125,19 +126,16 @@ def generate_predictions(engine: RolloutEngine, examples: list[QAExample], cfg: 
         stats.add(r.get("outcome", ""))
     bar = tqdm(total=len(unique), initial=len(unique) - n_todo, desc="eval", unit="q")
     bar.set_postfix(stats.postfix())
-    if cfg.eval.agent == "critic_loop" and loop_judge is None:
+    agent = EVAL_AGENTS.load(cfg.eval.agent)
+    if agent.research_loop and loop_judge is None:
         loop_judge = make_loop_judge(cfg, reuse=judge)
     # Both agents seed each question by itself (question_seed), never by its batch: a resumed question, sampled
     # in a smaller batch, draws what it would have in an uninterrupted run.
     for start, batch in pending_batches(unique, batch_size, lambda ex: example_key(ex.dataset, ex.id) in done):
-        if cfg.eval.agent == "critic_loop":
+        if agent.research_loop:
             planner = planner if planner is not None else make_planner(cfg)
-            rows = critic_loop_rows(engine, judge, grader, batch, cfg, temperature=temperature, top_p=top_p,
-                                    seed=seed, label=critic_label(cfg),
-                                    planner=planner, loop_judge=loop_judge)
-        else:
-            rows = single_pass_rows(engine, judge, grader, batch, cfg, temperature=temperature, top_p=top_p,
-                                    seed=seed)
+        rows = agent.rows(engine, judge, grader, batch, cfg, temperature=temperature, top_p=top_p, seed=seed,
+                          planner=planner, loop_judge=loop_judge)
         append_jsonl(out_path, rows)
         for r in rows:
             stats.add(r["outcome"])
@@ -178,7 +176,7 @@ def _run_eval_locked(cfg: AwarlConfig, out: Path, eval_set: EvalSet, *, model: A
     judge = make_judge(cfg.critic, critic_cache_dir(cfg.critic, out))
     grader = make_answer_grader(cfg.metrics, cfg.critic, out / "critic_cache")
     pred_path = out / PREDICTIONS
-    loop, loop_judge = cfg.eval.agent == "critic_loop", None
+    loop, loop_judge = EVAL_AGENTS.load(cfg.eval.agent).research_loop, None
     try:
         check_endpoints(cfg.critic, judge, grader)  # a dead judge endpoint fails here, before any model loads
         planner = make_planner(cfg, out / "critic_cache", check=True) if loop else None
