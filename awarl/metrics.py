@@ -147,7 +147,7 @@ class CorrectnessRule:
     settings: tuple[str, ...] = ()
 
 
-def _graded(answer: str, golds: Sequence[str], metrics: Any, verdict: bool | None) -> bool:
+def _graded(answer: str, golds: Sequence[str], metrics: MetricsConfig, verdict: bool | None) -> bool:
     if verdict is None:
         raise ValueError("correctness='judge' needs judge_correct (the judge's verdict) for every answer")
     return bool(verdict)

@@ -184,10 +184,11 @@ def test_every_registered_backend_loads_and_unknown_ones_are_refused(tmp_path):
 
 
 def _compared_names(path: Path) -> list[str]:
-    """Comparisons of a value with a registered judge or backend name (`x == "gold"`, `x in ("openai", ...)`)
+    """Comparisons of a value with a registered judge, backend, correctness rule, planner or agent name (`x == "gold"`, `x in ("openai", ...)`)
     and isinstance checks against a judge or backend class, in one file. `critic.gold_fallback` is the gold
     judge's own option, not a judge's name."""
-    names = set(choices.JUDGES.names) | set(choices.BACKENDS.names)
+    names = {n for reg in (choices.JUDGES, choices.BACKENDS, choices.CORRECTNESS, choices.PLANNERS, choices.EVAL_AGENTS)
+             for n in reg.names}
     classes = ("OpenAIJudge", "LexicalJudge", "GoldJudge", "HFBackend", "VLLMBackend", "ScriptedBackend")
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -448,6 +449,42 @@ def test_docs_tables_of_choices_list_only_registered_values():
     assert tables >= 5  # formats.md, agent.md (critic.judge), method.md (reading; reward.expected_rate), research.md
 
 
+def _table_values(path: Path, header: str) -> list[str]:
+    """The first-column values (`name`) of the markdown table of `path` headed by `| header |`."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|") and _cells(line)[0].lower() == header
+                 and i + 1 < len(lines) and lines[i + 1].startswith("|---"))
+    values = []
+    for row in lines[start + 2:]:
+        if not row.startswith("|"):
+            break
+        m = re.search(r"`([^`]+)`", _cells(row)[0])
+        values.append(m.group(1) if m else "")
+    return values
+
+
+_DOCUMENTED = [("formats.md", "format", "FORMATS"), ("method.md", "reading", "EXPECTED_RATES")]
+
+
+def _undocumented(reg: Registry[object], doc: str, header: str) -> list[str]:
+    return [n for n in reg.names if n not in _table_values(REPO / "docs" / doc, header)]
+
+
+def test_the_method_and_formats_pages_document_every_registered_format_and_reading():
+    """docs/formats.md's table of formats and docs/method.md's table of readings list every registered one:
+    a format or reading added to its registry without its row (what its keys are, what it assumes and where it
+    fails) fails here, as a stale docs/config.md does in tests/test_config_docs.py."""
+    for doc, header, attr in _DOCUMENTED:
+        reg = getattr(choices, attr)
+        assert _undocumented(reg, doc, header) == [], (doc, header)
+        # the check sees a registered name its page lacks (a registry like the shipped one, one line more)
+        more: Registry[object] = Registry(reg.what, reg.key, reg.contract, kind=reg.kind)
+        for e in reg:
+            more.add(e.name, e.target, e.description)
+        more.add("nq_open", "awarl.data.formats:UNIFIED", "a format the page does not know")
+        assert _undocumented(more, doc, header) == ["nq_open"]
+
+
 def test_config_comments_that_list_alternatives_list_registered_values():
     """`judge: gold   # gold | lexical (heuristic) | openai | none` in configs/."""
     bad, seen = [], 0
@@ -499,6 +536,25 @@ def build(cfg, cache_dir=None):
 STRICTLEX = JudgeKind(build)
 '''
 
+_PLUGIN_OTHERS = '''
+from awarl.metrics import CorrectnessRule, token_f1
+from awarl.research.planner import DecompositionPlanner, PlannerKind, one_step
+
+# a correctness rule reading an existing MetricsConfig constant (no name compared anywhere decides it)
+HALF_F1 = CorrectnessRule(lambda answer, golds, metrics, verdict: token_f1(answer, golds) >= metrics.f1_threshold / 2,
+                          settings=("f1_threshold",))
+
+
+class OneHop(DecompositionPlanner):
+    name = "onehop"
+
+    def decompose(self, question, example=None):
+        return one_step(question, rule="onehop")
+
+
+ONEHOP = PlannerKind(lambda cfg, cache_dir, check: OneHop())
+'''
+
 _PLUGIN_CHECKS = r"""
 import json, sys
 from awarl.cli import build_parser
@@ -511,6 +567,16 @@ sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubPars
 out = {"help": sub.choices["eval"].format_help(), "docs": render_config_markdown()}
 cfg = load_config(None, ["critic.judge=strictlex"])
 out["defaults"] = cfg.critic.options
+from awarl.metrics import classify_outcome
+from awarl.research.provenance import planner_identity
+from awarl.research.records import make_planner
+from awarl.stages.eval_manifest import rollout_settings
+other = load_config(None, ["metrics.correctness=half_f1", "research.planner=onehop"])
+out["rule"] = [classify_outcome("Obama", ["Barack Hussein Obama"], valid=True, phrases=["x"], metrics=m).value
+               for m in (cfg.metrics, other.metrics)]
+out["recorded"] = rollout_settings(other, {"name": "m"}, None, 0.0)["correctness"]
+planner = make_planner(other)
+out["planner"] = [planner_identity(planner), planner.decompose("Who?").rule]
 judge = make_judge(load_config(None, ["critic.judge=strictlex", "critic.options.strictlex.threshold=0.7"]).critic)
 out["built"] = [judge.name, judge.cfg.support_threshold]
 for bad in (["critic.options.strictlex.threshold=2"], ["critic.options.strictlex.treshold=0.5"],
@@ -537,7 +603,11 @@ def test_a_plug_in_with_a_setting_from_its_own_module_is_a_choice_like_the_shipp
     (pkg / "strictlex.py").write_text(_PLUGIN_JUDGE, encoding="utf-8")
     (pkg / "register.py").write_text(
         'from awarl.choices import JUDGES\n\nJUDGES.add("strictlex", "myplugins.strictlex:STRICTLEX", "the lexical '
-        'judge at a recall of its own", options="myplugins.strictlex:Options")\n', encoding="utf-8")
+        'judge at a recall of its own", options="myplugins.strictlex:Options")\n'
+        'from awarl.choices import CORRECTNESS, PLANNERS\n'
+        'CORRECTNESS.add("half_f1", "myplugins.others:HALF_F1", "token F1 at half metrics.f1_threshold")\n'
+        'PLANNERS.add("onehop", "myplugins.others:ONEHOP", "the question as one step")\n', encoding="utf-8")
+    (pkg / "others.py").write_text(_PLUGIN_OTHERS, encoding="utf-8")
     env = {**os.environ, "AWARL_PLUGINS": "myplugins.register", "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
     run = subprocess.run([sys.executable, "-c", _PLUGIN_CHECKS], capture_output=True, text=True, timeout=300,
                          cwd=REPO, env=env)
@@ -550,6 +620,13 @@ def test_a_plug_in_with_a_setting_from_its_own_module_is_a_choice_like_the_shipp
         in out["docs"]
     assert out["defaults"] == {"strictlex": {"threshold": 0.9}}
     assert out["built"] == ["strictlex", 0.7]
+    # a correctness rule and a research planner from the same module: listed, accepted, used, recorded
+    for key, value in (("metrics.correctness", "half_f1"), ("research.planner", "onehop")):
+        assert re.search(rf"{re.escape(key)}: [^\n]*\b{value}\b", out["help"]), key
+        assert f"| `{value}` |" in out["docs"].split("## Registered choices", 1)[1]
+    assert out["rule"] == ["wrong", "correct"]  # F1 0.5: below 0.8, above 0.4
+    assert out["recorded"] == {"rule": "half_f1", "f1_threshold": 0.8, "grader": None}
+    assert out["planner"] == [{"planner": "onehop"}, "onehop"]
     assert [r.split(":")[0] for r in out["refused"]] == ["critic.options"] * 3
     assert "strictlex.threshold: Input should be less than or equal to 1" in out["refused"][0]
     assert "strictlex.treshold: Extra inputs are not permitted" in out["refused"][1]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,6 +19,9 @@ from awarl.data.types import QAExample
 from awarl.research.planner import PlannerKind, hop_refs, one_step, requery_text
 from awarl.research.reduce import combine
 from awarl.research.schema import ExecutorResult, Plan, Reduce, SubQuestion
+
+if TYPE_CHECKING:
+    from awarl.research.records import CacheDir, LoopSettings
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +119,7 @@ class LLMPlanner:
         return out.answer.strip() if out is not None else combine(plan.reduce, plan.steps, answers)[0]
 
 
-def build(cfg: Any, cache_dir: Any = None, check: bool = False) -> LLMPlanner:
+def build(cfg: LoopSettings, cache_dir: CacheDir = None, check: bool = False) -> LLMPlanner:
     """The LLM planner at research.planner_base_url (default critic.base_url) serving research.planner_model
     (default critic.model), checked reachable first when `check`, its errors naming the option that set the
     endpoint. `cfg`: the run's config (awarl.research.records.LoopSettings)."""

@@ -15,12 +15,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from awarl.data.types import QAExample
 from awarl.research.decompose import offline_plan
 from awarl.research.reduce import combine
 from awarl.research.schema import ExecutorResult, Plan, Reduce, SubQuestion
+
+if TYPE_CHECKING:
+    from awarl.research.records import CacheDir, LoopSettings
 
 _HOP_REF = re.compile(r"#(\d+)")
 
@@ -42,10 +45,10 @@ class PlannerKind:
     (research.planner_base_url, else critic.base_url), which `check` asks before any model loads; the planner
     object's `name` is its registry name, recorded with each research report (its provenance)."""
 
-    build: Callable[[Any, Any, bool], Planner]
+    build: Callable[[LoopSettings, CacheDir, bool], Planner]
     endpoint: bool = False
 
-    def __call__(self, cfg: Any, cache_dir: Any = None, check: bool = False) -> Planner:
+    def __call__(self, cfg: LoopSettings, cache_dir: CacheDir = None, check: bool = False) -> Planner:
         return self.build(cfg, cache_dir, check)
 
 
