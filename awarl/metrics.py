@@ -17,15 +17,22 @@ is left out: the official EM would call "." equal to a gold "!" while its F1 giv
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from awarl import choices
+
+if TYPE_CHECKING:
+    from awarl.config import MetricsConfig
 
 
 class Outcome(str, Enum):
@@ -121,36 +128,73 @@ def is_abstention(answer: str | None, phrases: Sequence[str]) -> bool:
     return any(a == normalize_answer(ph) for ph in phrases)
 
 
-CORRECTNESS = ("em", "f1", "cover_em", "judge")
+@dataclass(frozen=True)
+class CorrectnessRule:
+    """What a correctness rule registers (`metrics.correctness`, awarl.choices.CORRECTNESS; docs/extending.md).
+
+    - `check(answer, golds, metrics, verdict)`: whether a valid, non-abstaining answer to a question with gold
+      answers is correct, reading its own constants from `metrics` (a MetricsConfig: `f1_threshold`, ...);
+      `verdict` is the LLM answer grader's (None when there is none).
+    - `graded`: the grader's verdict decides (the OpenAI-compatible endpoint of critic.base_url / critic.model,
+      asked during the run): a predictions line without its `judge_correct` cannot be scored, and a run graded
+      so cannot be re-graded from the answer text (it resumes only under the same grader).
+    - `settings`: the MetricsConfig fields its verdicts depend on (recorded with the run, part of a resume's
+      check where outcomes cannot be re-graded).
+    """
+
+    check: Callable[[str, Sequence[str], Any, bool | None], bool]
+    graded: bool = False
+    settings: tuple[str, ...] = ()
+
+
+def _graded(answer: str, golds: Sequence[str], metrics: MetricsConfig, verdict: bool | None) -> bool:
+    if verdict is None:
+        raise ValueError("correctness='judge' needs judge_correct (the judge's verdict) for every answer")
+    return bool(verdict)
+
+
+EM = CorrectnessRule(lambda answer, golds, metrics, verdict: exact_match(answer, golds))
+F1 = CorrectnessRule(lambda answer, golds, metrics, verdict: token_f1(answer, golds) >= metrics.f1_threshold,
+                     settings=("f1_threshold",))
+COVER_EM = CorrectnessRule(lambda answer, golds, metrics, verdict: cover_em(answer, golds))
+JUDGE = CorrectnessRule(_graded, graded=True)
+
+CORRECTNESS = choices.CORRECTNESS.names
+
+
+def correctness_rule(name: str) -> CorrectnessRule:
+    """The registered rule `name` (ValueError naming the choices when there is none)."""
+    return choices.CORRECTNESS.load(name)
+
+
+@functools.lru_cache(maxsize=64)
+def _settings(correctness: str, f1_threshold: float) -> MetricsConfig:
+    from awarl.config import MetricsConfig
+
+    return MetricsConfig().model_copy(update={"correctness": correctness, "f1_threshold": f1_threshold})
 
 
 def is_correct(answer: str, golds: Sequence[str], correctness: str = "em", f1_threshold: float = 0.8,
-               judge_correct: bool | None = None) -> bool:
-    if correctness == "em":
-        return exact_match(answer, golds)
-    if correctness == "f1":
-        return token_f1(answer, golds) >= f1_threshold
-    if correctness == "cover_em":
-        return cover_em(answer, golds)
-    if correctness == "judge":
-        if judge_correct is None:
-            raise ValueError("correctness='judge' needs judge_correct (the judge's verdict) for every answer")
-        return bool(judge_correct)
-    raise ValueError(f"unknown correctness {correctness!r}; choose one of {', '.join(CORRECTNESS)}")
+               judge_correct: bool | None = None, *, metrics: MetricsConfig | None = None) -> bool:
+    """Whether `answer` is correct under the rule `metrics.correctness` with the run's metrics settings
+    (without `metrics`: the rule `correctness` at `f1_threshold`, the shipped rules' constants one by one)."""
+    metrics = metrics if metrics is not None else _settings(correctness, f1_threshold)
+    return correctness_rule(metrics.correctness).check(answer, golds, metrics, judge_correct)
 
 
 def classify_outcome(answer: str | None, golds: Sequence[str], *, valid: bool, phrases: Sequence[str],
                      correctness: str = "em", f1_threshold: float = 0.8,
-                     judge_correct: bool | None = None) -> Outcome:
+                     judge_correct: bool | None = None, metrics: MetricsConfig | None = None) -> Outcome:
     """The single outcome of a trajectory. Invalid: flagged invalid, or no (or blank) final answer.
-    With an empty gold list no answer can be correct (abstaining is the right move)."""
+    With an empty gold list no answer can be correct (abstaining is the right move). Correct: under the rule
+    of `metrics` (a run's MetricsConfig), else `correctness` at `f1_threshold` (`is_correct`)."""
     if not valid or answer is None or not answer.strip():
         return Outcome.INVALID
     if is_abstention(answer, phrases):
         return Outcome.ABSTAIN
     if not golds:
         return Outcome.WRONG
-    ok = is_correct(answer, golds, correctness, f1_threshold, judge_correct)
+    ok = is_correct(answer, golds, correctness, f1_threshold, judge_correct, metrics=metrics)
     return Outcome.CORRECT if ok else Outcome.WRONG
 
 

@@ -14,7 +14,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from awarl import choices
 from awarl.io import atomic_write_json, atomic_write_text, save_figure
+from awarl.metrics import correctness_rule
 
 # (results key, column label, is a share shown as %)
 TABLE_COLUMNS: list[tuple[str, str]] = [
@@ -25,6 +27,11 @@ TABLE_COLUMNS: list[tuple[str, str]] = [
 _COUNTS = {"n", "correct", "wrong", "abstain", "invalid"}
 _PLOT_METRICS = [("precision", "precision"), ("accuracy", "accuracy"), ("ra_f1", "RA-F1")]
 
+
+
+def _rule_settings(name: object) -> tuple[str, ...]:
+    """The settings a recorded correctness rule reads (none for a rule this awarl does not have)."""
+    return correctness_rule(name).settings if isinstance(name, str) and name in choices.CORRECTNESS else ()
 
 def _rows(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     rows = list(results.get("per_dataset", {}).items())
@@ -57,7 +64,7 @@ def results_markdown(results: dict[str, Any]) -> str:
     if results.get("source"):
         lines.append(f"Predictions: `{results['source']}`  ")
     lines += [f"Questions scored: {results.get('n', 0)}; correctness: `{cfg.get('correctness', '?')}`"
-              + (f" (F1 >= {cfg.get('f1_threshold')})" if cfg.get("correctness") == "f1" else "")
+              + (f" (F1 >= {cfg.get('f1_threshold')})" if "f1_threshold" in _rule_settings(cfg.get("correctness")) else "")
               + f"; 95% bootstrap CIs over {cfg.get('bootstrap_samples', 0)} resamples in brackets.",
               "", "Macro = unweighted mean over datasets (RA-F1 macro is the mean of per-dataset RA-F1). "
               "Invalid trajectories count as answered and wrong.", ""]
@@ -211,10 +218,11 @@ def plot_results(results: dict[str, Any], path: str | os.PathLike) -> Path:
     for j, (key, label) in enumerate(_PLOT_METRICS):
         vals = [m.get(key) or 0.0 for _, m in rows]
         cis = [(m.get("ci") or {}).get(key) for _, m in rows]
+        bounds = [c for c in cis if c]
         err = None
-        if rows and all(cis):
-            err = np.array([[v - c[0] for v, c in zip(vals, cis, strict=True)],
-                            [c[1] - v for v, c in zip(vals, cis, strict=True)]]).clip(min=0)
+        if rows and len(bounds) == len(cis):
+            err = np.array([[v - c[0] for v, c in zip(vals, bounds, strict=True)],
+                            [c[1] - v for v, c in zip(vals, bounds, strict=True)]]).clip(min=0)
         ax.bar(x + (j - (len(_PLOT_METRICS) - 1) / 2) * width, vals, width, label=label, yerr=err, capsize=2)
     ax.set_xticks(x, [name for name, _ in rows])
     ax.set_ylim(0, 1.05)

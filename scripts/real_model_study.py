@@ -80,7 +80,7 @@ MODEL = "smollm2-135m"
 SPLIT_SEED = 42
 EVAL_PER_DATASET = 50
 WARMUP_PER_DATASET = 40
-ADAPTER = {"steps": 36, "batch_size": 4, "lr": 1e-3, "seed": 0, "max_len": 1024, "r": 8, "alpha": 16,
+ADAPTER: dict[str, Any] = {"steps": 36, "batch_size": 4, "lr": 1e-3, "seed": 0, "max_len": 1024, "r": 8, "alpha": 16,
            "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
 
 

@@ -6,6 +6,7 @@ registry says it must be."""
 from __future__ import annotations
 
 import argparse
+import ast
 import inspect
 import re
 import subprocess
@@ -46,7 +47,7 @@ def accepted(key: str) -> set[str]:
 
 # ------------------------------------------------------------------------------------------ Registry
 def test_registry_add_refuses_what_would_break_the_config_or_the_docs():
-    reg = Registry("widget", "x.widget", "a callable", extras={"auto": "pick one"})
+    reg = Registry("widget", "x.widget", "a callable", extras={"auto": "pick one"}, kind="builtins:object")
     reg.add("plain", "json:dumps", "the standard library's dumps")
     for bad, match in [(("plain", "json:loads", "again"), "registered already"),
                        (("auto", "json:loads", "an extra's name"), "registered already"),
@@ -61,7 +62,7 @@ def test_registry_add_refuses_what_would_break_the_config_or_the_docs():
 
 
 def test_registry_loads_lazily_once_and_names_what_is_wrong():
-    reg = Registry("widget", "x.widget", "a callable")
+    reg: Registry[object] = Registry("widget", "x.widget", "a callable", kind="builtins:object")
     reg.add("dumps", "json:dumps", "json.dumps")
     reg.add("method", "json:JSONDecoder.decode", "a dotted attribute")
     reg.add("gone", "json:no_such_function", "a typo in the target")
@@ -76,6 +77,31 @@ def test_registry_loads_lazily_once_and_names_what_is_wrong():
         with pytest.raises(ImportError, match=rf"x\.widget: widget '{name}' is registered as '[\w.:]+', which "
                                               "cannot be loaded"):
             reg.load(name)
+
+
+def test_load_returns_the_registry_s_kind_and_refuses_another():
+    from awarl.critic.schema import JudgeKind
+    from awarl.rewards.abstention import Reading
+
+    reg: Registry[JudgeKind] = Registry("widget", "x.widget", "an awarl.critic.schema.JudgeKind",
+                                        kind="awarl.critic.schema:JudgeKind")
+    reg.add("kind", "awarl.critic.gold_judge:GOLD", "a judge kind")
+    reg.add("factory", "awarl.critic.gold_judge:build", "the bare factory: what a judge was registered as before")
+    assert isinstance(reg.load("kind"), JudgeKind) and reg.load("kind").oracle
+    with pytest.raises(TypeError, match=r"x\.widget: widget 'factory' is registered as 'awarl\.critic\.gold_judge:"
+                                        r"build', which is a function, not a JudgeKind \(an awarl"):
+        reg.load("factory")
+    # a Protocol kind (the readings'): a function is one, a constant is not
+    readings: Registry[Reading] = Registry("reading", "x.r", "a Reading", kind="awarl.rewards.abstention:Reading")
+    readings.add("soft", "awarl.rewards.abstention:soft_reading", "a reading")
+    readings.add("prior", "awarl.rewards.abstention:EMA_STARTS", "a tuple")
+    assert readings.load("soft")(0.5, None, RewardConfig(gamma=1.0, p_min=0.1)) == pytest.approx(0.5)
+    with pytest.raises(TypeError, match="which is a tuple, not a Reading"):
+        readings.load("prior")
+    # a registry of code names its kind; one of data files has none
+    for bad in ({}, {"kind": "JudgeKind"}, {"kind": "a:B", "data_files": True}):
+        with pytest.raises(ValueError, match="names its kind"):
+            Registry("widget", "x.widget", "a thing", **bad)  # type: ignore[arg-type]
 
 
 def test_data_file_registry_holds_paths_not_code():
@@ -137,14 +163,11 @@ def test_every_registered_strategy_and_reading_has_its_registry_s_shape():
     for name in choices.STRATEGIES.names:
         s = choices.STRATEGIES.load(name)
         assert isinstance(s, Strategy) and isinstance(s.abstain_reward(cfg, 0.3, False), float)
-    keywords = {"gamma", "p_min", "tau", "prior", "r_correct", "r_wrong"}
     for name in choices.EXPECTED_RATES.names:
         reading = choices.EXPECTED_RATES.load(name)
-        params = inspect.signature(reading).parameters
-        assert list(params)[:2] == ["p", "n"] and keywords <= set(params), name
+        assert list(inspect.signature(reading).parameters) == ["p", "n", "cfg"], name
         assert "Step 4" in (reading.__doc__ or ""), f"{name}: its docstring names the formula step"
-        values = [reading(p, 8.0, gamma=0.5, p_min=0.1, tau=0.05, prior=0.5, r_correct=1.0, r_wrong=0.0)
-                  for p in (0.0, 0.3, 1.0)]
+        values = [reading(p, 8.0, RewardConfig(gamma=0.5, p_min=0.1)) for p in (0.0, 0.3, 1.0)]
         assert all(0.0 <= v <= 1.0 for v in values) and values[0] >= values[-1], (name, values)
 
 
@@ -158,6 +181,107 @@ def test_every_registered_backend_loads_and_unknown_ones_are_refused(tmp_path):
         make_backend(GenerationConfig(), "m", None, kind="tgi")
     with pytest.raises(ValueError, match="needs generation.script"):
         make_backend(GenerationConfig(backend="scripted"), None, None)
+
+
+def _compared_names(path: Path) -> list[str]:
+    """Comparisons of a value with a registered judge, backend, correctness rule, planner or agent name (`x == "gold"`, `x in ("openai", ...)`)
+    and isinstance checks against a judge or backend class, in one file. `critic.gold_fallback` is the gold
+    judge's own option, not a judge's name."""
+    names = {n for reg in (choices.JUDGES, choices.BACKENDS, choices.CORRECTNESS, choices.PLANNERS, choices.EVAL_AGENTS)
+             for n in reg.names}
+    classes = ("OpenAIJudge", "LexicalJudge", "GoldJudge", "HFBackend", "VLLMBackend", "ScriptedBackend")
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Compare) and "gold_fallback" not in ast.unparse(node):
+            sides = [node.left, *node.comparators]
+            sides += [e for c in sides if isinstance(c, (ast.Tuple, ast.List, ast.Set)) for e in c.elts]
+            if any(isinstance(c, ast.Constant) and c.value in names for c in sides):
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2 \
+                and any(c in ast.unparse(node.args[1]) for c in classes):
+            found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_code_compares_a_judge_or_backend_name():
+    """What a run must know of a judge or a backend is an attribute of its registered kind (JudgeKind.oracle,
+    .endpoint, .settings; BackendKind.replays_script, .vllm_engine): 22 comparisons with `"gold"`, `"openai"`,
+    `"scripted"`, ... and two isinstance(OpenAIJudge) checks made a plug-in judge or backend second-class (an
+    oracle not labelled, an endpoint not checked, a replay not recognised)."""
+    found = [f for path in sorted((REPO / "awarl").rglob("*.py")) for f in _compared_names(path)]
+    assert found == []
+
+
+def test_the_name_check_finds_a_comparison_and_an_isinstance(tmp_path):
+    code = tmp_path / "m.py"
+    code.write_text("def f(cfg, j):\n    a = cfg.critic.judge == 'gold'\n    b = j in ('x', 'scripted')\n"
+                    "    c = cfg.critic.gold_fallback == 'lexical'\n    return isinstance(j, OpenAIJudge)\n")
+    assert [f.split(":")[1] for f in _compared_names(code)] == ["2", "3", "5"]
+
+
+_PLUGIN_KINDS = r'''
+import awarl.choices as C
+# registered before the config is imported (it builds its Literals from the names), as a plug-in would be
+C.JUDGES.add("strict", "plugin_kinds:STRICT", "a plug-in oracle judge")
+C.JUDGES.add("remote", "plugin_kinds:REMOTE", "a plug-in judge behind a service")
+C.BACKENDS.add("replay", "plugin_kinds:REPLAY", "a plug-in replay of generation.script")
+import sys, types
+from awarl.agent.backends.base import BackendKind
+from awarl.agent.backends.scripted import build as replay_build
+from awarl.critic.gold_judge import build as gold_build
+from awarl.critic.lexical_judge import build as lexical_build
+from awarl.critic.schema import JudgeKind
+asked = []
+
+class Remote:
+    name, failures = "remote", 0
+    def __init__(self, cfg, cache_dir=None): self.cfg = cfg
+    def verify(self, items): return [None for _ in items]
+    def check_reachable(self, what, *, instead=""): asked.append(what)
+
+plugin = types.ModuleType("plugin_kinds")
+plugin.STRICT = JudgeKind(gold_build, oracle=True)
+plugin.REMOTE = JudgeKind(Remote, endpoint=True)
+plugin.REPLAY = BackendKind(replay_build, replays_script=True)
+sys.modules["plugin_kinds"] = plugin
+
+from awarl.config import ConfigError, load_config
+from awarl.critic import check_endpoints, make_judge
+from awarl.research.critic import judge_label
+from awarl.stages.eval_manifest import loop_judge_fields
+from awarl.stages.predictions import critic_label
+from awarl.stages.train_preflight import check_launchable, critic_plan
+
+out = {}
+cfg = load_config(None, ["critic.judge=strict", "research.judge=strict"])
+out["label"] = [critic_label(cfg), judge_label("strict"), loop_judge_fields(cfg)]
+out["plan"] = critic_plan(cfg, {"questions": 4, "with_gold_evidence": 3})
+remote = load_config(None, ["critic.judge=remote", "critic.model=m7"])
+check_endpoints(remote.critic, make_judge(remote.critic))
+out["checked"], out["remote_label"] = asked, critic_label(remote)
+replay = load_config(None, ["generation.backend=replay"])
+try:
+    check_launchable(replay, [])
+except ConfigError as e:
+    out["replay"] = str(e)
+print(json.dumps(out))
+'''
+
+
+def test_a_plug_in_s_kind_decides_what_its_name_decided_for_the_shipped_ones():
+    """A plug-in oracle judge is labelled and planned as the oracle it is, a plug-in judge behind a service is
+    checked before any model loads and names its model, a plug-in replay backend is refused without its
+    script: each was decided by comparing the shipped ones' names (`gold`, `openai`, `scripted`)."""
+    import json
+
+    run = subprocess.run([sys.executable, "-c", "import json\n" + _PLUGIN_KINDS], capture_output=True, text=True,
+                         timeout=300, cwd=REPO)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["label"] == ["strict", "strict (oracle)", {"loop_judge": "strict (oracle)", "oracle": True}]
+    assert out["plan"]["gold_evidence"] == "3 of 4 training questions" and "endpoint" not in out["plan"]
+    assert out["checked"] == ["citation judge (critic.judge: remote)"] and out["remote_label"] == "remote:m7"
+    assert out["replay"] == "generation.backend: replay needs generation.script, a replay file; got None"
 
 
 def test_dev_set_files_exist():
@@ -325,6 +449,42 @@ def test_docs_tables_of_choices_list_only_registered_values():
     assert tables >= 5  # formats.md, agent.md (critic.judge), method.md (reading; reward.expected_rate), research.md
 
 
+def _table_values(path: Path, header: str) -> list[str]:
+    """The first-column values (`name`) of the markdown table of `path` headed by `| header |`."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|") and _cells(line)[0].lower() == header
+                 and i + 1 < len(lines) and lines[i + 1].startswith("|---"))
+    values = []
+    for row in lines[start + 2:]:
+        if not row.startswith("|"):
+            break
+        m = re.search(r"`([^`]+)`", _cells(row)[0])
+        values.append(m.group(1) if m else "")
+    return values
+
+
+_DOCUMENTED = [("formats.md", "format", "FORMATS"), ("method.md", "reading", "EXPECTED_RATES")]
+
+
+def _undocumented(reg: Registry[object], doc: str, header: str) -> list[str]:
+    return [n for n in reg.names if n not in _table_values(REPO / "docs" / doc, header)]
+
+
+def test_the_method_and_formats_pages_document_every_registered_format_and_reading():
+    """docs/formats.md's table of formats and docs/method.md's table of readings list every registered one:
+    a format or reading added to its registry without its row (what its keys are, what it assumes and where it
+    fails) fails here, as a stale docs/config.md does in tests/test_config_docs.py."""
+    for doc, header, attr in _DOCUMENTED:
+        reg = getattr(choices, attr)
+        assert _undocumented(reg, doc, header) == [], (doc, header)
+        # the check sees a registered name its page lacks (a registry like the shipped one, one line more)
+        more: Registry[object] = Registry(reg.what, reg.key, reg.contract, kind=reg.kind)
+        for e in reg:
+            more.add(e.name, e.target, e.description)
+        more.add("nq_open", "awarl.data.formats:UNIFIED", "a format the page does not know")
+        assert _undocumented(more, doc, header) == ["nq_open"]
+
+
 def test_config_comments_that_list_alternatives_list_registered_values():
     """`judge: gold   # gold | lexical (heuristic) | openai | none` in configs/."""
     bad, seen = [], 0
@@ -351,3 +511,129 @@ def test_config_reference_lists_each_registered_key_s_values_and_every_registry(
     for reg in choices.ALL:
         for value in reg.choices:
             assert f"| `{value}` |" in text.split("## Registered choices", 1)[1], (reg.what, value)
+
+
+_PLUGIN_JUDGE = '''
+from pydantic import Field
+
+from awarl.config import ConfigModel
+from awarl.critic.lexical_judge import LexicalJudge
+from awarl.critic.schema import JudgeKind
+
+
+class Options(ConfigModel):
+    """critic.options.strictlex"""
+
+    threshold: float = Field(0.9, ge=0, le=1, description="Token recall a claim needs in a passage (the plug-in's own).")
+
+
+def build(cfg, cache_dir=None):
+    judge = LexicalJudge(cfg.model_copy(update={"support_threshold": Options(**cfg.options.get("strictlex", {})).threshold}))
+    judge.name = "strictlex"
+    return judge
+
+
+STRICTLEX = JudgeKind(build)
+'''
+
+_PLUGIN_OTHERS = '''
+from awarl.metrics import CorrectnessRule, token_f1
+from awarl.research.planner import DecompositionPlanner, PlannerKind, one_step
+
+# a correctness rule reading an existing MetricsConfig constant (no name compared anywhere decides it)
+HALF_F1 = CorrectnessRule(lambda answer, golds, metrics, verdict: token_f1(answer, golds) >= metrics.f1_threshold / 2,
+                          settings=("f1_threshold",))
+
+
+class OneHop(DecompositionPlanner):
+    name = "onehop"
+
+    def decompose(self, question, example=None):
+        return one_step(question, rule="onehop")
+
+
+ONEHOP = PlannerKind(lambda cfg, cache_dir, check: OneHop())
+'''
+
+_PLUGIN_CHECKS = r"""
+import json, sys
+from awarl.cli import build_parser
+from awarl.config import ConfigError, load_config
+from awarl.config_docs import render_config_markdown
+from awarl.critic import make_judge
+
+import argparse
+sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+out = {"help": sub.choices["eval"].format_help(), "docs": render_config_markdown()}
+cfg = load_config(None, ["critic.judge=strictlex"])
+out["defaults"] = cfg.critic.options
+from awarl.metrics import classify_outcome
+from awarl.research.provenance import planner_identity
+from awarl.research.records import make_planner
+from awarl.stages.eval_manifest import rollout_settings
+other = load_config(None, ["metrics.correctness=half_f1", "research.planner=onehop"])
+out["rule"] = [classify_outcome("Obama", ["Barack Hussein Obama"], valid=True, phrases=["x"], metrics=m).value
+               for m in (cfg.metrics, other.metrics)]
+out["recorded"] = rollout_settings(other, {"name": "m"}, None, 0.0)["correctness"]
+planner = make_planner(other)
+out["planner"] = [planner_identity(planner), planner.decompose("Who?").rule]
+judge = make_judge(load_config(None, ["critic.judge=strictlex", "critic.options.strictlex.threshold=0.7"]).critic)
+out["built"] = [judge.name, judge.cfg.support_threshold]
+for bad in (["critic.options.strictlex.threshold=2"], ["critic.options.strictlex.treshold=0.5"],
+            ["critic.options.lexical.threshold=0.5"]):
+    try:
+        load_config(None, ["critic.judge=strictlex", *bad])
+    except ConfigError as e:
+        out.setdefault("refused", []).append(str(e).splitlines()[1].strip())
+print(json.dumps(out))
+"""
+
+
+def test_a_plug_in_with_a_setting_from_its_own_module_is_a_choice_like_the_shipped_ones(tmp_path):
+    """A judge of a package outside awarl, with a setting of its own, registered by a module named in
+    $AWARL_PLUGINS: --help and docs/config.md list it and its setting, the config fills in its default, builds
+    it with the value given, and refuses a bad value, an unknown key and settings for a judge that has none.
+    A judge with a setting needed config.py too (CriticConfig's flat 'lexical:' / 'openai:' fields)."""
+    import json
+    import os
+
+    pkg = tmp_path / "myplugins"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("", encoding="utf-8")
+    (pkg / "strictlex.py").write_text(_PLUGIN_JUDGE, encoding="utf-8")
+    (pkg / "register.py").write_text(
+        'from awarl.choices import JUDGES\n\nJUDGES.add("strictlex", "myplugins.strictlex:STRICTLEX", "the lexical '
+        'judge at a recall of its own", options="myplugins.strictlex:Options")\n'
+        'from awarl.choices import CORRECTNESS, PLANNERS\n'
+        'CORRECTNESS.add("half_f1", "myplugins.others:HALF_F1", "token F1 at half metrics.f1_threshold")\n'
+        'PLANNERS.add("onehop", "myplugins.others:ONEHOP", "the question as one step")\n', encoding="utf-8")
+    (pkg / "others.py").write_text(_PLUGIN_OTHERS, encoding="utf-8")
+    env = {**os.environ, "AWARL_PLUGINS": "myplugins.register", "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    run = subprocess.run([sys.executable, "-c", _PLUGIN_CHECKS], capture_output=True, text=True, timeout=300,
+                         cwd=REPO, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert "strictlex" in out["help"] and "critic.options.strictlex: threshold;" in out["help"]
+    assert "| `strictlex` | the lexical judge at a recall of its own | `myplugins.strictlex:STRICTLEX` |" in out["docs"]
+    assert "#### `critic.options.strictlex`" in out["docs"]
+    assert "| `threshold` | float (≥ 0, ≤ 1) | `0.9` | Token recall a claim needs in a passage (the plug-in's own). |" \
+        in out["docs"]
+    assert out["defaults"] == {"strictlex": {"threshold": 0.9}}
+    assert out["built"] == ["strictlex", 0.7]
+    # a correctness rule and a research planner from the same module: listed, accepted, used, recorded
+    for key, value in (("metrics.correctness", "half_f1"), ("research.planner", "onehop")):
+        assert re.search(rf"{re.escape(key)}: [^\n]*\b{value}\b", out["help"]), key
+        assert f"| `{value}` |" in out["docs"].split("## Registered choices", 1)[1]
+    assert out["rule"] == ["wrong", "correct"]  # F1 0.5: below 0.8, above 0.4
+    assert out["recorded"] == {"rule": "half_f1", "f1_threshold": 0.8, "grader": None}
+    assert out["planner"] == [{"planner": "onehop"}, "onehop"]
+    assert [r.split(":")[0] for r in out["refused"]] == ["critic.options"] * 3
+    assert "strictlex.threshold: Input should be less than or equal to 1" in out["refused"][0]
+    assert "strictlex.treshold: Extra inputs are not permitted" in out["refused"][1]
+    assert "'lexical' is no citation judge with settings of its own; those that have some: strictlex" \
+        in out["refused"][2]
+    # a plug-in module that cannot be imported stops awarl with the reason
+    bad = subprocess.run([sys.executable, "-c", "import awarl.config"], capture_output=True, text=True, timeout=120,
+                         cwd=REPO, env={**env, "AWARL_PLUGINS": "myplugins.nope"})
+    assert bad.returncode != 0
+    assert "AWARL_PLUGINS: the plug-in module 'myplugins.nope' cannot be imported" in bad.stderr

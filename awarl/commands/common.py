@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from awarl import choices
 from awarl.config import MAX_PORT, MAX_SEED, REGISTERED_KEYS, AwarlConfig, allowed_values, load_config
 
 PRECEDENCE = ("dotted overrides, applied after the config file and after this command's own flags: the last "
@@ -27,7 +28,9 @@ def registered_choices() -> str:
     lines: dict[tuple[str, ...], list[str]] = {}
     for key in REGISTERED_KEYS:
         lines.setdefault(allowed_values(key), []).append(key)
-    return "\n".join(f"  {', '.join(keys)}: {', '.join(values)};" for values, keys in lines.items())
+    settings = [f"  {reg.options_key}.{e.name}: {', '.join(model.model_fields)};" for reg in choices.ALL
+                for e in reg if e.options and (model := reg.options_model(e.name)) is not None]
+    return "\n".join([*(f"  {', '.join(keys)}: {', '.join(values)};" for values, keys in lines.items()), *settings])
 
 
 def add_choices_epilog(p: argparse.ArgumentParser) -> None:

@@ -53,7 +53,8 @@ def run_retriever(args: argparse.Namespace) -> int:
         raise ValueError("--workers must be >= 1, --batch-wait-ms >= 0 and --body-timeout-s > 0")
     if args.header_timeout_s <= 0 or args.idle_timeout_s <= 0 or (args.max_connections or 1) < 1:
         raise ValueError("--header-timeout-s and --idle-timeout-s must be > 0 and --max-connections >= 1")
-    mmap = {"auto": "auto", "on": True, "off": False}[args.mmap]
+    mmap_modes: dict[str, bool | str] = {"auto": "auto", "on": True, "off": False}
+    mmap = mmap_modes[args.mmap]
     retriever = load_index(args.index, verify_corpus=not args.no_verify_corpus, device=args.device, mmap=mmap,
                            workers=workers)
     serve(retriever, retriever.meta, host=args.host, port=args.port, max_batch=args.max_batch,

@@ -19,7 +19,7 @@ from typing import Protocol
 from awarl.config import CriticConfig, MetricsConfig
 from awarl.critic.openai_judge import OpenAIJudge
 from awarl.critic.schema import AnswerCheck
-from awarl.metrics import Outcome, classify_outcome, exact_match, is_abstention
+from awarl.metrics import Outcome, classify_outcome, correctness_rule, exact_match, is_abstention
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +61,10 @@ class AnswerGrader(Protocol):
 
 
 def make_answer_grader(metrics: MetricsConfig, critic: CriticConfig,
-                       cache_dir: str | os.PathLike | None) -> AnswerGrader | None:
-    """The LLM grader (the endpoint of `critic`) when `metrics.correctness` is `judge`, else None."""
-    if metrics.correctness != "judge":
+                       cache_dir: str | os.PathLike[str] | None) -> AnswerGrader | None:
+    """The LLM grader (the endpoint of `critic`) when the rule of `metrics.correctness` is graded by one
+    (`judge`), else None."""
+    if not correctness_rule(metrics.correctness).graded:
         return None
 
     return OpenAIJudge(critic, cache_dir=critic.cache_dir or cache_dir)
@@ -105,8 +106,8 @@ def answer_outcome(answer: str | None, golds: list[str], metrics: MetricsConfig,
                    valid: bool, grade: Grade | None = None) -> Outcome:
     """The outcome of an answer under the run's correctness rule (`metrics.correctness`; `grade`: the LLM
     grader's verdict under `judge`): the one rule for trajectories and the critic loop's reports."""
-    return classify_outcome(answer, golds, valid=valid, phrases=phrases, correctness=metrics.correctness,
-                            f1_threshold=metrics.f1_threshold, judge_correct=grade.correct if grade else None)
+    return classify_outcome(answer, golds, valid=valid, phrases=phrases, metrics=metrics,
+                            judge_correct=grade.correct if grade else None)
 
 
 def trajectory_outcome(parsed: Answered, golds: list[str], metrics: MetricsConfig, phrases: Sequence[str],

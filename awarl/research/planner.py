@@ -13,23 +13,43 @@ three methods (awarl/research/llm_planner.py).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
+from awarl.data.types import QAExample
 from awarl.research.decompose import offline_plan
 from awarl.research.reduce import combine
 from awarl.research.schema import ExecutorResult, Plan, Reduce, SubQuestion
+
+if TYPE_CHECKING:
+    from awarl.research.records import CacheDir, LoopSettings
 
 _HOP_REF = re.compile(r"#(\d+)")
 
 
 class Planner(Protocol):
-    def decompose(self, question: str, example: Any = None) -> Plan: ...
+    def decompose(self, question: str, example: QAExample | None = None) -> Plan: ...
 
     def requery(self, text: str, result: ExecutorResult, unsupported: Sequence[str],
                 tried: Sequence[str] = ()) -> str: ...
 
     def synthesize(self, question: str, plan: Plan, answers: dict[int, str]) -> str: ...
+
+
+@dataclass(frozen=True)
+class PlannerKind:
+    """A registered research planner (`research.planner`, awarl.choices.PLANNERS; docs/extending.md): its factory,
+    called as `kind(cfg, cache_dir, check)` with the run's config (its `research:` and `critic:` sections), and
+    what a run must know of it without comparing its name. `endpoint`: it calls an OpenAI-compatible service
+    (research.planner_base_url, else critic.base_url), which `check` asks before any model loads; the planner
+    object's `name` is its registry name, recorded with each research report (its provenance)."""
+
+    build: Callable[[LoopSettings, CacheDir, bool], Planner]
+    endpoint: bool = False
+
+    def __call__(self, cfg: LoopSettings, cache_dir: CacheDir = None, check: bool = False) -> Planner:
+        return self.build(cfg, cache_dir, check)
 
 
 def render_hop(text: str) -> str:
@@ -62,7 +82,7 @@ def requery_text(text: str, result: ExecutorResult, unsupported: Sequence[str], 
             "Search with different terms.)")
 
 
-def musique_plan(example: Any) -> Plan | None:
+def musique_plan(example: QAExample | None) -> Plan | None:
     """The record's own decomposition (MuSiQue), or None."""
     hops = (getattr(example, "metadata", None) or {}).get("question_decomposition") or []
     texts = [str(h.get("question", "")).strip() for h in hops if isinstance(h, dict)]
@@ -77,7 +97,9 @@ def musique_plan(example: Any) -> Plan | None:
 class DecompositionPlanner:
     """Offline planner (module docstring)."""
 
-    def decompose(self, question: str, example: Any = None) -> Plan:
+    name = "decomposition"
+
+    def decompose(self, question: str, example: QAExample | None = None) -> Plan:
         return (musique_plan(example) or offline_plan(question)
                 or Plan(steps=[SubQuestion(index=0, text=question)], rule="question"))
 
@@ -92,6 +114,9 @@ class DecompositionPlanner:
     def explain(plan: Plan, answers: dict[int, str]) -> str:
         """How the offline reduce reached (or could not reach) its answer, for the report."""
         return combine(plan.reduce, plan.steps, answers)[1]
+
+
+DECOMPOSITION = PlannerKind(lambda cfg, cache_dir, check: DecompositionPlanner())
 
 
 def one_step(question: str, rule: str = "question") -> Plan:

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from awarl.agent.backends.base import question_seed
 from awarl.agent.rollout import RolloutEngine
+from awarl.choices import PLANNERS
 from awarl.config import (
     AgentConfig,
     CriticConfig,
@@ -25,7 +26,7 @@ from awarl.data.evidence import gold_evidence
 from awarl.data.types import QAExample
 from awarl.research.critic import passage_refs
 from awarl.research.loop import ResearchRun, run_research
-from awarl.research.planner import DecompositionPlanner, Planner
+from awarl.research.planner import Planner
 from awarl.research.provenance import provenance
 from awarl.research.schema import ResearchReport
 from awarl.rewards.citation import CitationJudgement, citation_reward, safe_verify
@@ -47,37 +48,23 @@ CacheDir = str | os.PathLike | None
 def make_planner(cfg: LoopSettings, cache_dir: CacheDir = None, *, check: bool = False) -> Planner:
     """The planner of `research.planner` (offline: the dataset's own decomposition, else the offline rules,
     else the question; openai: the LLM planner at research.planner_base_url, checked reachable first when
-    `check`, its errors naming the option that set the endpoint)."""
-    r = cfg.research
-    if r.planner == "decomposition":
-        return DecompositionPlanner()
-    from awarl.critic.openai_judge import OpenAIJudge
-    from awarl.research.llm_planner import LLMPlanner
-
-    ccfg = cfg.critic.model_copy(update={"base_url": r.planner_base_url or cfg.critic.base_url,
-                                         "model": r.planner_model or cfg.critic.model})
-    client = OpenAIJudge(ccfg, cache_dir=cache_dir)
-    if check and cfg.critic.check_endpoint:
-        url_key = ("research.planner_base_url" if r.planner_base_url
-                   else "critic.base_url (research.planner_base_url is unset)")
-        model_key = "research.planner_model" if r.planner_model else "critic.model (research.planner_model is unset)"
-        client.check_reachable("research planner", url_key=url_key, model_key=model_key,
-                               instead="set research.planner to decomposition (the offline planner)")
-    return LLMPlanner(client, cfg.agent.abstention_phrases[0])
+    `check`, its errors naming the option that set the endpoint): the registered planner of that name."""
+    return PLANNERS.load(cfg.research.planner)(cfg, cache_dir, check)
 
 
 def make_loop_judge(cfg: LoopSettings, cache_dir: CacheDir = None, *, check: bool = False,
                     reuse: Judge | None = None) -> Judge | None:
     """The judge of `research.judge`, which decides the loop (not critic.judge, the citation reward's: see
     the field's description). `reuse`: a judge already built for critic.judge, used when both are the same
-    kind (one client, one cache, one set of counters). The OpenAI one is checked reachable when `check`."""
-    from awarl.critic import OpenAIJudge, make_judge
+    kind (one client, one cache, one set of counters). One behind a service is checked reachable when `check`."""
+    from awarl.critic import make_judge
+    from awarl.critic.schema import Reachable
 
     if reuse is not None and getattr(reuse, "name", None) == cfg.research.judge:
         return reuse
     judge = make_judge(cfg.critic.model_copy(update={"judge": cfg.research.judge}), cache_dir)
-    if check and cfg.critic.check_endpoint and isinstance(judge, OpenAIJudge):
-        judge.check_reachable("critic-loop judge (research.judge: openai)",
+    if check and cfg.critic.check_endpoint and isinstance(judge, Reachable):
+        judge.check_reachable(f"critic-loop judge (research.judge: {cfg.research.judge})",
                               instead="set research.judge to lexical (offline)")
     return judge
 

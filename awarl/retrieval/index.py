@@ -21,15 +21,16 @@ import socket
 import sys
 import time
 import uuid
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from awarl.io import DataError, atomic_write_json, file_sample_sha256, file_sha256, loads_json
 from awarl.locks import path_lock
 from awarl.retrieval.docstore import DOCSTORE_FILE, OFFSETS_FILE, CorpusReader, Docstore, DocstoreWriter
 from awarl.retrieval.passage_ids import POLICIES, SeenIds
-from awarl.retrieval.types import Retriever
+from awarl.retrieval.types import IndexRetriever, Retriever
 
 if TYPE_CHECKING:
     from awarl.config import RetrievalConfig
@@ -41,6 +42,15 @@ FORMAT_VERSION = 1
 KINDS = ("bm25", "dense")
 
 
+class IndexBuilder(Protocol):
+    """What an index kind builds from the streamed corpus (BM25Builder, DenseBuilder): passages in chunks, then
+    its files in the build folder, returning the settings it used (index_meta.json)."""
+
+    def add(self, texts: Iterable[str]) -> None: ...
+
+    def finish(self, out_dir: Path) -> dict[str, Any]: ...
+
+
 class RetrievalIndexError(DataError):
     """An index folder is missing, incomplete, corrupt, or does not match its corpus."""
 
@@ -50,7 +60,7 @@ DENSE_ONLY = ("model", "hnsw", "batch_size", "device", "query_prefix", "passage_
 BM25_ONLY = ("k1", "b", "stemmer", "stopwords", "method", "chunk_size", "memory_mb")
 
 
-def _make_builder(kind: str, settings: dict[str, Any], show_progress: bool, work_dir: Path) -> tuple[Any, int]:
+def _make_builder(kind: str, settings: dict[str, Any], show_progress: bool, work_dir: Path) -> tuple[IndexBuilder, int]:
     """(builder, chunk size in passages)."""
     settings = dict(settings)
     if kind == "bm25":
@@ -157,6 +167,9 @@ def _build_locked(corpus_path: Path, kind: str, out_dir: Path, *, overwrite: boo
             "build_seconds": round(time.time() - t0, 3),
         }
         if kind == "bm25":
+            from awarl.retrieval.bm25_build import BM25Builder
+
+            assert isinstance(builder, BM25Builder)
             meta["build"] = {"memory_mb": builder.memory_mb, "shards": builder.shards_written}
         meta["files"] = build_files(tmp)
         atomic_write_json(tmp / META_FILE, meta)  # the mode of a plain open() (awarl.io.FILE_MODE): shareable
@@ -198,7 +211,7 @@ def check_build_files(index_dir: Path, meta: dict[str, Any], *, full: bool) -> N
                                       "folder put together from two builds, or a damaged file; rebuild the index")
 
 
-def _stream(reader: CorpusReader, builder: Any, store: DocstoreWriter, chunk_size: int, kind: str,
+def _stream(reader: CorpusReader, builder: IndexBuilder, store: DocstoreWriter, chunk_size: int, kind: str,
             show_progress: bool, duplicates: _Duplicates) -> tuple[int, int]:
     """Read the corpus once into the docstore and, chunk by chunk, the builder, leaving out repeated ids
     (`duplicates`); (passages, docstore bytes)."""
@@ -252,7 +265,7 @@ class _Duplicates:
         return {"policy": self.policy, "dropped": self.dropped, "examples": self.examples}
 
 
-def _add_chunk(chunk: list[tuple[str, str, int]], builder: Any, store: DocstoreWriter,
+def _add_chunk(chunk: list[tuple[str, str, int]], builder: IndexBuilder, store: DocstoreWriter,
                duplicates: _Duplicates) -> None:
     repeats = duplicates.seen.add([pid for pid, _, _ in chunk])
     kept = []
@@ -474,7 +487,7 @@ def index_bytes(index_dir: Path) -> int:
 
 
 def load_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True, device: str | None = None,
-               mmap: bool | str | None = "auto", workers: int = 1) -> Retriever:
+               mmap: bool | str | None = "auto", workers: int = 1) -> IndexRetriever:
     """Verify and open an index folder as a Retriever (BM25Retriever or DenseRetriever).
 
     mmap: True memory-maps the index arrays and the docstore (RAM stays free, the OS pages them in and

@@ -10,10 +10,12 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable, Sequence
+from typing import Protocol, runtime_checkable
 
 # Step 1 (p_i from the counts of K samples) lives below data/estimates.py, which reads the estimate file with it;
 # it is part of this formula chain, so its names are here too.
 from awarl import choices
+from awarl.config import RewardConfig
 from awarl.estimation import P_DEFINITIONS as P_DEFINITIONS
 from awarl.estimation import estimate_p as estimate_p
 from awarl.estimation import success_estimate as success_estimate
@@ -198,55 +200,83 @@ def soft_abstain_probability(p: float, gamma: float, p_min: float, tau: float, r
 
 
 # Step 4's readings (`reward.expected_rate`, registered in awarl.choices.EXPECTED_RATES): one completion's
-# contribution to ρ̂, all with one signature: p_i, the samples n behind it (None: unknown), and the constants.
-def threshold_reading(p: float, n: float | None, *, gamma: float, p_min: float, tau: float, prior: float,
-                      r_correct: float, r_wrong: float) -> float:
+# contribution to ρ̂, all with one signature: p_i, the samples n behind it (None: unknown), and the run's reward
+# settings, from which each reads its own constants (a reading with a new one adds a RewardConfig field and
+# changes no caller).
+@runtime_checkable
+class Reading(Protocol):
+    """What an expected-rate reading registers: a pure function (p, n, cfg: RewardConfig) -> float in [0, 1],
+    one completion's share of ρ̂ (its docstring names the step it computes; docs/extending.md)."""
+
+    def __call__(self, p: float, n: float | None, cfg: RewardConfig) -> float: ...
+
+
+def threshold_reading(p: float, n: float | None, cfg: RewardConfig) -> float:
     """Step 4, `threshold` (SPEC): 1 if abstaining pays more than the expected value of answering, else 0."""
-    return 1.0 if prefers_abstain(p, gamma, p_min, r_correct, r_wrong) else 0.0
+    return 1.0 if prefers_abstain(p, cfg.gamma, cfg.p_min, cfg.r_correct, cfg.r_wrong) else 0.0
 
 
-def soft_reading(p: float, n: float | None, *, gamma: float, p_min: float, tau: float, prior: float,
-                 r_correct: float, r_wrong: float) -> float:
-    """Step 4, `soft`: the sigmoid of that gap with temperature τ (`soft_abstain_probability`)."""
-    return soft_abstain_probability(p, gamma, p_min, tau, r_correct, r_wrong)
+def soft_reading(p: float, n: float | None, cfg: RewardConfig) -> float:
+    """Step 4, `soft`: the sigmoid of that gap with temperature τ = soft_tau (`soft_abstain_probability`)."""
+    return soft_abstain_probability(p, cfg.gamma, cfg.p_min, cfg.soft_tau, cfg.r_correct, cfg.r_wrong)
 
 
-def r_base_mean_reading(p: float, n: float | None, *, gamma: float, p_min: float, tau: float, prior: float,
-                        r_correct: float, r_wrong: float) -> float:
+def r_base_mean_reading(p: float, n: float | None, cfg: RewardConfig) -> float:
     """Step 4, `r_base_mean`: R_base itself, so ρ̂ is the batch mean of R_base = 1 − p*: the failure share the
     courage-inflated confidence p* expects. Capped at 1 − p_min^γ per query, whatever the p_i say."""
-    return base_refusal_reward(p, gamma, p_min)
+    return base_refusal_reward(p, cfg.gamma, cfg.p_min)
 
 
-def posterior_reading(p: float, n: float | None, *, gamma: float, p_min: float, tau: float, prior: float,
-                      r_correct: float, r_wrong: float) -> float:
-    """Step 4, `posterior`: `posterior_abstain_probability` with the n samples behind p (required)."""
+def posterior_reading(p: float, n: float | None, cfg: RewardConfig) -> float:
+    """Step 4, `posterior`: `posterior_abstain_probability` with the n samples behind p (required) and the
+    Beta(posterior_prior, posterior_prior) prior."""
     if n is None:
         raise ValueError("expected_rate=posterior needs the number of samples behind each p_i")
-    return posterior_abstain_probability(p, n, gamma, p_min, prior, r_correct, r_wrong)
+    return posterior_abstain_probability(p, n, cfg.gamma, cfg.p_min, cfg.posterior_prior, cfg.r_correct, cfg.r_wrong)
 
 
-def expected_abstain(p: float, gamma: float, p_min: float, mode: str = "threshold", tau: float = 0.05,
-                     r_correct: float = 1.0, r_wrong: float = 0.0, n: float | None = None,
-                     prior: float = 0.5) -> float:
-    """Step 4, one completion's contribution to ρ̂ under the reading `mode` (`reward.expected_rate`; docs/method.md
-    "The penalty's target"): the registered `*_reading` function of that name."""
-    reading = choices.EXPECTED_RATES.load(mode)
-    return reading(p, n, gamma=gamma, p_min=p_min, tau=tau, prior=prior, r_correct=r_correct, r_wrong=r_wrong)
+def reading(name: str) -> Reading:
+    """The registered reading `name` (ValueError naming the choices when there is none)."""
+    return choices.EXPECTED_RATES.load(name)
 
 
-def expected_refusal_rate(ps: Iterable[float], gamma: float, p_min: float, mode: str = "threshold",
-                          tau: float = 0.05, r_correct: float = 1.0, r_wrong: float = 0.0,
-                          ns: Iterable[float] | None = None, prior: float = 0.5) -> float:
-    """Step 4: ρ̂_t = mean over the batch's completions of `expected_abstain` (0 for an empty batch). `ns`: the
+def expected_share(p: float, n: float | None, cfg: RewardConfig) -> float:
+    """Step 4, one completion's contribution to ρ̂ under the run's reading (`cfg.expected_rate`; docs/method.md
+    "The penalty's target"), with the run's reward settings: what training and the simulator call."""
+    return reading(cfg.expected_rate)(p, n, cfg)
+
+
+def batch_expected_rate(ps: Iterable[float], cfg: RewardConfig, ns: Iterable[float] | None = None) -> float:
+    """Step 4: ρ̂_t = mean over the batch's completions of `expected_share` (0 for an empty batch). `ns`: the
     sample count behind each p (expected_rate=posterior)."""
     ps = list(ps)
     counts: list[float | None] = list(ns) if ns is not None else [None] * len(ps)
     if len(counts) != len(ps):
         raise ValueError(f"ns must give one sample count per p_i ({len(ps)}), got {len(counts)}")
-    vals = [expected_abstain(p, gamma, p_min, mode, tau, r_correct, r_wrong, n, prior)
-            for p, n in zip(ps, counts, strict=True)]
+    vals = [expected_share(p, n, cfg) for p, n in zip(ps, counts, strict=True)]
     return sum(vals) / len(vals) if vals else 0.0
+
+
+def _settings(gamma: float, p_min: float, mode: str, tau: float, r_correct: float, r_wrong: float,
+              prior: float) -> RewardConfig:
+    # Not validated: the formulas check their own inputs (a tau <= 0 is refused by soft_abstain_probability).
+    return RewardConfig().model_copy(update={"gamma": gamma, "p_min": p_min, "expected_rate": mode, "soft_tau": tau,
+                                             "r_correct": r_correct, "r_wrong": r_wrong, "posterior_prior": prior})
+
+
+def expected_abstain(p: float, gamma: float, p_min: float, mode: str = "threshold", tau: float = 0.05,
+                     r_correct: float = 1.0, r_wrong: float = 0.0, n: float | None = None,
+                     prior: float = 0.5) -> float:
+    """`expected_share` with the constants of the shipped readings given one by one (the formulas' tests and
+    docs); a run passes its RewardConfig to `expected_share`."""
+    return expected_share(p, n, _settings(gamma, p_min, mode, tau, r_correct, r_wrong, prior))
+
+
+def expected_refusal_rate(ps: Iterable[float], gamma: float, p_min: float, mode: str = "threshold",
+                          tau: float = 0.05, r_correct: float = 1.0, r_wrong: float = 0.0,
+                          ns: Iterable[float] | None = None, prior: float = 0.5) -> float:
+    """`batch_expected_rate` with the shipped readings' constants given one by one (see `expected_abstain`)."""
+    return batch_expected_rate(ps, _settings(gamma, p_min, mode, tau, r_correct, r_wrong, prior), ns)
 
 
 def refusal_rate(outcomes: Iterable[Outcome | str]) -> float:

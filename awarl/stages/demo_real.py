@@ -31,6 +31,7 @@ from awarl.data.types import example_key
 from awarl.io import atomic_write_json, atomic_write_text, loads_json, repo_root
 from awarl.locks import folder_lock
 from awarl.models.pretrained import pretrained_folder, read_source
+from awarl.retrieval.types import Retriever
 from awarl.stages.compare import compare_runs, write_comparison
 from awarl.stages.demo import (
     Timer,
@@ -75,7 +76,7 @@ def plan_text(cfg: AwarlConfig, out: Path, adapter: Path) -> str:
             "  expected time: about 10 minutes on 2 idle CPU cores; everything is offline.\n")
 
 
-def _eval(cfg: AwarlConfig, out: Path, model: Path, tokenizer: Any, retriever: Any, timer: Timer, name: str,
+def _eval(cfg: AwarlConfig, out: Path, model: Path, tokenizer: Any, retriever: Retriever, timer: Timer, name: str,
           template: str | None = None) -> dict:
     t = time.time()
     c = cfg if template is None else cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"template": template})})

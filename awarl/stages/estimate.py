@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.backends import backend_kind
 from awarl.agent.backends.base import question_seed
 from awarl.agent.rollout import RolloutEngine
 from awarl.config import AwarlConfig, save_resolved
@@ -31,8 +32,10 @@ from awarl.data.estimates import (
 from awarl.data.types import QAExample, example_key
 from awarl.io import append_jsonl, atomic_write_json, finish_interrupted_append, pending_batches
 from awarl.locks import path_lock
+from awarl.metrics import correctness_rule
 from awarl.models.loading import load_tokenizer
 from awarl.retrieval import load_retriever
+from awarl.retrieval.types import Retriever
 from awarl.stages.eval_manifest import (
     index_identity,
     model_identity,
@@ -47,8 +50,8 @@ from awarl.stages.resources import ensure_default_retrieval
 log = logging.getLogger(__name__)
 
 
-def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, retriever: Any = None,
-                 engine: Any = None, examples: list[QAExample] | None = None,
+def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, retriever: Retriever | None = None,
+                 engine: RolloutEngine | None = None, examples: list[QAExample] | None = None,
                  on_batch: Callable[[int], None] | None = None) -> Path:
     """Estimate p_i for every training question not yet in the output file; returns the file's path.
 
@@ -63,8 +66,8 @@ def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, 
                                     engine=engine, examples=examples, on_batch=on_batch)
 
 
-def _run_estimate_locked(cfg: AwarlConfig, out: Path, *, model: Any, tokenizer: Any, retriever: Any,
-                         engine: Any, examples: list[QAExample] | None,
+def _run_estimate_locked(cfg: AwarlConfig, out: Path, *, model: Any, tokenizer: Any, retriever: Retriever | None,
+                         engine: RolloutEngine | None, examples: list[QAExample] | None,
                          on_batch: Callable[[int], None] | None) -> Path:
     """`run_estimate` once the p_i file's lock is held."""
     from tqdm.auto import tqdm
@@ -164,13 +167,14 @@ def estimate_inputs(cfg: AwarlConfig) -> dict[str, Any]:
                              {"index_dir": r.index_dir, "corpus": r.corpus}),
                           **({"embedding_model": r.embedding_model} if r.kind == "dense" else {})},
             "metrics.correctness": cfg.metrics.correctness, "metrics.f1_threshold": cfg.metrics.f1_threshold,
-            **({"generation.script": cfg.generation.script} if cfg.generation.backend == "scripted" else {}),
-            **({"critic.model": cfg.critic.model} if cfg.metrics.correctness == "judge" else {}),
+            **({"generation.script": cfg.generation.script}
+               if backend_kind(cfg.generation.backend).replays_script else {}),
+            **({"critic.model": cfg.critic.model} if correctness_rule(cfg.metrics.correctness).graded else {}),
             "data.train": [d.model_dump(mode="json") for d in cfg.data.train], "data.on_error": cfg.data.on_error,
             **({"run.seed": cfg.run.seed} if any(d.limit for d in cfg.data.train) else {})}
 
 
-def _settings(cfg: AwarlConfig, model: Any, retriever: Any, loaded: Any = None) -> dict:
+def _settings(cfg: AwarlConfig, model: Any, retriever: Retriever | None, loaded: Any = None) -> dict:
     """The rollout settings of this estimate (`rollout_settings`), found without loading the model or the
     index: the model's small files, the index's meta file (or the loaded retriever's); `loaded`: the model
     object once the engine holds it."""
@@ -184,7 +188,7 @@ def _settings(cfg: AwarlConfig, model: Any, retriever: Any, loaded: Any = None) 
     return {**rollout_settings(cfg, ident, index, cfg.estimate.temperature), "k": cfg.estimate.k}
 
 
-def _build_engine(cfg: AwarlConfig, model: Any, tokenizer: Any, retriever: Any) -> Any:
+def _build_engine(cfg: AwarlConfig, model: Any, tokenizer: Any, retriever: Retriever | None) -> RolloutEngine:
     if tokenizer is None:
         ref = model if isinstance(model, str) else model.config.name_or_path
         tokenizer = load_tokenizer(ref, "estimate.model" if cfg.estimate.model else "train.model")

@@ -16,9 +16,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from awarl import choices
+from awarl.agent.backends import backend_kind
 from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig
+from awarl.critic import judge_kind
 from awarl.io import canonical_sha256, file_sha256, loads_json
+from awarl.metrics import CorrectnessRule, correctness_rule
+from awarl.retrieval.types import Retriever
 from awarl.rewards.trl_reward import STATE_FILE
 from awarl.stages.predictions import PREDICTIONS, critic_label
 from awarl.stages.questions import EvalSet
@@ -85,8 +90,9 @@ def template_sha256(template_ref: str) -> str | None:
 def loop_judge_fields(cfg: AwarlConfig) -> dict[str, Any]:
     """Which judge decided a critic-loop run, and whether it is an oracle (the gold judge reads gold evidence)."""
     j = cfg.research.judge
-    label = f"openai:{cfg.critic.model}" if j == "openai" else ("gold (oracle)" if j == "gold" else j)
-    return {"loop_judge": label, "oracle": j == "gold"}
+    kind = judge_kind(j)
+    label = kind.label(j, cfg.critic) + (" (oracle)" if kind.oracle else "")
+    return {"loop_judge": label, "oracle": kind.oracle}
 
 
 def rollout_settings(cfg: AwarlConfig, model_ident: dict, retriever_meta: dict | None, temperature: float) -> dict:
@@ -104,8 +110,7 @@ def rollout_settings(cfg: AwarlConfig, model_ident: dict, retriever_meta: dict |
                      "search_lag_steps": cfg.generation.search_lag_steps, "script": script_record(cfg)},
         "seed": cfg.run.seed,
         "retrieval": {"kind": cfg.retrieval.kind, "topk": cfg.retrieval.topk, "index": retriever_meta},
-        "correctness": {"rule": cfg.metrics.correctness, "f1_threshold": cfg.metrics.f1_threshold,
-                        "grader": f"openai:{cfg.critic.model}" if cfg.metrics.correctness == "judge" else None},
+        "correctness": _correctness_record(cfg),
         "packages": _versions(),
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -116,7 +121,7 @@ def script_record(cfg: AwarlConfig) -> dict | None:
     """The replay file of the scripted backend (its path and sha256), which decides every answer the way a
     model's weights do; None when a model generates."""
     g = cfg.generation
-    if g.backend != "scripted" or not g.script:
+    if not backend_kind(g.backend).replays_script or not g.script:
         return None
     path = Path(g.script)
     return {"path": str(path), "sha256": file_sha256(path) if path.is_file() else None}
@@ -149,7 +154,7 @@ def build_manifest(cfg: AwarlConfig, eval_set: EvalSet, model_ident: dict, retri
         **rollout_settings(cfg, model_ident, retriever_meta, cfg.eval.temperature),
         "eval_agent": {"kind": cfg.eval.agent,
                        **({"research": cfg.research.model_dump(mode="json"), **loop_judge_fields(cfg)}
-                          if cfg.eval.agent == "critic_loop" else {})},
+                          if choices.EVAL_AGENTS.load(cfg.eval.agent).research_loop else {})},
         "data": {ds: data_record(paths) for ds, paths in eval_set.files.items()},
         "questions": len(eval_set.examples),
         "critic": {"judge": critic_label(cfg), "inferred_weight": cfg.reward.inferred_weight,
@@ -158,10 +163,26 @@ def build_manifest(cfg: AwarlConfig, eval_set: EvalSet, model_ident: dict, retri
     }
 
 
+def _correctness_record(cfg: AwarlConfig) -> dict[str, Any]:
+    """The run's correctness rule as its manifest records it: the rule, its settings and the LLM grader of a
+    graded rule (f1_threshold always, as before rules named their settings)."""
+    rule = correctness_rule(cfg.metrics.correctness)
+    return {"rule": cfg.metrics.correctness, "f1_threshold": cfg.metrics.f1_threshold,
+            **{k: getattr(cfg.metrics, k) for k in rule.settings},
+            "grader": f"openai:{cfg.critic.model}" if rule.graded else None}
+
+
+def _recorded_rule(correctness: dict) -> CorrectnessRule | None:
+    """The registered rule a manifest records (None for one this awarl does not have)."""
+    name = correctness.get("rule")
+    return correctness_rule(name) if isinstance(name, str) and name in choices.CORRECTNESS else None
+
+
 def _grading(correctness: dict | None) -> str | None:
     if not correctness:
         return None
-    return f"judge ({correctness.get('grader')})" if correctness.get("rule") == "judge" else "recomputable"
+    rule = _recorded_rule(correctness)
+    return f"{correctness.get('rule')} ({correctness.get('grader')})" if rule and rule.graded else "recomputable"
 
 
 def _fingerprint(m: dict, exact_grading: bool = False) -> dict[str, Any]:
@@ -189,8 +210,9 @@ def _fingerprint(m: dict, exact_grading: bool = False) -> dict[str, Any]:
           "correctness": _grading(m.get("correctness"))}
     if exact_grading and m.get("correctness"):
         c = m["correctness"]
+        rule = _recorded_rule(c)
         fp["correctness"] = {"rule": c.get("rule"), "grader": c.get("grader"),
-                             **({"f1_threshold": c.get("f1_threshold")} if c.get("rule") == "f1" else {})}
+                             **{k: c.get(k) for k in (rule.settings if rule else ())}}
     for ds, d in (m.get("data") or {}).items():
         fp[f"data.{ds}.sha256"] = (d or {}).get("sha256")
     return fp
@@ -244,7 +266,7 @@ def index_identity(index_dir: str | Path) -> dict:
     return {**meta, "meta_sha256": canonical_sha256(meta)}
 
 
-def retriever_identity(retriever: Any) -> dict | None:
+def retriever_identity(retriever: Retriever) -> dict | None:
     """The index meta (kind, corpus hash, size, settings) of an in-process index, or what a retrieval
     server reports on /health (a Search-R1 server has no /health: then only its URL is known)."""
     meta = getattr(retriever, "meta", None)

@@ -26,9 +26,11 @@ from typing import Any
 from awarl.agent.backends.base import question_seed
 from awarl.agent.rollout import RolloutEngine
 from awarl.agent.templates import load_template
+from awarl.choices import EVAL_AGENTS
 from awarl.config import AwarlConfig, save_resolved
 from awarl.critic import check_endpoints, critic_cache_dir, make_judge
-from awarl.critic.correctness import close_grader, grade_trajectories, make_answer_grader
+from awarl.critic.correctness import AnswerGrader, close_grader, grade_trajectories, make_answer_grader
+from awarl.critic.schema import Judge
 from awarl.data.evidence import gold_evidence
 from awarl.data.types import QAExample, example_key
 from awarl.io import append_jsonl, atomic_write_json, pending_batches
@@ -36,8 +38,10 @@ from awarl.locks import folder_lock
 from awarl.metrics import Outcome
 from awarl.models.loading import load_tokenizer
 from awarl.report import write_report
-from awarl.research.records import critic_loop_rows, make_loop_judge, make_planner, research_summary
+from awarl.research.planner import Planner
+from awarl.research.records import make_loop_judge, make_planner, research_summary
 from awarl.retrieval import load_retriever
+from awarl.retrieval.types import Retriever
 from awarl.rewards.citation import CitationItem, judge_citations
 from awarl.stages.eval_manifest import (
     MANIFEST,
@@ -79,7 +83,7 @@ class LiveStats:
         return {"acc": f"{self.correct / n:.3f}", "abstain": f"{self.abstain / n:.3f}"}
 
 
-def single_pass_rows(engine: Any, judge: Any, grader: Any, batch: list[QAExample], cfg: AwarlConfig, *,
+def single_pass_rows(engine: RolloutEngine, judge: Judge | None, grader: AnswerGrader | None, batch: list[QAExample], cfg: AwarlConfig, *,
                      temperature: float, top_p: float, seed: int) -> list[dict[str, Any]]:
     """One trajectory per question, sampled from the question's own seed (`question_seed`: a resumed question
     gets the answer of an uninterrupted run); its line with the grader's verdict and the critic's summary."""
@@ -98,11 +102,11 @@ def single_pass_rows(engine: Any, judge: Any, grader: Any, batch: list[QAExample
     return rows
 
 
-def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfig, out_path: Path, *,
+def generate_predictions(engine: RolloutEngine, examples: list[QAExample], cfg: AwarlConfig, out_path: Path, *,
                          batch_size: int, temperature: float, seed: int, top_p: float = 1.0,
-                         judge: Any = None, grader: Any = None,
-                         on_batch: Callable[[int], None] | None = None, planner: Any = None,
-                         loop_judge: Any = None) -> int:
+                         judge: Judge | None = None, grader: AnswerGrader | None = None,
+                         on_batch: Callable[[int], None] | None = None, planner: Planner | None = None,
+                         loop_judge: Judge | None = None) -> int:
     """Run the agent (`eval.agent`: one trajectory per question, or the critic loop) over the examples not yet
     in `out_path`, appending one line per question after each batch (with the critic's verdict summary when
     `judge` is given, and the answer grader's verdict under `metrics.correctness: judge`). Returns how many
@@ -122,20 +126,16 @@ def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfi
         stats.add(r.get("outcome", ""))
     bar = tqdm(total=len(unique), initial=len(unique) - n_todo, desc="eval", unit="q")
     bar.set_postfix(stats.postfix())
-    if cfg.eval.agent == "critic_loop" and planner is None:
-        planner = make_planner(cfg)
-    if cfg.eval.agent == "critic_loop" and loop_judge is None:
+    agent = EVAL_AGENTS.load(cfg.eval.agent)
+    if agent.research_loop and loop_judge is None:
         loop_judge = make_loop_judge(cfg, reuse=judge)
     # Both agents seed each question by itself (question_seed), never by its batch: a resumed question, sampled
     # in a smaller batch, draws what it would have in an uninterrupted run.
     for start, batch in pending_batches(unique, batch_size, lambda ex: example_key(ex.dataset, ex.id) in done):
-        if cfg.eval.agent == "critic_loop":
-            rows = critic_loop_rows(engine, judge, grader, batch, cfg, temperature=temperature, top_p=top_p,
-                                    seed=seed, label=critic_label(cfg),
-                                    planner=planner, loop_judge=loop_judge)
-        else:
-            rows = single_pass_rows(engine, judge, grader, batch, cfg, temperature=temperature, top_p=top_p,
-                                    seed=seed)
+        if agent.research_loop:
+            planner = planner if planner is not None else make_planner(cfg)
+        rows = agent.rows(engine, judge, grader, batch, cfg, temperature=temperature, top_p=top_p, seed=seed,
+                          planner=planner, loop_judge=loop_judge)
         append_jsonl(out_path, rows)
         for r in rows:
             stats.add(r["outcome"])
@@ -148,7 +148,7 @@ def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfi
 
 
 def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokenizer: Any = None,
-             retriever: Any = None, datasets: list[str] | None = None, limit: int | None = None,
+             retriever: Retriever | None = None, datasets: list[str] | None = None, limit: int | None = None,
              on_batch: Callable[[int], None] | None = None, model_ident: dict | None = None) -> dict:
     """Evaluate `model` (default: cfg.train.model; a path, hub id or loaded model object) and score it.
 
@@ -171,12 +171,12 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
 
 
 def _run_eval_locked(cfg: AwarlConfig, out: Path, eval_set: EvalSet, *, model: Any, tokenizer: Any,
-                     retriever: Any, on_batch: Callable[[int], None] | None, model_ident: dict | None) -> dict:
+                     retriever: Retriever | None, on_batch: Callable[[int], None] | None, model_ident: dict | None) -> dict:
     """`run_eval` once the folder's lock is held."""
     judge = make_judge(cfg.critic, critic_cache_dir(cfg.critic, out))
     grader = make_answer_grader(cfg.metrics, cfg.critic, out / "critic_cache")
     pred_path = out / PREDICTIONS
-    loop, loop_judge = cfg.eval.agent == "critic_loop", None
+    loop, loop_judge = EVAL_AGENTS.load(cfg.eval.agent).research_loop, None
     try:
         check_endpoints(cfg.critic, judge, grader)  # a dead judge endpoint fails here, before any model loads
         planner = make_planner(cfg, out / "critic_cache", check=True) if loop else None

@@ -32,8 +32,7 @@ def rho_hat(rows: Sequence[dict], reward: RewardConfig, mode: str, gamma: float,
     definition = definition or reward.p_definition
     ps = p_values(rows, definition)
     ns = [float(reward.posterior_samples) if n is None else n for n in (row_samples(r, definition) for r in rows)]
-    return abstention.expected_refusal_rate(ps, gamma, reward.p_min, mode, reward.soft_tau, reward.r_correct,
-                                            reward.r_wrong, ns, reward.posterior_prior)
+    return abstention.batch_expected_rate(ps, reward.model_copy(update={"expected_rate": mode, "gamma": gamma}), ns)
 
 
 def p_values(rows: Sequence[dict], definition: str) -> list[float]:

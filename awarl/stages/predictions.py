@@ -7,8 +7,18 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.rollout import Trajectory
+from awarl.choices import JUDGES
 from awarl.config import AwarlConfig
-from awarl.critic.correctness import Grade, answer_outcome, grade_answers, graded_fields, trajectory_outcome
+from awarl.critic import judge_kind
+from awarl.critic.correctness import (
+    AnswerGrader,
+    Grade,
+    answer_outcome,
+    grade_answers,
+    graded_fields,
+    trajectory_outcome,
+)
 from awarl.critic.gold_judge import compact_evidence
 from awarl.data.evidence import gold_evidence
 from awarl.data.types import QAExample, example_key
@@ -29,7 +39,7 @@ PREDICTIONS = "predictions.jsonl"
 REJECTED = "predictions.rejected.jsonl"  # lines a resume found unscorable, kept with what was wrong with them
 
 
-def trajectory_record(ex: QAExample, traj: Any, cfg: AwarlConfig, phrases: list[str],
+def trajectory_record(ex: QAExample, traj: Trajectory, cfg: AwarlConfig, phrases: list[str],
                       grade: Grade | None = None) -> dict[str, Any]:
     """One predictions.jsonl line (docs/formats.md) from an example and its trajectory.
 
@@ -66,9 +76,10 @@ def trajectory_record(ex: QAExample, traj: Any, cfg: AwarlConfig, phrases: list[
 
 
 def critic_label(cfg: AwarlConfig) -> str:
-    """The judge named on each verdict: `gold`, `lexical`, or `openai:<model>` (a gold judge's fallback
-    verdicts name the fallback)."""
-    return f"openai:{cfg.critic.model}" if cfg.critic.judge == "openai" else cfg.critic.judge
+    """The judge named on each verdict: `gold`, `lexical`, or `openai:<model>` (an endpoint judge names its
+    model; a gold judge's fallback verdicts name the fallback)."""
+    j = cfg.critic.judge
+    return judge_kind(j).label(j, cfg.critic) if j in JUDGES else j
 
 
 def read_done(path: Path, correctness: str = "em", phrases: list[str] | None = None) -> dict[str, dict]:
@@ -155,7 +166,7 @@ def drop_failed_verdicts(path: Path) -> int:
     return dropped
 
 
-def regrade_failed(path: Path, grader: Any, cfg: AwarlConfig, phrases: list[str]) -> tuple[int, int]:
+def regrade_failed(path: Path, grader: AnswerGrader | None, cfg: AwarlConfig, phrases: list[str]) -> tuple[int, int]:
     """Ask the answer grader again for the lines whose grade failed (`judge_failed`) in an earlier run, so one
     outage does not stay in the folder: a line the grader now settles gets its verdict and outcome, one it
     still fails on keeps its flag. The file is rewritten atomically, other lines byte for byte. Returns

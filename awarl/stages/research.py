@@ -9,9 +9,10 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.backends import backend_kind
 from awarl.agent.rollout import RolloutEngine
 from awarl.config import AwarlConfig, save_resolved
-from awarl.critic import critic_cache_dir
+from awarl.critic import critic_cache_dir, judge_kind
 from awarl.data.loaders import SHIPPED_DEV, load_shipped
 from awarl.io import atomic_write_json
 from awarl.locks import folder_lock, path_lock
@@ -166,7 +167,8 @@ def dry_run(cfg: AwarlConfig, *, question: str | None, tasks: str | None, model:
     else:
         check_question(question, r.max_question_chars)
         lines.append(f"question: {question!r} ({len(question or '')} characters, limit {r.max_question_chars})")
-    if cfg.generation.backend == "scripted" and not (cfg.generation.script and Path(cfg.generation.script).is_file()):
+    if backend_kind(cfg.generation.backend).replays_script and \
+            not (cfg.generation.script and Path(cfg.generation.script).is_file()):
         raise FileNotFoundError(f"generation.script: no script file at {cfg.generation.script!r}")
     ref = model or cfg.train.model
     local = Path(ref)
@@ -181,9 +183,10 @@ def dry_run(cfg: AwarlConfig, *, question: str | None, tasks: str | None, model:
         lines.append(f"retrieval: index {cfg.retrieval.index_dir}, topk {cfg.retrieval.topk}")
     else:
         lines.append(f"retrieval: the shipped closed corpus's BM25 index (built on first use), topk {cfg.retrieval.topk}")
-    judge = judge_label(r.judge) + (f" {cfg.critic.model} at {cfg.critic.base_url}" if r.judge == "openai" else "")
+    kind = judge_kind(r.judge)
+    judge = judge_label(r.judge) + (f" {cfg.critic.model} at {cfg.critic.base_url}" if kind.endpoint else "")
     lines.append(f"planner: {r.planner}; loop judge (research.judge): {judge}"
-                 + ("; ORACLE: it reads the dataset's gold evidence" if r.judge == "gold" else ""))
+                 + ("; ORACLE: it reads the dataset's gold evidence" if kind.oracle else ""))
     lines.append(f"loop: approve at {r.approve_threshold}, at most {r.max_iterations} attempt(s) a step, re-queries "
                  f"at temperature {r.requery_temperature} with up to {r.requery_draws} draw(s) each")
     return "dry run, nothing loaded:\n  " + "\n  ".join(lines)

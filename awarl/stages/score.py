@@ -31,6 +31,7 @@ from awarl.metrics import (
     bootstrap_ci,
     bootstrap_macro_ci,
     classify_outcome,
+    correctness_rule,
     cover_em,
     exact_match,
     is_abstention,
@@ -116,8 +117,8 @@ def line_problem(row: Any, correctness: str, phrases: list[str] | None = None) -
     # (classify_outcome never consults judge_correct for them).
     needs_verdict = (pred is not None and pred.strip() and row.get("valid", True) and answers
                      and not is_abstention(pred, phrases or []))
-    if correctness == "judge" and jc is None and needs_verdict:
-        return "correctness=judge but the line has no 'judge_correct' verdict"
+    if jc is None and needs_verdict and correctness_rule(correctness).graded:
+        return f"correctness={correctness} but the line has no 'judge_correct' verdict"
     traj = row.get("trajectory")
     if traj is not None and not isinstance(traj, dict):
         return f"key 'trajectory': expected an object, got {type(traj).__name__}"
@@ -178,8 +179,7 @@ def scorable_rows(rows: list[Any], metrics_cfg: MetricsConfig, phrases: list[str
         assert key is not None  # line_problem refuses a line that is not an object
         seen[key] = where
         outcome = classify_outcome(row["prediction"], row["answers"], valid=row.get("valid", True),
-                                   phrases=phrases, correctness=metrics_cfg.correctness,
-                                   f1_threshold=metrics_cfg.f1_threshold, judge_correct=row.get("judge_correct"))
+                                   phrases=phrases, metrics=metrics_cfg, judge_correct=row.get("judge_correct"))
         if gated(outcome, row.get("critic"), metrics_cfg.critic_gate):
             yield row, Outcome.ABSTAIN, True
         else:
@@ -261,7 +261,7 @@ def score_predictions(rows: list[dict], metrics_cfg: MetricsConfig, phrases: lis
     overall = aggregate(pooled.outcomes, em=pooled.em, f1=pooled.f1, cover=pooled.cover_em)
     if any(a.critic for a in per_ds.values()):
         overall["critic"] = critic_summary(pooled.critic)
-    if metrics_cfg.correctness == "judge":
+    if correctness_rule(metrics_cfg.correctness).graded:
         overall["grader_failures"] = sum(a.grader_failures for a in per_ds.values())
     return {
         "per_dataset": per_dataset,
@@ -283,7 +283,7 @@ def _dataset_metrics(acc: _DatasetAcc, metrics_cfg: MetricsConfig, seed: int) ->
                for met in CI_METRICS} if nboot else {}
     if metrics_cfg.critic_gate is not None:
         m["gated"] = acc.gated
-    if metrics_cfg.correctness == "judge":
+    if correctness_rule(metrics_cfg.correctness).graded:
         m["grader_failures"] = acc.grader_failures
     ev = evidence_summary(acc.evidence, nboot, seed)
     if ev is not None:

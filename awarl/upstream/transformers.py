@@ -34,7 +34,7 @@ CHECKED = "5.17.0 and 5.24.0"
 
 
 # ------------------------------------------------------------------------------------------ the cache
-def cache_base() -> type:
+def cache_base() -> type[Any]:
     """transformers' `Cache`, the base class of awarl's slot cache."""
     from transformers.cache_utils import Cache
 

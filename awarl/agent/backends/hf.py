@@ -18,10 +18,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from awarl.agent.backends.base import Generation, Seed, Session, StopMatcher, eos_ids, finish, stream_seed
+from awarl.agent.backends.base import (
+    BackendKind,
+    Generation,
+    Seed,
+    Session,
+    StopMatcher,
+    eos_ids,
+    finish,
+    stream_seed,
+)
 from awarl.upstream import transformers as upstream_transformers
+
+if TYPE_CHECKING:
+    from awarl.config import GenerationConfig
 
 log = logging.getLogger(__name__)
 
@@ -269,13 +281,17 @@ class HFBackend:
                 for i in range(len(prompts))]
 
 
-def build(gen_cfg: Any, model_path_or_obj: Any, tokenizer: Any, generation_config: Any = None) -> HFBackend:
+def build(gen_cfg: GenerationConfig, model_path_or_obj: Any, tokenizer: Any, generation_config: Any = None) -> HFBackend:
     """The registered factory (awarl.choices.BACKENDS `hf`): a path / hub id is loaded, a model object is used
     as it is (one backend per live model, so training's per-step backend keeps its caches)."""
-    opts = dict(static_cache=gen_cfg.static_cache, compile=gen_cfg.static_cache, batch_size=gen_cfg.batch_size)
+    opts: dict[str, Any] = dict(static_cache=gen_cfg.static_cache, compile=gen_cfg.static_cache,
+                               batch_size=gen_cfg.batch_size)
     if isinstance(model_path_or_obj, str):
         backend = HFBackend.from_pretrained(model_path_or_obj, gen_cfg.dtype, **opts)
         # The caller's tokenizer wins (it may carry a chat template override).
         backend.tokenizer = tokenizer if tokenizer is not None else backend.tokenizer
         return backend
     return HFBackend.for_model(model_path_or_obj, tokenizer, **opts)
+
+
+HF = BackendKind(build)  # awarl.choices.BACKENDS `hf`
