@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # each registry's kind, for the type of what `load` returns (
     from awarl.data.formats import DataFormat
     from awarl.metrics import CorrectnessRule
     from awarl.research.planner import PlannerKind
+    from awarl.retrieval.kinds import RetrievalKind
     from awarl.rewards.abstention import Reading
     from awarl.rewards.strategies import Strategy
     from awarl.stages.eval_agents import EvalAgentKind
@@ -156,8 +157,23 @@ BACKENDS.add("vllm", "awarl.agent.backends.vllm:VLLM", "vLLM (the GPU extra, or 
 BACKENDS.add("scripted", "awarl.agent.backends.scripted:SCRIPTED", "replays the scripted model turns of "
              "generation.script (tests, regression suites)")
 
+# ------------------------------------------------------------------------------------ retrieval kinds
+# Target: an `awarl.retrieval.kinds.RetrievalKind`: open(cfg: RetrievalConfig) -> Retriever, identity, and the
+# IndexKind that builds, checks and opens its index folder (None: remote, searched at retrieval.server_url).
+RETRIEVAL_KINDS: Registry[RetrievalKind] = Registry(
+    "retrieval kind", "retrieval.kind",
+    "an awarl.retrieval.kinds.RetrievalKind: open(cfg: RetrievalConfig) -> an awarl.retrieval.types.Retriever, "
+    "identity, and index (an awarl.retrieval.kinds.IndexKind, or None for a remote kind)",
+    kind="awarl.retrieval.kinds:RetrievalKind")
+RETRIEVAL_KINDS.add("bm25", "awarl.retrieval.bm25:KIND", "in-process BM25 (Lucene variant) index of "
+                    "retrieval.index_dir, built from retrieval.corpus when absent")
+RETRIEVAL_KINDS.add("dense", "awarl.retrieval.dense:KIND", "in-process dense index (sentence-transformers + faiss, "
+                    "retrieval.embedding_model) of retrieval.index_dir, built from retrieval.corpus when absent")
+RETRIEVAL_KINDS.add("server", "awarl.retrieval.client:KIND", "a Search-R1-compatible HTTP retrieval server at "
+                    "retrieval.server_url (`awarl serve`, or Search-R1's own)")
+
 ALL: tuple[Registry[object], ...] = (FORMATS, DEV_SETS, JUDGES, STRATEGIES, EXPECTED_RATES, CORRECTNESS,
-                                     PLANNERS, EVAL_AGENTS, BACKENDS)
+                                     PLANNERS, EVAL_AGENTS, BACKENDS, RETRIEVAL_KINDS)
 
 # ------------------------------------------------------------------------------- out-of-tree plug-ins
 # Last, and before awarl.config builds its allowed values from the names: a plug-in's lines are registry lines

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     CorrectnessName: TypeAlias = str
     PlannerName: TypeAlias = str
     EvalAgentName: TypeAlias = str
+    RetrievalKindName: TypeAlias = str
 else:
     FormatName = choices.FORMATS.literal()
     DevSetName = choices.DEV_SETS.literal()
@@ -56,6 +57,7 @@ else:
     CorrectnessName = choices.CORRECTNESS.literal()
     PlannerName = choices.PLANNERS.literal()
     EvalAgentName = choices.EVAL_AGENTS.literal()
+    RetrievalKindName = choices.RETRIEVAL_KINDS.literal()
 
 
 class ConfigError(ValueError):
@@ -185,8 +187,7 @@ class DataConfig(Section):
 
 # --------------------------------------------------------------------------------------- retrieval
 class RetrievalConfig(Section):
-    kind: Literal["bm25", "dense", "server"] = Field("bm25", description="In-process BM25 or dense index, "
-                                                     "or a Search-R1-compatible HTTP retrieval server.")
+    kind: RetrievalKindName = Field("bm25", description="Retrieval: " + choices.RETRIEVAL_KINDS.describe() + ".")
     index_dir: str | None = Field(None, description="Index folder built by `awarl index build` (bm25/dense).")
     corpus: str | None = Field(None, description="Passage corpus JSONL ({id, contents}); used to build the "
                                "index when index_dir does not exist yet.")
@@ -811,6 +812,7 @@ REGISTERED_KEYS: dict[str, Registry[object]] = {
     "metrics.correctness": choices.CORRECTNESS,
     "research.planner": choices.PLANNERS,
     "eval.agent": choices.EVAL_AGENTS,
+    "retrieval.kind": choices.RETRIEVAL_KINDS,
 }
 
 

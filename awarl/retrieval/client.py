@@ -20,7 +20,7 @@ import hashlib
 import logging
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from awarl.http import (
     Answer,
@@ -32,7 +32,11 @@ from awarl.http import (
     send_with_retries,
 )
 from awarl.io import loads_json
+from awarl.retrieval.kinds import RetrievalKind
 from awarl.retrieval.types import Passage
+
+if TYPE_CHECKING:
+    from awarl.config import RetrievalConfig
 
 log = logging.getLogger(__name__)
 
@@ -223,3 +227,15 @@ class RetrievalClient:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+# --------------------------------------------------------------- the registered kind (retrieval.kind: server)
+def open_server(cfg: RetrievalConfig) -> RetrievalClient:
+    """The client of `retrieval.server_url`, checked to answer (waiting up to `retrieval.wait_s`) before any
+    model loads."""
+    client = RetrievalClient(cfg.server_url, timeout_s=cfg.timeout_s, retries=cfg.retries)
+    client.check_reachable(cfg.wait_s)
+    return client
+
+
+KIND = RetrievalKind(open_server, identity=("server_url",))  # remote: no index here

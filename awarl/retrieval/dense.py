@@ -15,12 +15,17 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from awarl.retrieval.docstore import Docstore
+from awarl.retrieval.index import RetrievalIndexError, open_index
+from awarl.retrieval.kinds import IndexKind, RetrievalKind
 from awarl.retrieval.types import Passage
+
+if TYPE_CHECKING:
+    from awarl.config import RetrievalConfig
 
 log = logging.getLogger(__name__)
 
@@ -325,3 +330,62 @@ class DenseRetriever:
         for i, srow, irow in zip(todo, scores, idx, strict=True):
             out[i] = [self.docstore.get(int(j), float(s)) for s, j in zip(srow, irow, strict=True) if j >= 0]
         return out
+
+
+# ---------------------------------------------------------------- the registered kind (retrieval.kind: dense)
+DENSE_ONLY = ("model", "hnsw", "batch_size", "device", "query_prefix", "passage_prefix", "index_type", "nlist",
+              "pq_m", "nprobe", "train_size")  # build settings of dense alone
+
+
+def _builder(settings: dict[str, Any], show_progress: bool, work_dir: Path) -> tuple[DenseBuilder, int]:
+    settings = dict(settings)
+    if settings.get("model") is None:
+        settings.pop("model", None)
+    builder = DenseBuilder(**settings)
+    # a few encoder batches per chunk keeps the GPU busy without holding many texts
+    return builder, builder.settings["batch_size"] * 16
+
+
+def _open(index_dir: Path, meta: dict[str, Any], *, mmap: bool, workers: int = 1, device: str | None = None,
+          docstore: Docstore | None = None) -> DenseRetriever | None:
+    try:
+        index = read_faiss(index_dir, mmap=mmap)
+    except RuntimeError as e:  # faiss reports a truncated or corrupt file as RuntimeError
+        raise RetrievalIndexError(f"{index_dir / FAISS_FILE}: unreadable faiss index ({str(e)[:300]}); "
+                                  "rebuild the index") from None
+    if index.ntotal != meta["passage_count"]:
+        raise RetrievalIndexError(f"{index_dir}: meta says {meta['passage_count']} passages but the faiss "
+                                  f"index has {index.ntotal}")
+    if docstore is None:
+        return None
+    return DenseRetriever(index_dir, meta["settings"], docstore, index=index, device=device)
+
+
+def _from_args(args: Any) -> dict[str, Any]:
+    """`awarl index build --kind dense`'s flags (ValueError naming a flag out of range or contradicting one)."""
+    for name in ("batch_size", "nlist", "pq_m", "nprobe", "train_size"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+    if args.hnsw and args.index_type not in (None, "hnsw"):
+        raise ValueError(f"--hnsw contradicts --index-type {args.index_type}")
+    return {"model": args.model, "index_type": args.index_type or ("hnsw" if args.hnsw else "flat"),
+            "batch_size": args.batch_size, "device": args.device, "query_prefix": args.query_prefix,
+            "passage_prefix": args.passage_prefix, "nlist": args.nlist, "pq_m": args.pq_m,
+            "nprobe": args.nprobe, "train_size": args.train_size}
+
+
+def _config_settings(cfg: RetrievalConfig) -> dict[str, Any]:
+    # The model as the index records it, so that the default index's cache key and the check at load time
+    # tell two folders of one relative name apart.
+    return {"model": model_reference(cfg.embedding_model), "index_type": cfg.dense_index}
+
+
+def _check_config(cfg: RetrievalConfig, meta: dict[str, Any], index_dir: Path) -> None:
+    if meta["settings"]["model"] != _config_settings(cfg)["model"]:
+        log.warning("retrieval.embedding_model=%s but index %s was built with %s; using the index's model",
+                    cfg.embedding_model, index_dir, meta["settings"]["model"])
+
+
+KIND = RetrievalKind(open_index, identity=("index_dir", "corpus", "embedding_model"), index=IndexKind(
+    _builder, DENSE_ONLY, (FAISS_FILE,), _open, _from_args, _config_settings, check_config=_check_config))

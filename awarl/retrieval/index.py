@@ -1,5 +1,8 @@
 """Build, verify and load passage indexes (BM25 or dense), each a folder with `index_meta.json`.
 
+What differs between index kinds (their builder, files, checks and retriever) is the registered kind's
+`IndexKind` (awarl/retrieval/kinds.py; awarl.choices.RETRIEVAL_KINDS): this module names none of them.
+
 A build streams the corpus once: every passage goes to the docstore and, in chunks, to the kind's builder;
 the corpus sha256 is computed on the same pass. It writes into a temporary sibling folder and renames it
 into place at the end, so an interrupted build never leaves something that looks like an index (and two
@@ -21,14 +24,14 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from awarl.io import DataError, atomic_write_json, file_sample_sha256, file_sha256, loads_json
 from awarl.locks import path_lock
 from awarl.retrieval.docstore import DOCSTORE_FILE, OFFSETS_FILE, CorpusReader, Docstore, DocstoreWriter
+from awarl.retrieval.kinds import IndexBuilder, index_kind, index_kinds, retrieval_kind
 from awarl.retrieval.passage_ids import POLICIES, SeenIds
 from awarl.retrieval.types import IndexRetriever, Retriever
 
@@ -39,56 +42,25 @@ log = logging.getLogger(__name__)
 
 META_FILE = "index_meta.json"
 FORMAT_VERSION = 1
-KINDS = ("bm25", "dense")
-
-
-class IndexBuilder(Protocol):
-    """What an index kind builds from the streamed corpus (BM25Builder, DenseBuilder): passages in chunks, then
-    its files in the build folder, returning the settings it used (index_meta.json)."""
-
-    def add(self, texts: Iterable[str]) -> None: ...
-
-    def finish(self, out_dir: Path) -> dict[str, Any]: ...
 
 
 class RetrievalIndexError(DataError):
     """An index folder is missing, incomplete, corrupt, or does not match its corpus."""
 
 
-DENSE_ONLY = ("model", "hnsw", "batch_size", "device", "query_prefix", "passage_prefix", "index_type", "nlist",
-              "pq_m", "nprobe", "train_size")
-BM25_ONLY = ("k1", "b", "stemmer", "stopwords", "method", "chunk_size", "memory_mb")
-
-
 def _make_builder(kind: str, settings: dict[str, Any], show_progress: bool, work_dir: Path) -> tuple[IndexBuilder, int]:
-    """(builder, chunk size in passages)."""
-    settings = dict(settings)
-    if kind == "bm25":
-        from awarl.retrieval.bm25_build import DEFAULT_MEMORY_MB, BM25Builder
-
-        chunk = int(settings.pop("chunk_size", 10_000))
-        for unused in DENSE_ONLY:
-            settings.pop(unused, None)
-        if settings.get("memory_mb") is None:
-            settings["memory_mb"] = DEFAULT_MEMORY_MB
-        return BM25Builder(show_progress=show_progress, work_dir=work_dir, **settings), chunk
-    if kind == "dense":
-        from awarl.retrieval.dense import DenseBuilder
-
-        for unused in BM25_ONLY:
-            settings.pop(unused, None)
-        if settings.get("model") is None:
-            settings.pop("model", None)
-        builder = DenseBuilder(**settings)
-        # a few encoder batches per chunk keeps the GPU busy without holding many texts
-        return builder, builder.settings["batch_size"] * 16
-    raise ValueError(f"unknown index kind {kind!r}; choose one of {', '.join(KINDS)}")
+    """(builder, chunk size in passages) of index kind `kind`, given the settings it takes: all but those only
+    another index kind takes (`IndexKind.own_settings`)."""
+    own = index_kind(kind)
+    others = {key for name in index_kinds() if name != kind for key in index_kind(name).own_settings}
+    return own.builder({k: v for k, v in settings.items() if k in own.own_settings or k not in others},
+                       show_progress, work_dir)
 
 
 def build_index(corpus_path: str | os.PathLike, kind: str, out_dir: str | os.PathLike, *,
                 overwrite: bool = False, show_progress: bool = True, duplicate_ids: str = "fail",
                 wait: bool = False, **settings: Any) -> Path:
-    """Build a `kind` ("bm25" | "dense") index of the corpus JSONL into `out_dir`; returns `out_dir`.
+    """Build a `kind` (a registered index kind: "bm25" | "dense") index of the corpus JSONL into `out_dir`; returns `out_dir`.
 
     duplicate_ids: "fail" (a repeated passage id is a DataError naming both lines) or "keep_first" (later
     passages with a seen id are left out, counted in the meta's `duplicate_ids` and logged).
@@ -100,8 +72,7 @@ def build_index(corpus_path: str | os.PathLike, kind: str, out_dir: str | os.Pat
     building this index is waited for (an index built on first use), not refused (OutputInUse).
     """
     corpus_path, out_dir = Path(corpus_path), Path(out_dir)
-    if kind not in KINDS:
-        raise ValueError(f"unknown index kind {kind!r}; choose one of {', '.join(KINDS)}")
+    index_kind(kind)  # ValueError naming the index kinds
     if not corpus_path.is_file():
         raise FileNotFoundError(f"corpus not found: {corpus_path}")
     if out_dir.exists() and not out_dir.is_dir():
@@ -166,11 +137,9 @@ def _build_locked(corpus_path: Path, kind: str, out_dir: Path, *, overwrite: boo
             "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "build_seconds": round(time.time() - t0, 3),
         }
-        if kind == "bm25":
-            from awarl.retrieval.bm25_build import BM25Builder
-
-            assert isinstance(builder, BM25Builder)
-            meta["build"] = {"memory_mb": builder.memory_mb, "shards": builder.shards_written}
+        record = index_kind(kind).record
+        if record is not None:
+            meta["build"] = record(builder)
         meta["files"] = build_files(tmp)
         atomic_write_json(tmp / META_FILE, meta)  # the mode of a plain open() (awarl.io.FILE_MODE): shareable
         _move_into_place(tmp, out_dir, overwrite)
@@ -384,7 +353,7 @@ def read_meta(index_dir: str | os.PathLike) -> dict[str, Any]:
     for key in ("kind", "passage_count", "docstore_bytes", "settings", "corpus_sha256"):
         if key not in meta:
             raise RetrievalIndexError(f"{path}: missing key {key!r}")
-    if meta["kind"] not in KINDS:
+    if meta["kind"] not in index_kinds():
         raise RetrievalIndexError(f"{path}: unknown kind {meta['kind']!r}")
     if meta.get("format_version") != FORMAT_VERSION:
         raise RetrievalIndexError(f"{path}: index format {meta.get('format_version')} but this awarl reads "
@@ -404,16 +373,8 @@ def verify_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True, de
     index_dir = Path(index_dir)
     meta = read_meta(index_dir)
     n = int(meta["passage_count"])
-    kind_files: tuple[str, ...]
-    if meta["kind"] == "bm25":
-        from awarl.retrieval.bm25 import BM25_FILES
-
-        kind_files = BM25_FILES
-    else:
-        from awarl.retrieval.dense import FAISS_FILE
-
-        kind_files = (FAISS_FILE,)
-    missing = [f for f in (DOCSTORE_FILE, OFFSETS_FILE, *kind_files) if not (index_dir / f).is_file()]
+    kind = index_kind(meta["kind"])
+    missing = [f for f in (DOCSTORE_FILE, OFFSETS_FILE, *kind.files) if not (index_dir / f).is_file()]
     if missing:
         raise RetrievalIndexError(f"{index_dir}: index is incomplete, missing {', '.join(missing)}; rebuild it")
     try:
@@ -427,15 +388,8 @@ def verify_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True, de
     if size != int(meta["docstore_bytes"]) or int(offsets[-1]) != size:
         raise RetrievalIndexError(f"{index_dir / DOCSTORE_FILE}: {size} bytes, expected "
                                   f"{meta['docstore_bytes']}; the docstore was modified or truncated")
-    if meta["kind"] == "bm25":
-        from awarl.retrieval.bm25 import read_bm25_num_docs
-
-        try:
-            got = read_bm25_num_docs(index_dir)
-        except (ValueError, KeyError, TypeError) as e:
-            raise RetrievalIndexError(f"{index_dir}: unreadable BM25 params: {e}") from None
-        if got != n:
-            raise RetrievalIndexError(f"{index_dir}: meta says {n} passages but the BM25 index has {got}")
+    if kind.check is not None:
+        kind.check(index_dir, meta)
     if deep:
         _open_kind(index_dir, meta, mmap=True, workers=1, device="cpu")   # no docstore: the files only
         check_build_files(index_dir, meta, full=True)   # after opening them, whose messages say more
@@ -449,33 +403,10 @@ def verify_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True, de
 
 def _open_kind(index_dir: Path, meta: dict[str, Any], *, mmap: bool, workers: int, device: str | None,
                docstore: Docstore | None = None) -> Any:
-    """The BM25 or dense retriever of a verified folder (or, without a docstore, just its checked index
-    files); unreadable or inconsistent files raise RetrievalIndexError naming the folder."""
-    if meta["kind"] == "bm25":
-        from awarl.retrieval.bm25 import BM25Retriever, load_bm25_arrays, load_bm25_vocab
-
-        try:
-            if docstore is None:
-                _, _, indptr, _ = load_bm25_arrays(index_dir, mmap=True)
-                load_bm25_vocab(index_dir, len(indptr) - 1)
-                return None
-            return BM25Retriever(index_dir, meta["settings"], docstore, mmap=mmap, workers=workers)
-        except (ValueError, OSError, KeyError, TypeError) as e:  # truncated .npy, corrupt vocab/params JSON
-            raise RetrievalIndexError(f"{index_dir}: the BM25 index files are unreadable ({type(e).__name__}: "
-                                      f"{str(e)[:300]}); rebuild the index") from None
-    from awarl.retrieval.dense import FAISS_FILE, DenseRetriever, read_faiss
-
-    try:
-        index = read_faiss(index_dir, mmap=mmap)
-    except RuntimeError as e:  # faiss reports a truncated or corrupt file as RuntimeError
-        raise RetrievalIndexError(f"{index_dir / FAISS_FILE}: unreadable faiss index ({str(e)[:300]}); "
-                                  "rebuild the index") from None
-    if index.ntotal != meta["passage_count"]:
-        raise RetrievalIndexError(f"{index_dir}: meta says {meta['passage_count']} passages but the faiss "
-                                  f"index has {index.ntotal}")
-    if docstore is None:
-        return None
-    return DenseRetriever(index_dir, meta["settings"], docstore, index=index, device=device)
+    """The retriever of a verified folder, by its kind (or, without a docstore, just its checked index files);
+    unreadable or inconsistent files raise RetrievalIndexError naming the folder."""
+    return index_kind(meta["kind"]).open(index_dir, meta, mmap=mmap, workers=workers, device=device,
+                                         docstore=docstore)
 
 
 MMAP_AUTO_BYTES = 1 << 30  # retrieval.mmap=auto memory-maps indexes whose arrays are larger than this
@@ -523,28 +454,23 @@ def warn_if_other_corpus(corpus: Path, index_dir: Path, meta: dict[str, Any]) ->
 
 
 def build_settings(cfg: RetrievalConfig) -> dict[str, Any]:
-    """The `build_index` settings a run config asks for (embedding model and index type of a dense index, the
-    build's memory budget of a BM25 one, what to do with duplicate ids): every index awarl builds for a run
-    config is built with them, whichever stage builds it first."""
-    from awarl.retrieval.dense import model_reference
-
-    # The model as the index records it, so that the default index's cache key and the check at load time
-    # tell two folders of one relative name apart.
-    settings: dict[str, Any] = ({"model": model_reference(cfg.embedding_model), "index_type": cfg.dense_index}
-                                if cfg.kind == "dense" else {"memory_mb": cfg.build_memory_mb})
-    return {**settings, "duplicate_ids": cfg.duplicate_ids}
+    """The `build_index` settings a run config asks for (its kind's `config_settings`: embedding model and index
+    type of a dense index, the build's memory budget of a BM25 one; and what to do with duplicate ids): every
+    index awarl builds for a run config is built with them, whichever stage builds it first."""
+    index = retrieval_kind(cfg.kind).index
+    return {**(index.config_settings(cfg) if index is not None else {}), "duplicate_ids": cfg.duplicate_ids}
 
 
 def load_retriever(cfg: RetrievalConfig) -> Retriever:
-    """The retriever a run config asks for: an index (built from `cfg.corpus` if absent) or the HTTP client."""
+    """The retriever a run config asks for, opened by its kind: an index (built from `cfg.corpus` if absent,
+    `open_index`) or a server's client (checked before any model loads)."""
+    return retrieval_kind(cfg.kind).open(cfg)
+
+
+def open_index(cfg: RetrievalConfig) -> IndexRetriever:
+    """The index of `cfg.index_dir`, built from `cfg.corpus` if absent: what an index kind opens for a run."""
     from awarl.config import ConfigError
 
-    if cfg.kind == "server":
-        from awarl.retrieval.client import RetrievalClient
-
-        client = RetrievalClient(cfg.server_url, timeout_s=cfg.timeout_s, retries=cfg.retries)
-        client.check_reachable(cfg.wait_s)  # before any model loads
-        return client
     if not cfg.index_dir:
         raise ConfigError(f"retrieval.index_dir: required for retrieval.kind={cfg.kind}")
     index_dir = Path(cfg.index_dir)
@@ -560,7 +486,7 @@ def load_retriever(cfg: RetrievalConfig) -> Retriever:
     kind = retriever.meta["kind"]
     if kind != cfg.kind:
         raise ConfigError(f"retrieval.kind: {cfg.kind} but {index_dir} is a {kind} index")
-    if kind == "dense" and retriever.meta["settings"]["model"] != build_settings(cfg)["model"]:
-        log.warning("retrieval.embedding_model=%s but index %s was built with %s; using the index's model",
-                    cfg.embedding_model, index_dir, retriever.meta["settings"]["model"])
+    check = index_kind(kind).check_config
+    if check is not None:
+        check(cfg, retriever.meta, index_dir)
     return retriever

@@ -35,6 +35,7 @@ from awarl.locks import path_lock
 from awarl.metrics import correctness_rule
 from awarl.models.loading import load_tokenizer
 from awarl.retrieval import load_retriever
+from awarl.retrieval.kinds import retrieval_kind
 from awarl.retrieval.types import Retriever
 from awarl.stages.eval_manifest import (
     index_identity,
@@ -163,9 +164,7 @@ def estimate_inputs(cfg: AwarlConfig) -> dict[str, Any]:
             "estimate.temperature": cfg.estimate.temperature, "agent": cfg.agent.model_dump(mode="json"),
             "generation.top_p": cfg.generation.top_p,
             "retrieval": {"kind": r.kind, "topk": r.topk,
-                          **({"server_url": r.server_url} if r.kind == "server" else
-                             {"index_dir": r.index_dir, "corpus": r.corpus}),
-                          **({"embedding_model": r.embedding_model} if r.kind == "dense" else {})},
+                          **{key: getattr(r, key) for key in retrieval_kind(r.kind).identity}},
             "metrics.correctness": cfg.metrics.correctness, "metrics.f1_threshold": cfg.metrics.f1_threshold,
             **({"generation.script": cfg.generation.script}
                if backend_kind(cfg.generation.backend).replays_script else {}),
@@ -180,7 +179,7 @@ def _settings(cfg: AwarlConfig, model: Any, retriever: Retriever | None, loaded:
     object once the engine holds it."""
     if retriever is not None:
         index = retriever_identity(retriever)
-    elif cfg.retrieval.kind == "server":
+    elif retrieval_kind(cfg.retrieval.kind).remote:
         index = {"server": cfg.retrieval.server_url}
     else:  # ensure_default_retrieval has built it, unless the caller brought its own engine
         index = index_identity(cfg.retrieval.index_dir) if cfg.retrieval.index_dir else None

@@ -30,6 +30,7 @@ from awarl.research.regression import (
 )
 from awarl.research.schema import ResearchReport
 from awarl.retrieval import load_retriever
+from awarl.retrieval.kinds import retrieval_kind
 from awarl.stages.eval_manifest import retriever_identity
 from awarl.stages.resources import ensure_default_retrieval
 
@@ -175,7 +176,7 @@ def dry_run(cfg: AwarlConfig, *, question: str | None, tasks: str | None, model:
     where = ("local" if local.is_dir() else "not found locally: a hub id, or a path still to be made "
              "(`make demo` writes runs/demo/final)")
     lines.append(f"executor: {ref} ({where}), generation.backend={cfg.generation.backend}")
-    if cfg.retrieval.kind == "server":
+    if retrieval_kind(cfg.retrieval.kind).remote:
         lines.append(f"retrieval: server {cfg.retrieval.server_url} (not contacted), topk {cfg.retrieval.topk}")
     elif cfg.retrieval.index_dir:
         if not Path(cfg.retrieval.index_dir).is_dir():

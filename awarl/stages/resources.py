@@ -15,6 +15,7 @@ from awarl.data.corpus import shipped_closed_corpus
 from awarl.io import canonical_sha256, file_sha256, loads_json
 from awarl.retrieval import build_index
 from awarl.retrieval.index import build_settings
+from awarl.retrieval.kinds import retrieval_kind
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def ensure_default_retrieval(cfg: AwarlConfig) -> AwarlConfig:
 
     An index folder given by the user keeps its own kind (read from its index_meta.json)."""
     r = cfg.retrieval
-    if r.kind == "server":
+    if retrieval_kind(r.kind).remote:
         return cfg
     if r.index_dir:
         meta = Path(r.index_dir) / "index_meta.json"

@@ -17,6 +17,7 @@ from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig, ConfigError, TrainConfig
 from awarl.critic import critic_cache_dir, judge_kind
 from awarl.metrics import correctness_rule
+from awarl.retrieval.kinds import retrieval_kind
 from awarl.rewards.trl_reward import AwaRLReward
 from awarl.stages.train_data import build_dataset
 from awarl.training.alarms import ALARMS_FILE
@@ -114,7 +115,7 @@ def make_plan(cfg: AwarlConfig, info: dict[str, Any], reward: AwaRLReward, *, cp
                        "max_trajectory_tokens": cfg.agent.max_trajectory_tokens,
                        "max_new_tokens_per_turn": cfg.agent.max_new_tokens_per_turn},
         "retrieval": {"kind": cfg.retrieval.kind, "topk": cfg.retrieval.topk,
-                      "where": cfg.retrieval.server_url if cfg.retrieval.kind == "server"
+                      "where": cfg.retrieval.server_url if retrieval_kind(cfg.retrieval.kind).remote
                       else (cfg.retrieval.index_dir or cfg.retrieval.corpus or "shipped closed corpus"),
                       "status": retrieval_status(cfg)},
         "reward": {"strategy": r.strategy, "gamma": r.gamma, "p_min": r.p_min, "beta": r.beta,
@@ -197,7 +198,7 @@ def critic_plan(cfg: AwarlConfig, info: dict[str, Any]) -> dict[str, Any]:
 def retrieval_status(cfg: AwarlConfig) -> str:
     """Whether the retriever a launch needs is there, without loading it (dry runs)."""
     r = cfg.retrieval
-    if r.kind == "server":
+    if retrieval_kind(r.kind).remote:
         return f"server expected at {r.server_url} (start it with scripts/serve_retriever.sh)"
     if r.index_dir and (Path(r.index_dir) / "index_meta.json").is_file():
         return "index ready"
