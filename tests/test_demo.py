@@ -177,7 +177,8 @@ def test_a_demo_rerun_under_other_settings_is_refused_before_its_record_is_rewri
     kept = (tmp_path / "resolved_config.yaml").read_text()
     start_record(cfg, tmp_path)  # the same settings: a rerun continues
     other = load_config(default_config_path(), [f"run.out_dir={tmp_path}", "reward.gamma=0.5"])
-    with pytest.raises(ConfigError, match=r"holds a demo run made with other settings \(reward\.gamma: 0\.02 -> 0\.5\)"):
+    with pytest.raises(ConfigError, match=rf"holds a demo run made with other settings \(reward\.gamma: "
+                       rf"{cfg.reward.gamma:g} -> 0\.5\)"):
         start_record(other, tmp_path)
     assert (tmp_path / "resolved_config.yaml").read_text() == kept
     for bad, named in ((["train.logging_steps=3"], "train.logging_steps"), (["eval.limit=null"], "eval.limit")):

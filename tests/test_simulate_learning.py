@@ -42,7 +42,8 @@ def test_a_group_that_answers_correctly_takes_the_stale_zero_off_the_expected_re
     refusing it pays less (R_base of the new p)."""
     outcomes = ["correct", "correct", "wrong", "abstain"]
     kw = dict(prompts=["p"] * 4, completions=["c"] * 4, outcome=outcomes, qid=["q"] * 4, p_i=[0.0] * 4, p_n=[8] * 4)
-    off, group = AwaRLReward(RewardConfig()), AwaRLReward(RewardConfig(p_online="group"))
+    # at γ 0.02 (round 3's) the abstain line puts the stale zero's ρ̂ above one half; the shipped 0.01, just below
+    off, group = AwaRLReward(RewardConfig(gamma=0.02)), AwaRLReward(RewardConfig(gamma=0.02, p_online="group"))
     r_off, r_group = off(**kw), group(**kw)
     assert off.last_stats["rho_hat"] > 0.5 > 0.05 > group.last_stats["rho_hat"]
     assert r_group[3] < r_off[3]  # the abstention in that group earns less
