@@ -399,7 +399,9 @@ def setup(args: argparse.Namespace, work: Path) -> tuple[Any, Any, list[str], An
     index = Path(args.index) if args.index else work / "bm25"
     if not (index / "index_meta.json").exists():
         build_index(shipped_closed_corpus(work / "corpus.jsonl"), "bm25", index, show_progress=False)
-    questions = [ex.question for ex in load_shipped("hotpotqa", limit=args.batch, seed=0)]
+    # --group N: each question N times in a row (a GRPO group's completions, sampled apart)
+    questions = [ex.question for ex in load_shipped("hotpotqa", limit=args.batch // args.group, seed=0)
+                 for _ in range(args.group)]
     if args.model:   # a trained policy follows the protocol on its own: no steering
         from transformers import AutoModelForCausalLM
 
@@ -484,7 +486,8 @@ def summarize(result: dict) -> dict[str, Any]:
             "paired_ratio": paired_ratio(runs["agent"]["seconds"], runs["plain"]["seconds"]),
             "decode_steps": steps, "mean_model_tokens": work["mean_model_tokens"],
             "decode_steps_per_mean_tokens": steps / work["mean_model_tokens"] if steps else None,
-            "slot_use": eng.get("slot_use"), "engine": eng.get("engine", "turns (an engine without stats)")}
+            "slot_use": eng.get("slot_use"), "shared_prompt_tokens": eng.get("shared_prompt_tokens"),
+            "engine": eng.get("engine", "turns (an engine without stats)")}
 
 
 def vllm_rows(args: argparse.Namespace, tok: Any, model: Any, questions: list[str], retriever: Any,
@@ -538,29 +541,29 @@ def vllm_rows(args: argparse.Namespace, tok: Any, model: Any, questions: list[st
     steps = _count_steps(llm)
     plain = params(n=1, max_tokens=plain_new, min_tokens=plain_new, ignore_eos=True, temperature=1.0)
     reads = {"plain": contexts, "plain_prompt_only": prompts}
-    rows: dict[str, dict[str, list]] = {k: {"seconds": [], "model_tokens": [], "engine_steps": []}
-                                        for k in (*engines, *reads)}
+    rows: dict[str, dict[str, list]] = {k: {"seconds": [], "model_tokens": [], "engine_steps": [], "step_seconds": [],
+                                            "steps_by_running": []} for k in (*engines, *reads)}
     same, stats = [], {}
     cached: dict[str, list[int]] = {name: [] for name in engines}   # prefix-cache hits per round, warm-up included
     for r in range(args.runs + 1):   # the first round warms up
         trajs = {}
         for name, engine in engines.items():
-            steps["n"] = 0
+            _restart(steps)
             llm.reset_prefix_cache()
             t = time.perf_counter()
             trajs[name] = engine.run(questions, temperature=args.vllm_temperature, seed=r)
             if r:
-                _record_vllm(rows[name], time.perf_counter() - t, workload(trajs[name])["model_tokens"], steps["n"])
+                _record_vllm(rows[name], time.perf_counter() - t, workload(trajs[name])["model_tokens"], steps)
             stats[name] = engine.last_stats
             cached[name].append(int(stats[name].get("prefix_cached_tokens", -1)))
         same.append([t.completion_ids for t in trajs["per_turn"]] == [t.completion_ids for t in trajs["session"]])
         for name, read in reads.items():
-            steps["n"] = 0
+            _restart(steps)
             llm.reset_prefix_cache()
             t = time.perf_counter()
             llm.generate([{"prompt_token_ids": p} for p in read], sampling_params=plain, use_tqdm=False)
             if r:
-                _record_vllm(rows[name], time.perf_counter() - t, plain_new * len(read), steps["n"])
+                _record_vllm(rows[name], time.perf_counter() - t, plain_new * len(read), steps)
     med = {k: median(v["seconds"]) for k, v in rows.items()}
     return {"engine": "cuda bf16" if cuda else "cpu float32 eager (vLLM's CPU build, in process)",
             "vllm": getattr(vllm, "__version__", "?"), "temperature": args.vllm_temperature,
@@ -573,22 +576,42 @@ def vllm_rows(args: argparse.Namespace, tok: Any, model: Any, questions: list[st
                                                if med["plain_prompt_only"] else None)}
 
 
-def _count_steps(llm: Any) -> dict[str, int]:
-    """Count the engine's steps (both paths step the same engine: `LLM.generate` loops over them)."""
-    count, inner = {"n": 0}, llm.llm_engine.step
+def _count_steps(llm: Any) -> dict[str, Any]:
+    """Count and time the engine's steps (both paths step the same engine: `LLM.generate` loops over them),
+    by the requests in flight at each step (a session's paused trajectories hold none)."""
+    count: dict[str, Any] = {}
+    engine = llm.llm_engine
+    inner, in_flight = engine.step, engine.get_num_unfinished_requests
 
     def step() -> Any:
+        k = in_flight()
+        t = time.perf_counter()
+        out = inner()
+        dt = time.perf_counter() - t
         count["n"] += 1
-        return inner()
+        count["seconds"] += dt
+        slot = count["by_running"].setdefault(k, [0, 0.0])
+        slot[0] += 1
+        slot[1] += dt
+        return out
 
-    llm.llm_engine.step = step
+    engine.step = step
+    _restart(count)
     return count
 
 
-def _record_vllm(into: dict[str, list], seconds: float, tokens: int, steps: int) -> None:
+def _restart(count: dict[str, Any]) -> None:
+    count.update(n=0, seconds=0.0, by_running={})
+
+
+def _record_vllm(into: dict[str, list], seconds: float, tokens: int, steps: dict[str, Any]) -> None:
     into["seconds"].append(round(seconds, 4))
     into["model_tokens"].append(tokens)
-    into["engine_steps"].append(steps)
+    into["engine_steps"].append(steps["n"])
+    # time inside engine steps (the rest: awarl's loop, retrieval, tokenizing), and [steps, seconds] by the
+    # requests in flight at the step
+    into["step_seconds"].append(round(steps["seconds"], 4))
+    into["steps_by_running"].append({k: [n, round(sec, 4)] for k, (n, sec) in sorted(steps["by_running"].items())})
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -597,6 +620,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", help="write the figures as JSON here")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--batch", type=int, default=32, help="questions (= slots of the agent, rows of plain)")
+    ap.add_argument("--group", type=int, default=1, help="completions per question (GRPO's num_generations): "
+                    "--batch / --group questions, each --group times")
     ap.add_argument("--turns", type=int, default=2, help="agent.max_turns")
     ap.add_argument("--turn-tokens", type=int, default=48, help="agent.max_new_tokens_per_turn")
     ap.add_argument("--trajectory-tokens", type=int, default=1024, help="agent.max_trajectory_tokens")
@@ -621,7 +646,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--tiny-dir", help="an existing tiny model folder (else built in --work)")
     ap.add_argument("--index", help="an existing BM25 index of the shipped closed corpus (else built)")
     ap.add_argument("--work", help="folder for the tiny model and the index (default: a temporary one)")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.group < 1 or args.batch % args.group:
+        ap.error(f"--batch ({args.batch}) must be a positive multiple of --group ({args.group})")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -653,7 +681,7 @@ def main(argv: list[str] | None = None) -> int:
                           "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"},
               "shape": args.shape if not args.model or args.shape == "smollm2" else f"model {args.model}", "params": sum(p.numel() for p in model.parameters()),
               "vocab": model.get_output_embeddings().weight.shape[0],
-              "settings": {k: getattr(args, k) for k in ("batch", "turns", "turn_tokens", "trajectory_tokens",
+              "settings": {k: getattr(args, k) for k in ("batch", "group", "turns", "turn_tokens", "trajectory_tokens",
                                                           "topk", "rates", "runs", "static_cache", "bias",
                                                           "search_lag", "search_delay_ms", "split")},
               **result, "summary": summary}
@@ -675,7 +703,9 @@ def print_table(report: dict) -> None:
         print(f"  {name:<18} {sec:8.3f} s   peak +{'?' if peak is None else f'{peak:.1f}'} MiB")
     if s["decode_steps"] is not None:
         print(f"decode steps {s['decode_steps']} for a {s['mean_model_tokens']:.1f}-token mean "
-              f"({s['decode_steps_per_mean_tokens']:.2f}x), slot use {s['slot_use']:.2f}")
+              f"({s['decode_steps_per_mean_tokens']:.2f}x), slot use {s['slot_use']:.2f}"
+              + (f", {s['shared_prompt_tokens']} prompt tokens copied from a twin's prefill"
+                 if s.get("shared_prompt_tokens") else ""))
     print(f"a barrier per turn would run {w['barrier_decode_steps']} decode steps at slot use "
           f"{w['barrier_slot_use']:.2f}")
     if s["ratio_prompt_only"] is not None:
@@ -699,7 +729,7 @@ def print_vllm(v: dict) -> None:
           f"{v['same_trajectories']}")
     for name, row in v["runs"].items():
         print(f"  {name:<18} {v['median_seconds'][name]:8.3f} s   {median(row['model_tokens']):.0f} model tokens, "
-              f"{median(row['engine_steps']):.0f} engine steps")
+              f"{median(row['engine_steps']):.0f} engine steps ({median(row['step_seconds']):.3f} s in them)")
     st = v["session_stats"]
     print(f"  session: {st['requests']} requests, prefix cache {st['prefix_cached_tokens']}/{st['prompt_tokens']} "
           f"prompt tokens; per-turn / session = {v['per_turn_over_session']:.3f}, session / plain (same tokens) = "

@@ -92,6 +92,24 @@ def test_split_accounts_for_every_forward(tmp_path, tiny_dir, shipped_bm25_dir):
     assert any(ln.startswith("  split agent") for ln in lines)
 
 
+@pytest.mark.slow
+def test_group_rolls_each_question_out_several_times_from_one_prefill(tmp_path, tiny_dir, shipped_bm25_dir):
+    """--group 3: two questions, three completions each (a GRPO step's shape): each prompt is prefilled once
+    and copied to its two twins; the plain rows still read and write the same tokens."""
+    rc, rep, lines = run(tmp_path, tiny_dir, shipped_bm25_dir, "--shape", "tiny", "--group", "3", runs=1)
+    assert rc == 0
+    check_report(rep, lines, n=1)
+    eng = rep["engine"]
+    assert rep["settings"]["group"] == 3 and eng["shared_prompt_tokens"] > 0
+    assert eng["shared_prompt_tokens"] == 2 * rep["workload"]["prompt_tokens"] // 3   # 2 of each 3 prompts
+
+
+def test_group_must_divide_the_batch(capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--batch", "8", "--group", "3"])
+    assert "multiple of --group" in capsys.readouterr().err
+
+
 def test_paired_ratio_compares_runs_made_back_to_back():
     assert bench.paired_ratio([1.1, 4.4, 1.1], [1.0, 4.0, 1.0]) == pytest.approx(1.1)
     # the load went up 8x during the second agent run and stayed: two of three pairs ran under the same load

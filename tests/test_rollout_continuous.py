@@ -106,6 +106,30 @@ def test_per_question_seeds_make_a_trajectory_independent_of_its_batch_and_posit
     assert ids(turns.run([questions[2]], temperature=1.0, seed=[seeds[questions[2]]])) == ids(per_turn)[2:3]
 
 
+def test_a_groups_shared_prompt_is_prefilled_once(model, tok, retriever, questions):
+    """GRPO rolls out each question several times in one call: the prompt is prefilled once, the other
+    completions start from a copy of its keys and values, and each still samples from its own stream, as it
+    would alone (float64: a batch's composition cannot move a sample)."""
+    from awarl.agent.backends.base import question_seed
+
+    eng = engine(model, tok, retriever)
+    group = [questions[3]] * 4 + [questions[5]] * 2
+    seeds = [question_seed(7, "hotpotqa", f"s{i}") for i in range(len(group))]
+    trajs = eng.run(group, temperature=1.0, seed=seeds)
+    prompt = render_prompt(load_template("awarl"), questions[3], tok)
+    other = render_prompt(load_template("awarl"), questions[5], tok)
+    st = eng.last_stats
+    assert st["shared_prompt_tokens"] == 3 * len(prompt) + len(other)
+    assert len({tuple(t.completion_ids) for t in trajs[:4]}) == 4   # one prompt, four different completions
+    alone_prefill = 0
+    for i, q in enumerate(group):
+        assert ids(eng.run([q], temperature=1.0, seed=[seeds[i]])) == ids(trajs)[i:i + 1]
+        assert eng.last_stats["shared_prompt_tokens"] == 0
+        alone_prefill += eng.last_stats["prefill_tokens"]
+    # what was not computed was copied: the same tokens as six rollouts alone
+    assert st["prefill_tokens"] + st["shared_prompt_tokens"] == alone_prefill
+
+
 class PerTurn:
     """The transformers backend seen through `generate` only: the engine's one-`generate`-per-turn path."""
 

@@ -34,6 +34,14 @@ def test_rollout_bench_vllm_rows_read_and_write_the_plain_rows_tokens(tmp_path, 
         assert v["runs"][name]["model_tokens"] == [4 * new] * 2
         # eos ignored: every row samples `new` tokens, one engine step each after the step that prefills
         assert min(v["runs"][name]["engine_steps"]) >= new
+    for name, row in v["runs"].items():
+        for total, inside, n, by in zip(row["seconds"], row["step_seconds"], row["engine_steps"],
+                                        row["steps_by_running"], strict=True):
+            assert 0 < inside <= total and sum(k for k, _ in by.values()) == n
+            assert sum(sec for _, sec in by.values()) == pytest.approx(inside, abs=1e-3)
+            assert max(map(int, by)) <= 4
+        if name.startswith("plain"):   # eos ignored: all four requests run to the end together
+            assert all(list(by) == ["4"] for by in row["steps_by_running"])
     med = v["median_seconds"]
     assert v["session_over_plain"] == pytest.approx(med["session"] / med["plain"])
     assert v["session_over_plain_prompt_only"] == pytest.approx(med["session"] / med["plain_prompt_only"])
