@@ -400,6 +400,7 @@ class Bench:
     deadline: float | None
     lora: dict[str, Any] | None = None
     config: Path | None = None   # a run config the awarl runs take their settings from (--config)
+    overrides: tuple[str, ...] = ()   # KEY=VALUE config overrides of the awarl runs (--set)
 
 
 def awarl_config(b: Bench, vllm: bool = False) -> Any:
@@ -420,6 +421,7 @@ def awarl_config(b: Bench, vllm: bool = False) -> Any:
 
         if not torch.cuda.is_available():
             fixed += ["generation.dtype=float32", "generation.enforce_eager=true"]
+    fixed += b.overrides
     if b.config is not None:
         return load_config(b.config, fixed)
     return config_from_dict(apply_overrides({
@@ -491,10 +493,14 @@ def run_awarl(b: Bench, vllm: bool = False) -> tuple[StepRecord, dict[str, Any]]
              "lora": cfg.train.lora.model_dump() if cfg.train.lora.enabled else None,
              "gradient_checkpointing": args.gradient_checkpointing, "generation": engine, "use_vllm": bool(args.use_vllm),
              "vllm_importance_sampling_correction": bool(args.use_vllm and args.vllm_importance_sampling_correction),
-             "config": str(b.config) if b.config else None, "turn_tokens": cfg.agent.max_new_tokens_per_turn,
+             "config": str(b.config) if b.config else None, "overrides": list(b.overrides),
+             "turn_tokens": cfg.agent.max_new_tokens_per_turn,
              "trajectory_tokens": cfg.agent.max_trajectory_tokens, "max_turns": cfg.agent.max_turns,
              "multi_turn": True, "searches_per_trajectory": round(extra["searches"] / max(extra["trajectories"], 1), 3),
              "trl_logged_mean_length": lens,
+             # vLLM runs: TRL's per-step gap between vLLM's and the policy's log-probs, and its IS ratios
+             "trl_logged_sampling": {k: [h[k] for h in trainer.state.log_history if k in h] for k in sorted(
+                 {k for h in trainer.state.log_history for k in h if k.startswith("sampling/")})},
              "reward": f"{cfg.reward.strategy} ({cfg.critic.judge} citation judge), constant p_i={CONSTANT_P:.2f}"}
     del summary, trainer
     return rec, notes
@@ -582,6 +588,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="awarl runs: take the agent, generation, critic, reward and train settings from this run "
                         "config (e.g. configs/study/real_smollm2.yaml); --completions, --num-generations, "
                         "--max-new-tokens, --learning-rate, --kl-beta and --lora then come from it")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="awarl runs: a config override (repeatable), e.g. "
+                        "train.vllm_importance_sampling_correction=false")
     p.add_argument("--lora", type=int, default=0, metavar="R",
                    help="awarl run: train LoRA adapters of rank R on q/k/v/o_proj instead of all weights (default 0: "
                         "full fine-tuning)")
@@ -715,7 +724,7 @@ def main(argv: list[str] | None = None) -> int:
                       gradient_checkpointing=args.gradient_checkpointing, seed=args.seed, work=work, deadline=deadline,
                       lora={"enabled": True, "r": args.lora, "alpha": 2 * args.lora, "dropout": 0.0,
                             "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]} if args.lora else None,
-                      config=Path(args.config) if args.config else None)
+                      config=Path(args.config) if args.config else None, overrides=tuple(args.overrides))
         from awarl.config import AwarlConfig
 
         loss_type = AwarlConfig().train.loss_type

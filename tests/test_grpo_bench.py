@@ -179,6 +179,13 @@ def test_config_gives_the_awarl_run_its_settings(tmp_path):
     v = bench.awarl_config(b, vllm=True)
     assert v.train.use_vllm and v.train.vllm_mode == "colocate"
     assert v.generation.enforce_eager and v.generation.dtype == "float32"
+    assert v.train.vllm_importance_sampling_correction   # TRL's default
+    # --set: overrides of the awarl runs, after the bench's own
+    args = bench.parse_args(["--config", str(study), "--set", "train.vllm_importance_sampling_correction=false",
+                             "--set", "agent.max_turns=3"])
+    assert args.overrides == ["train.vllm_importance_sampling_correction=false", "agent.max_turns=3"]
+    v = bench.awarl_config(bench.Bench(**{**b.__dict__, "overrides": tuple(args.overrides)}), vllm=True)
+    assert not v.train.vllm_importance_sampling_correction and v.agent.max_turns == 3 and v.train.use_vllm
     # without --config: the bench's own settings, the same fixed keys
     own = bench.awarl_config(bench.Bench(**{**b.__dict__, "config": None, "max_new_tokens": 48}))
     assert own.critic.judge == "lexical" and own.agent.max_trajectory_tokens == 48 and own.train.max_steps == 3
