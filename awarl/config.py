@@ -15,7 +15,7 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, get_args, get_origin
 from urllib.parse import urlparse
 
 import yaml
@@ -33,8 +33,14 @@ SIMULATOR_ONLY_STRATEGIES = ("awarl_no_penalty",)  # the ablation with P(Ē) for
 # (awarl/choices.py), so the config, `--help`, docs/config.md and the dispatch cannot disagree. A type
 # checker sees plain strings (a Literal built at run time is not a static type).
 if TYPE_CHECKING:
-    FormatName = DevSetName = JudgeChoice = JudgeName = StrategyName = SimulatedStrategy = str
-    ExpectedRateName = BackendName = str
+    FormatName: TypeAlias = str
+    DevSetName: TypeAlias = str
+    JudgeChoice: TypeAlias = str
+    JudgeName: TypeAlias = str
+    StrategyName: TypeAlias = str
+    SimulatedStrategy: TypeAlias = str
+    ExpectedRateName: TypeAlias = str
+    BackendName: TypeAlias = str
 else:
     FormatName = choices.FORMATS.literal()
     DevSetName = choices.DEV_SETS.literal()
@@ -48,6 +54,27 @@ else:
 
 class ConfigError(ValueError):
     """A config file or override is wrong; the message names the file and key path."""
+
+
+# Bounds of the numbers the operating system or a library takes whole, checked at load so that a wrong value is
+# a config error naming its key, not an OverflowError (or a silent wrap) deep inside a run.
+# A timeout or wait longer than a day is a typo, and one of 1e10 s overflows the C time_t a socket timeout is.
+MAX_SECONDS = 86_400.0
+# numpy and torch seed generators take 0 .. 2**32 - 1 (numpy refuses a negative seed, torch wraps a large one).
+MAX_SEED = 2**32 - 1
+# A TCP port is 16 bits; a larger number was taken modulo 2**16 (70000 listened on 4464).
+MAX_PORT = 65_535
+
+
+def check_url_port(v: str) -> str:
+    """ValueError for an http(s) URL whose port is outside 1-65535 (`urlparse` reads 70000 but no socket does)."""
+    try:
+        port = urlparse(v).port
+    except ValueError:
+        port = -1
+    if port is not None and not 1 <= port <= MAX_PORT:
+        raise ValueError(f"the port of {v!r} is outside 1-{MAX_PORT}")
+    return v
 
 
 def admits_bool(annotation: Any) -> bool:
@@ -128,7 +155,8 @@ class RunConfig(Section):
     name: str = Field("awarl", description="Run name; used for output folders and logger run names.")
     out_dir: str = Field("runs/awarl", description="Folder for every output of the run (checkpoints, "
                          "predictions, reports, the resolved config).")
-    seed: int = Field(0, description="Seed for sampling, data subsampling and initialisation.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed for sampling, data subsampling and initialisation "
+                      "(0 to 2**32 - 1, what numpy takes).")
 
 
 # -------------------------------------------------------------------------------------------- data
@@ -157,8 +185,14 @@ class RetrievalConfig(Section):
     corpus: str | None = Field(None, description="Passage corpus JSONL ({id, contents}); used to build the "
                                "index when index_dir does not exist yet.")
     server_url: str = Field("http://127.0.0.1:8000", description="Base URL of the retrieval server (kind=server).")
+
+    @field_validator("server_url")
+    @classmethod
+    def _server_port(cls, v: str) -> str:
+        return check_url_port(v)
     topk: int = Field(3, ge=1, le=100, description="Passages returned per search (SPEC default 3).")
-    timeout_s: float = Field(30.0, gt=0, description="HTTP timeout per retrieval request.")
+    timeout_s: float = Field(30.0, gt=0, le=MAX_SECONDS, description="HTTP timeout per retrieval request (at most "
+                             "a day).")
     retries: int = Field(3, ge=0, description="Retries (with backoff) of a failed retrieval request.")
     max_failed_searches: int = Field(8, ge=0, description="A search that still fails after the retries (server "
                                      "unreachable, an error or malformed answer) costs only itself: it gets an "
@@ -166,7 +200,8 @@ class RetrievalConfig(Section):
                                      "predictions line). This many failed searches in a row are tolerated, the next "
                                      "one stops the run (a dead server must not turn a run into empty searches); "
                                      "0: the first one does.")
-    wait_s: float = Field(60.0, ge=0, description="kind=server: how long a run waits at start for the server "
+    wait_s: float = Field(60.0, ge=0, le=MAX_SECONDS, description="kind=server: how long a run waits at start for "
+                          "the server "
                           "to answer (one launched alongside may still be loading its index); then it stops "
                           "with what to do.")
     duplicate_ids: Literal["fail", "keep_first"] = Field("fail", description="An index built from "
@@ -239,6 +274,15 @@ class GenerationConfig(Section):
                                 "and less memory, slower decoding (the CPU tests set it). Eval/estimate and "
                                 "colocated training.")
     script: str | None = Field(None, description="scripted backend: JSONL of scripted model turns.")
+    options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, validate_default=True, description="The settings of a backend that has its own (its registry line names "
+        "their model: `options=`), by backend name: `generation.options.NAME.KEY`; each is checked by its "
+        "backend's model (the tables under Registered choices), and the selected backend's defaults are filled in.")
+
+    @field_validator("options")
+    @classmethod
+    def _backend_options(cls, v: dict[str, dict[str, Any]], info: Any) -> dict[str, dict[str, Any]]:
+        return choices.BACKENDS.validate_options(v, info.data.get("backend"))
 
 
 # ----------------------------------------------------------------------------------------- metrics
@@ -373,16 +417,19 @@ class CriticConfig(Section):
         "e.g. vLLM's guided decoding; the schema is sent), json_object (JSON mode), none (plain prompting "
         "with the schema in the prompt only, for providers that have neither).")
     concurrency: int = Field(8, ge=1, description="openai: requests in flight.")
-    timeout_s: float = Field(60.0, gt=0, description="openai: one deadline per request (connect, send and the "
-                             "whole answer), not a limit per socket read.")
+    timeout_s: float = Field(60.0, gt=0, le=MAX_SECONDS, description="openai: one deadline per request (connect, "
+                             "send and the whole answer), not a limit per socket read; at most a day.")
     retries: int = Field(3, ge=0, description="openai: retries with exponential backoff.")
-    backoff_s: float = Field(0.5, ge=0, description="openai: first retry delay; doubles on each retry.")
-    max_retry_after_s: float = Field(60.0, ge=0, description="openai: longest wait a `Retry-After` header "
+    backoff_s: float = Field(0.5, ge=0, le=MAX_SECONDS, description="openai: first retry delay; doubles on each "
+                             "retry.")
+    max_retry_after_s: float = Field(60.0, ge=0, le=MAX_SECONDS, description="openai: longest wait a `Retry-After` "
+                                     "header "
                                      "(429/503) is honoured for.")
     breaker_failures: int = Field(5, ge=0, description="openai: failed attempts in a row (transport errors, "
                                   "timeouts, 5xx) after which the endpoint is not called for breaker_cooldown_s "
                                   "(those items fail at once, counted); 0 disables the circuit breaker.")
-    breaker_cooldown_s: float = Field(30.0, gt=0, description="openai: how long an open circuit breaker refuses "
+    breaker_cooldown_s: float = Field(30.0, gt=0, le=MAX_SECONDS, description="openai: how long an open circuit "
+                                      "breaker refuses "
                                       "calls before one probe is let through.")
     check_endpoint: bool = Field(True, description="openai (and the answer grader): check that the endpoint "
                                  "answers and serves `model` before any model loads (eval, train); not in a "
@@ -404,6 +451,15 @@ class CriticConfig(Section):
                                     "words and values (at least one) the clause holding a short answer must "
                                     "also hold for the answer to be grounded: the clause answers the question, "
                                     "not merely names the answer (0: any clause holding the answer).")
+    options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, validate_default=True, description="The settings of a judge that has its own (its registry line names their "
+        "model: `options=`), by judge name: `critic.options.NAME.KEY`; each is checked by its judge's model (the "
+        "tables under Registered choices), and the selected judge's defaults are filled in.")
+
+    @field_validator("options")
+    @classmethod
+    def _judge_options(cls, v: dict[str, dict[str, Any]], info: Any) -> dict[str, dict[str, Any]]:
+        return choices.JUDGES.validate_options(v, info.data.get("judge"))
 
     @field_validator("base_url")
     @classmethod
@@ -411,14 +467,15 @@ class CriticConfig(Section):
         u = urlparse(v)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8001/v1, got {v!r}")
-        return v
+        return check_url_port(v)
 
 
 # ---------------------------------------------------------------------------------------- simulate
 class SimulateConfig(Section):
     """Reward-dynamics simulator (`awarl simulate`, docs/simulator.md). Reward constants come from `reward:`."""
 
-    seed: int = Field(0, description="First seed: each seed draws its own population and training samples.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="First seed: each seed draws its own population and "
+                      "training samples (seed + seeds - 1 at most 2**32 - 1).")
     seeds: int = Field(1, ge=1, description="Seeds run (seed, seed + 1, ...); the summary gives means and "
                        "standard deviations over them, the curves their means.")
     steps: int = Field(1000, ge=1, description="Policy-gradient steps per run (long enough for the refusal "
@@ -515,6 +572,13 @@ class SimulateConfig(Section):
             raise ValueError(f"every γ must be in (0, 1], got {bad}")
         return v
 
+    @model_validator(mode="after")
+    def _seeds_in_range(self) -> SimulateConfig:
+        if self.seed + self.seeds - 1 > MAX_SEED:
+            raise ValueError(f"seed + seeds - 1 = {self.seed + self.seeds - 1} is past {MAX_SEED} (2**32 - 1), the "
+                             "largest seed numpy takes")
+        return self
+
 
 # -------------------------------------------------------------------------------- estimate / eval
 class EstimateConfig(Section):
@@ -562,6 +626,11 @@ class ResearchConfig(Section):
                                          "(default: critic.base_url, the judge's server).")
     planner_model: str | None = Field(None, description="planner=openai: model name (default: critic.model). "
                                       "Timeouts, retries, key and cache are the critic's.")
+
+    @field_validator("planner_base_url")
+    @classmethod
+    def _planner_port(cls, v: str | None) -> str | None:
+        return None if v is None else check_url_port(v)
     judge: JudgeName = Field(
         "lexical", description="The judge whose verdicts decide the loop's approvals, re-queries and abstentions "
         "(every attempt and the final answer), one of critic.judge's (but `none`); `gold` is an ORACLE: it reads "
@@ -605,8 +674,7 @@ class CollapseConfig(Section):
     or an update."""
 
     signals: list[CollapseSignal] = Field(
-        default_factory=lambda: ["refusal_low", "refusal_high", "invalid", "entropy_low", "entropy_spike",
-                                 "truncated", "length_collapse", "reward_flat"],
+        default_factory=lambda: list(get_args(CollapseSignal)),  # every signal, in the Literal's order
         description="The signals watched ([] turns the alarms off): refusal_low / refusal_high (awarl/share_abstain "
                     "stuck near 0 / 1 while the reward's ρ̂ is not), invalid (awarl/share_invalid), entropy_low / "
                     "entropy_spike (TRL's per-token policy entropy, absolute floor / rise over the run's start), "
@@ -679,7 +747,7 @@ class TrainConfig(Section):
         "log-probs within 2e-4), and it saves that forward (on CPU about a fifth of a SmolLM2 step: "
         "docs/benchmarks.md, issue 42).")
     vllm_server_host: str = Field("127.0.0.1", description="vllm_mode=server: host of `trl vllm-serve`.")
-    vllm_server_port: int = Field(8000, description="vllm_mode=server: port.")
+    vllm_server_port: int = Field(8000, ge=1, le=MAX_PORT, description="vllm_mode=server: port.")
     save_steps: int = Field(50, ge=1, description="Checkpoint every N steps.")
     save_total_limit: int | None = Field(None, ge=2, description="Keep only the newest N checkpoints (null: "
                                          "all). A 7B ZeRO-3 checkpoint with its optimizer state is ~100 GB. At "
@@ -878,9 +946,34 @@ Origins = dict[tuple[str, ...], Path]
 def _record_origins(data: dict, path: Path, origins: Origins, prefix: tuple[str, ...] = ()) -> None:
     """Note `path` as where each key of `data` (at every depth) was set."""
     for k, v in data.items():
-        origins[(*prefix, str(k))] = path
+        key = (*prefix, str(k))
+        origins[key] = path
         if isinstance(v, dict):
-            _record_origins(v, path, origins, (*prefix, str(k)))
+            _record_origins(v, path, origins, key)
+
+
+def yaml_key_lines(path: Path) -> dict[tuple[str, ...], int]:
+    """The line (1-based) of every mapping key of a YAML file, by its key path (what `_record_origins` notes
+    for the file); keys brought in by a `<<:` merge have none. Read within load_yaml's bounds."""
+    loader = _BoundedLoader(read_text_file(path))
+    try:
+        root = loader.get_single_node()
+    except yaml.YAMLError:
+        return {}   # read_yaml_mapping has read the same file: only a file changed since has no lines
+    finally:
+        loader.dispose()
+    lines: dict[tuple[str, ...], int] = {}
+
+    def walk(node: Any, prefix: tuple[str, ...]) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    path_of_key = (*prefix, key.value)
+                    lines[path_of_key] = key.start_mark.line + 1
+                    walk(value, path_of_key)
+
+    walk(root, ())
+    return lines
 
 
 def origin_of(loc: tuple, origins: Origins) -> Path | None:
@@ -1012,17 +1105,32 @@ def config_from_dict(data: dict, source: str = "<config>", origins: Origins | No
         raise ConfigError(format_validation_error(e, source, origins=origins, root=root) + hint) from None
 
 
+OverrideOrigins = dict[tuple[str, ...], tuple[str, Any]]
+
+
+def claim_overrides(origins: Origins, overrides: list[str]) -> OverrideOrigins:
+    """Take the keys the overrides set away from the files in `origins` (in place): an override replaces the
+    key, and the whole section when its value is one. Returns each overridden key's last override (its text and
+    value); a key inside an overridden section was set by it when that value holds the key."""
+    claimed: OverrideOrigins = {}
+    for text in overrides:
+        parts, value = parse_override(text)
+        key = tuple(parts)
+        for held in (origins, claimed):
+            for k in [k for k in held if k[:len(key)] == key]:
+                del held[k]
+        claimed[key] = (text, value)
+    return claimed
+
+
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> AwarlConfig:
     """Read a YAML config (following `extends:`), apply dotted overrides, validate. Raises ConfigError."""
     origins: Origins = {}
     root = Path(path).resolve() if path else None
     data = read_config_yaml(Path(path), origins=origins) if path else {}
-    for text in overrides or []:  # an overridden key is the command line's (named by `source`), not a parent's
-        parts = tuple(parse_override(text)[0])
-        for k in [k for k in origins if k[:len(parts)] == parts]:
-            del origins[k]
-        if root is not None:
-            origins[parts] = root
+    claimed = claim_overrides(origins, overrides or [])
+    if root is not None:  # an overridden key is the command line's (named by `source`), not a parent's
+        origins.update(dict.fromkeys(claimed, root))
     data = apply_overrides(data, overrides or [])
     source = str(path) if path else "<defaults>"
     if overrides:

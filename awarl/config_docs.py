@@ -31,7 +31,9 @@ hand (`tests/test_config_docs.py` fails when this file is stale). Every key can 
 `reward.gamma=0.25`; unknown keys are errors. Precedence, lowest first: defaults, the config file, a
 command's own flags (e.g. `awarl eval --index D` is `retrieval.index_dir=D`), then `KEY=VALUE` overrides in
 order. Defaults marked (R) are our reconstruction of constants the AWA-RL paper does not publish
-([method](method.md)). Every run saves its resolved config as `resolved_config.yaml`.
+([method](method.md)). Every run saves its resolved config as `resolved_config.yaml`;
+`awarl config show --config C.yaml [KEY=VALUE ...]` prints it before a run, each key with the file and line,
+`extends:` parent, override or default that set it.
 
 Every YAML file awarl reads (configs, sweep files, templates, override values) is read within bounds, each
 breach a one-line error naming the file, line and column: at most 32 levels of nesting and 100,000 values
@@ -85,6 +87,15 @@ def default_text(field: Any) -> str:
     return "`" + json.dumps(value, ensure_ascii=False, default=str) + "`"
 
 
+def field_rows(model: type[BaseModel]) -> list[str]:
+    """One table row per field of a config model: key, type (with bounds), default, description."""
+    rows = []
+    for name, field in model.model_fields.items():
+        desc = " ".join((field.description or "").split()).replace("|", "\\|")
+        rows.append(f"| `{name}` | {type_name(field.annotation) + bounds_text(field)} | {default_text(field)} | {desc} |")
+    return rows
+
+
 def render_section(model: type[BaseModel], path: str, out: list[str]) -> None:
     """One table per section; sub-sections (and lists of them, like data.train) follow as their own."""
     doc = " ".join((model.__dict__.get("__doc__") or "").split())
@@ -92,11 +103,9 @@ def render_section(model: type[BaseModel], path: str, out: list[str]) -> None:
     if doc:
         out.append(doc + "\n")
     out.append("| key | type | default | description |\n|---|---|---|---|")
+    out.extend(field_rows(model))
     nested: list[tuple[type[BaseModel], str]] = []
     for name, field in model.model_fields.items():
-        desc = " ".join((field.description or "").split()).replace("|", "\\|")
-        kind = type_name(field.annotation) + bounds_text(field)
-        out.append(f"| `{name}` | {kind} | {default_text(field)} | {desc} |")
         sub = section_model(field.annotation)
         if sub is not None:
             suffix = "[]" if get_origin(field.annotation) is list else ""
@@ -124,12 +133,20 @@ def render_registry(reg: Registry, out: list[str]) -> None:
     for e in reg:
         target = f"`data/{e.target}`" if reg.data_files else f"`{e.target}`"
         out.append(f"| `{e.name}` | {e.description.replace('|', chr(92) + '|')} | {target} |")
+    for e in reg:
+        model = reg.options_model(e.name) if e.options else None
+        if model is not None:
+            out.append(f"\n#### `{reg.options_key}.{e.name}`: the settings of `{e.name}` (`{e.options}`)\n")
+            out.append("| key | type | default | description |\n|---|---|---|---|")
+            out.extend(field_rows(model))
 
 
 def render_config_markdown() -> str:
     out = [HEADER]
     for name, field in AwarlConfig.model_fields.items():
-        render_section(section_model(field.annotation), name, out)
+        section = section_model(field.annotation)
+        assert section is not None, f"AwarlConfig.{name} is not a section"  # every top-level key is one
+        render_section(section, name, out)
     out.append(CHOICES_HEADER)
     for reg in REGISTRIES:
         render_registry(reg, out)

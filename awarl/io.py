@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from awarl.locks import path_lock
+
 log = logging.getLogger(__name__)
 
 
@@ -33,6 +35,14 @@ FILE_MODE = 0o666 & ~_umask()
 DIR_MODE = 0o777 & ~_umask()
 
 
+def named(e: OSError, path: str | os.PathLike) -> OSError:
+    """`e` with `path` as its file name when it has none (a failed write() names no file: a full disk then says
+    "No space left on device" and not where), for the command line's one-line message."""
+    if e.filename is not None or e.errno is None:
+        return e
+    return type(e)(e.errno, e.strerror, os.fspath(path))
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write via a temp file in the same folder + rename, so a crash never leaves a half-written file."""
     path = Path(path)
@@ -45,6 +55,9 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise named(e, path) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -65,21 +78,21 @@ def atomic_write_folder(out: str | os.PathLike, marker: str, fill: Callable[[Pat
     kind (it holds the file `marker`, which `fill` writes); anything else in it is refused (ValueError), not
     overwritten."""
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not (out / marker).is_file():
-        raise ValueError(f"{out}: exists and holds something else (no {marker}); choose another folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    try:
-        fill(tmp)
-        _set_output_modes(tmp)
-        if not (tmp / marker).is_file():
-            raise RuntimeError(f"{out}: the folder written has no {marker}")
-        if out.exists():
-            shutil.rmtree(out)
-        os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with path_lock(out, str(out)):  # one writer: two would each delete the other's result to rename their own
+        if out.exists() and (not out.is_dir() or any(out.iterdir())) and not (out / marker).is_file():
+            raise ValueError(f"{out}: exists and holds something else (no {marker}); choose another folder")
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+        try:
+            fill(tmp)
+            _set_output_modes(tmp)
+            if not (tmp / marker).is_file():
+                raise RuntimeError(f"{out}: the folder written has no {marker}")
+            if out.exists():
+                shutil.rmtree(out)
+            os.rename(tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
 
 def _set_output_modes(folder: Path) -> None:
@@ -233,10 +246,13 @@ def append_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
         return
     journal = _append_journal(path, path.stat().st_size if path.exists() else 0)
     atomic_write_bytes(journal, data)
-    with open(path, "ab") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(path, "ab") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:   # the journal stays: the next reader completes the batch (or cuts it back)
+        raise named(e, path) from None
     journal.unlink()
 
 
@@ -329,6 +345,28 @@ def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     with open(path, "rb") as f:
         while block := f.read(chunk):
             h.update(block)
+    return h.hexdigest()
+
+
+SAMPLE_BLOCK = 64 << 10
+SAMPLE_BLOCKS = 16
+
+
+def file_sample_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a file's size and of 16 blocks of 64 KiB spread evenly over it (first and last included; the
+    whole file when it is no larger): a fingerprint that costs about a megabyte read whatever the size, so
+    it can be checked at every load where a full hash of a multi-GB file could not. It tells a file from
+    another one (another build, a truncation, a copy cut short) unless the two agree on every sampled block."""
+    size = os.path.getsize(path)
+    h = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        if size <= SAMPLE_BLOCK * SAMPLE_BLOCKS:
+            h.update(f.read())
+        else:
+            step = (size - SAMPLE_BLOCK) / (SAMPLE_BLOCKS - 1)
+            for i in range(SAMPLE_BLOCKS):
+                f.seek(int(i * step))
+                h.update(f.read(SAMPLE_BLOCK))
     return h.hexdigest()
 
 

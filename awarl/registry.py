@@ -4,7 +4,9 @@ where the implementation lives ("package.module:attr") and a one-line descriptio
 The names are known without importing any implementation (the target is imported on first `load`), so
 `awarl.config` builds its allowed values from them without importing torch, httpx or vLLM. The config's
 Literal, the CLI's choices and help, the generated docs/config.md and the dispatch all read this one table;
-the registries themselves are in `awarl.choices` (docs/extending.md).
+the registries themselves are in `awarl.choices` (docs/extending.md). An implementation with settings of its
+own names their model (`options=`), validated under the registry's `options_key` (`critic.options.NAME`).
+Plug-ins outside awarl register the same way from their own modules, named in $AWARL_PLUGINS (`load_plugins`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,11 @@ import importlib
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, overload
+
+from pydantic import BaseModel, ValidationError
+
+T = TypeVar("T")
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_\-]*\Z")
 _TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*\Z")
@@ -25,6 +31,7 @@ class Entry:
     name: str
     target: str  # "package.module:attr" (attr may be dotted: "module:Class.method"), or a file under data/
     description: str
+    options: str | None = None  # "package.module:Model": the pydantic model of its own settings, if any
 
 
 class Registry:
@@ -34,17 +41,19 @@ class Registry:
     samples), not code."""
 
     def __init__(self, what: str, key: str, contract: str, extras: Mapping[str, str] | None = None, *,
-                 data_files: bool = False) -> None:
+                 data_files: bool = False, options_key: str | None = None) -> None:
         self.what = what          # "dataset format"
         self.key = key            # the config key(s) it fills, e.g. "critic.judge"
         self.contract = contract  # what a target must be, in words (docs/extending.md)
         self.extras = dict(extras or {})
         self.data_files = data_files
+        self.options_key = options_key  # the config key of its implementations' own settings ("critic.options")
         self._entries: dict[str, Entry] = {}
-        self._loaded: dict[str, Any] = {}
+        self._loaded: dict[str, object] = {}
 
-    def add(self, name: str, target: str, description: str) -> None:
-        """Register `name`: the one line a new implementation adds (in awarl/choices.py)."""
+    def add(self, name: str, target: str, description: str, *, options: str | None = None) -> None:
+        """Register `name`: the one line a new implementation adds (in awarl/choices.py, or a plug-in's module).
+        `options`: "package.module:Model", the pydantic model of its settings (`{options_key}.NAME.KEY`)."""
         if not _NAME.match(name):
             raise ValueError(f"{self.what} name {name!r}: use lowercase letters, digits, '_' or '-'")
         if name in self._entries or name in self.extras:
@@ -54,7 +63,11 @@ class Registry:
             raise ValueError(f"{self.what} {name!r}: target {target!r} must be {form}")
         if not description.strip():
             raise ValueError(f"{self.what} {name!r}: needs a description (it goes to --help and docs/config.md)")
-        self._entries[name] = Entry(name, target, " ".join(description.split()))
+        if options is not None and (self.options_key is None or not _TARGET.match(options)):
+            raise ValueError(f"{self.what} {name!r}: options {options!r} must be 'package.module:Model'"
+                             if self.options_key else f"{self.what} {name!r}: a {self.what} has no settings of "
+                             f"its own ({self.key})")
+        self._entries[name] = Entry(name, target, " ".join(description.split()), options)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -81,22 +94,66 @@ class Registry:
         """The one-line error of a name that is not registered."""
         return f"{self.key}: unknown {self.what} {name!r}; choose one of {', '.join(self.choices)}"
 
-    def load(self, name: str) -> Any:
-        """The implementation registered as `name`, imported on first use (cached)."""
+    @overload
+    def load(self, name: str) -> object: ...
+
+    @overload
+    def load(self, name: str, kind: type[T]) -> T: ...
+
+    def load(self, name: str, kind: type[T] | None = None) -> object:
+        """The implementation registered as `name`, imported on first use (cached). `kind`: what the registry's
+        targets are (`DataFormat`, `Strategy`, `JudgeKind`, ...): the target is checked to be one, and typed so."""
+        obj = self._load(name)
+        if kind is not None and not isinstance(obj, kind):
+            raise TypeError(f"{self.key}: {self.what} {name!r} is registered as {self.entry(name).target!r}, which is "
+                            f"a {type(obj).__name__}, not a {kind.__name__} ({self.contract})")
+        return obj
+
+    def _load(self, name: str) -> object:
         if self.data_files:
             raise TypeError(f"{self.key}: the {self.what} registry holds data files, not code: use entry(name).target")
         if name not in self._loaded:
-            entry = self.entry(name)
-            module, _, attr = entry.target.partition(":")
-            try:
-                obj: Any = importlib.import_module(module)
-                for part in attr.split("."):
-                    obj = getattr(obj, part)
-            except (ImportError, AttributeError) as e:
-                raise ImportError(f"{self.key}: {self.what} {name!r} is registered as {entry.target!r}, which "
-                                  f"cannot be loaded: {e}") from e
-            self._loaded[name] = obj
+            self._loaded[name] = self._import(name, self.entry(name).target)
         return self._loaded[name]
+
+    def _import(self, name: str, target: str) -> object:
+        module, _, attr = target.partition(":")
+        try:
+            obj: Any = importlib.import_module(module)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as e:
+            raise ImportError(f"{self.key}: {self.what} {name!r} is registered as {target!r}, which cannot be "
+                              f"loaded: {e}") from e
+        return obj
+
+    def options_model(self, name: str) -> type[BaseModel] | None:
+        """The model of `name`'s own settings (None when it has none), imported on first use."""
+        target = self.entry(name).options
+        if target is None:
+            return None
+        model = self._import(name, target)
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            raise TypeError(f"{self.key}: the options of {self.what} {name!r} ({target!r}) are not a pydantic model")
+        return model
+
+    def validate_options(self, options: Mapping[str, Any], selected: str | None) -> dict[str, dict[str, Any]]:
+        """`{options_key}` validated: each key a registered name with settings of its own, each value what its
+        model makes of it (defaults filled in); the selected implementation's defaults added when absent, so a
+        run's resolved config records them. ValueError naming `NAME.KEY` and what is wrong."""
+        out: dict[str, dict[str, Any]] = {}
+        with_options = [e.name for e in self if e.options]
+        for name in [*options, *([selected] if selected in with_options and selected not in options else [])]:
+            model = self.options_model(name) if name in self else None
+            if model is None:
+                raise ValueError(f"{name!r} is no {self.what} with settings of its own; those that have some: "
+                                 f"{', '.join(with_options) or 'none'}")
+            try:
+                out[name] = model.model_validate(options.get(name) or {}).model_dump(mode="json")
+            except ValidationError as e:
+                raise ValueError("; ".join(f"{name}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+                                           for err in e.errors())) from None
+        return out
 
     def describe(self, *, extras: bool = True) -> str:
         """`a`: what a is; `b`: what b is (for field descriptions and --help)."""
@@ -113,3 +170,22 @@ def literal_of(*values: str) -> Any:
     if not values:
         raise ValueError("a Literal needs at least one value")
     return Literal[values]  # Literal[("a", "b")] is Literal["a", "b"]
+
+
+PLUGINS_ENV = "AWARL_PLUGINS"
+
+
+def load_plugins(spec: str) -> list[str]:
+    """Import the plug-in modules of `spec` ($AWARL_PLUGINS: module names, comma-separated), each of which adds
+    its registry lines (`from awarl.choices import JUDGES; JUDGES.add(...)`), so that a judge, backend, format,
+    strategy or reading of a package outside awarl is a choice like the shipped ones (the config, --help and
+    docs/config.md list it) without editing awarl. Returns the modules imported."""
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    for name in names:
+        if not re.fullmatch(r"[A-Za-z_][\w.]*", name):
+            raise ImportError(f"{PLUGINS_ENV}: {name!r} is not a module name (modules, comma-separated)")
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise ImportError(f"{PLUGINS_ENV}: the plug-in module {name!r} cannot be imported: {e}") from e
+    return names

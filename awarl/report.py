@@ -211,10 +211,11 @@ def plot_results(results: dict[str, Any], path: str | os.PathLike) -> Path:
     for j, (key, label) in enumerate(_PLOT_METRICS):
         vals = [m.get(key) or 0.0 for _, m in rows]
         cis = [(m.get("ci") or {}).get(key) for _, m in rows]
+        bounds = [c for c in cis if c]
         err = None
-        if rows and all(cis):
-            err = np.array([[v - c[0] for v, c in zip(vals, cis, strict=True)],
-                            [c[1] - v for v, c in zip(vals, cis, strict=True)]]).clip(min=0)
+        if rows and len(bounds) == len(cis):
+            err = np.array([[v - c[0] for v, c in zip(vals, bounds, strict=True)],
+                            [c[1] - v for v, c in zip(vals, bounds, strict=True)]]).clip(min=0)
         ax.bar(x + (j - (len(_PLOT_METRICS) - 1) / 2) * width, vals, width, label=label, yerr=err, capsize=2)
     ax.set_xticks(x, [name for name, _ in rows])
     ax.set_ylim(0, 1.05)

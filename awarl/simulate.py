@@ -284,6 +284,7 @@ def simulate_run(pop: Population, sc: SimulateConfig, rc: RewardConfig, strategy
         # the pre-RL one, so the curve is the batch's own (noisier)
         h["rho_hat"].append(scored.rho_hat if rc.p_online == "group" else run.population_rho_hat())
         if run.awarl:
+            assert scored.e is not None and scored.e_bar is not None  # an AWA-RL batch always has them
             h["E"].append(scored.e)
             h["E_bar"].append(scored.e_bar)
             h["penalty"].append(scored.penalty)
@@ -400,7 +401,7 @@ def late_behaviour(refusal: Sequence[float], tail_fraction: float = 0.2) -> tupl
     """(late drift, late sd) of one run's refusal curve: how far its mean over the last `tail_fraction` moved from
     the window before it, and its standard deviation within that last window."""
     ref = np.asarray(refusal, dtype=float)
-    last = np.asarray(late_window(ref, tail_fraction))
+    last = np.asarray(late_window(refusal, tail_fraction), dtype=float)
     w = len(last)
     before = ref[-2 * w:-w] if len(ref) >= 2 * w else ref[:1]
     return abs(float(last.mean()) - float(before.mean())), float(last.std())

@@ -61,6 +61,7 @@ class Handler(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         case = self.path.split("/")[1]
         srv = self.server
+        assert isinstance(srv, _Server)
         with srv.lock:
             srv.seen.setdefault(case, []).append(time.monotonic())
             n = len(srv.seen[case])
@@ -96,10 +97,19 @@ class Handler(BaseHTTPRequestHandler):
             pass
 
 
-def serve() -> ThreadingHTTPServer:
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.daemon_threads = True
-    srv.seen, srv.lock = {}, threading.Lock()
+class _Server(ThreadingHTTPServer):
+    """The fake endpoint: the arrival times of each case's requests (what the client's retries did)."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.seen: dict[str, list[float]] = {}
+        self.lock = threading.Lock()
+
+
+def serve() -> _Server:
+    srv = _Server()
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
 

@@ -45,6 +45,7 @@ import tempfile
 import time
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -78,7 +79,7 @@ def measure(judge, retriever, limit: int | None = None, distractor_count: bool =
     out: dict[str, dict] = {}
     t_judge = 0.0
     for name in DATASETS:
-        acc = {"agree": 0, "cited": 0, "lex_sup": 0, "lex_sup_gold": 0, "gold_cited": 0, "gold_found": 0,
+        acc: dict[str, Any] = {"agree": 0, "cited": 0, "lex_sup": 0, "lex_sup_gold": 0, "gold_cited": 0, "gold_found": 0,
                "diff": [], "r_lex": [], "r_gold": [], "pairs": 0, "paid": 0, "failed": 0,
                "gold_answers": 0, "gold_grounded": 0, "wrong_answers": 0, "wrong_grounded": 0,
                "shown_answers": 0, "shown_grounded": 0}
@@ -290,6 +291,8 @@ def load_lexical(path: str | None):
     if not path:
         return LexicalJudge(CriticConfig())
     spec = importlib.util.spec_from_file_location("lexical_under_test", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"--lexical {path}: not a Python file")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.LexicalJudge(CriticConfig())

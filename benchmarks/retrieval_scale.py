@@ -258,7 +258,10 @@ async def _client(port: int, bodies: list[bytes], stop_at: float, counts: list[i
             writer.write(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                          b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
             head = await reader.readuntil(b"\r\n\r\n")
-            length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+            found = re.search(rb"(?i)content-length: *(\d+)", head)
+            if found is None:
+                raise RuntimeError(f"no Content-Length in {head[:100]!r}")
+            length = int(found.group(1))
             await reader.readexactly(length)
             if not head.startswith(b"HTTP/1.1 200"):
                 raise RuntimeError(head[:100])
@@ -296,7 +299,8 @@ def server_throughput(index: Path, server_args: list[str], seconds: float = 5.0)
                     break
             except OSError:
                 if proc.poll() is not None or time.time() > deadline:
-                    raise RuntimeError(f"server did not start: {proc.stderr.read()[-2000:]}") from None
+                    err = proc.stderr.read()[-2000:] if proc.stderr else ""
+                    raise RuntimeError(f"server did not start: {err}") from None
                 time.sleep(0.2)
         return {"rps_1": load_test(port, 1, seconds), "rps_64": load_test(port, 64, seconds)}
     finally:

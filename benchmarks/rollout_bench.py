@@ -102,9 +102,10 @@ def build_model(shape: str, tokenizer: Any, tiny_dir: Path, device: str) -> Any:
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    if SHAPES[shape] is None:
+    shape_kw = SHAPES[shape]
+    if shape_kw is None:
         return AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).to(device).eval()
-    layers = dict(SHAPES[shape])
+    layers = dict(shape_kw)
     vocab = layers.pop("vocab_size") or len(tokenizer)
     cfg = Qwen2Config(vocab_size=vocab, max_position_embeddings=32768, rope_theta=1e6, use_sliding_window=False,
                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **layers)
@@ -159,7 +160,8 @@ class PeakMemory:
     (VmHWM reset through /proc/self/clear_refs after glibc returned its free memory); None elsewhere."""
 
     def __init__(self, device: str) -> None:
-        self.device, self.mib = device, None
+        self.device = device
+        self.mib: float | None = None
 
     @contextlib.contextmanager
     def measure(self) -> Iterator[None]:
@@ -173,10 +175,10 @@ class PeakMemory:
             torch.cuda.synchronize()
             self.mib = (torch.cuda.max_memory_allocated() - base) / 2**20
             return
-        base = _rss_kib("VmRSS") if _reset_peak_rss() else None
+        rss = _rss_kib("VmRSS") if _reset_peak_rss() else None
         yield
-        peak = _rss_kib("VmHWM") if base is not None else None
-        self.mib = None if peak is None else (peak - base) / 1024
+        peak = _rss_kib("VmHWM") if rss is not None else None
+        self.mib = None if peak is None or rss is None else (peak - rss) / 1024
 
 
 def _reset_peak_rss() -> bool:
@@ -364,6 +366,11 @@ def plain_generate(model: Any, rows: list[list[int]], new_tokens: int, pad_id: i
         out = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                              do_sample=True, temperature=1.0, top_k=0, top_p=1.0, pad_token_id=pad_id, **kw)
     return int(out.shape[0] * (out.shape[1] - width))
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, None where either is missing or b is 0."""
+    return a / b if a is not None and b else None
 
 
 def median(xs: list[float]) -> float | None:
@@ -569,11 +576,10 @@ def vllm_rows(args: argparse.Namespace, tok: Any, model: Any, questions: list[st
             "vllm": getattr(vllm, "__version__", "?"), "temperature": args.vllm_temperature,
             "runs": rows, "median_seconds": med, "same_trajectories": all(same[1:]),
             "session_stats": stats["session"], "prefix_cached_tokens_by_round": cached,
-            "per_turn_over_session": med["per_turn"] / med["session"] if med["session"] else None,
-            "session_over_plain": med["session"] / med["plain"] if med["plain"] else None,
+            "per_turn_over_session": _ratio(med["per_turn"], med["session"]),
+            "session_over_plain": _ratio(med["session"], med["plain"]),
             "session_over_plain_paired": paired_ratio(rows["session"]["seconds"], rows["plain"]["seconds"]),
-            "session_over_plain_prompt_only": (med["session"] / med["plain_prompt_only"]
-                                               if med["plain_prompt_only"] else None)}
+            "session_over_plain_prompt_only": _ratio(med["session"], med["plain_prompt_only"])}
 
 
 def _count_steps(llm: Any) -> dict[str, Any]:

@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 import tomllib
-from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -39,7 +38,7 @@ def project_requirements(pyproject: Path, extras: list[str]) -> list[Requirement
 
 
 def _applies(req: Requirement, extra: str) -> bool:
-    return req.marker is None or req.marker.evaluate({**default_environment(), "extra": extra})
+    return req.marker is None or req.marker.evaluate({"extra": extra})  # over this interpreter's environment
 
 
 def closure(roots: list[Requirement]) -> dict[str, str]:

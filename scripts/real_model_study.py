@@ -80,7 +80,7 @@ MODEL = "smollm2-135m"
 SPLIT_SEED = 42
 EVAL_PER_DATASET = 50
 WARMUP_PER_DATASET = 40
-ADAPTER = {"steps": 36, "batch_size": 4, "lr": 1e-3, "seed": 0, "max_len": 1024, "r": 8, "alpha": 16,
+ADAPTER: dict[str, Any] = {"steps": 36, "batch_size": 4, "lr": 1e-3, "seed": 0, "max_len": 1024, "r": 8, "alpha": 16,
            "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
 
 
@@ -170,6 +170,34 @@ class Study:
     def cfg(self, *overrides: str) -> AwarlConfig:
         return load_config(self.config_file(), list(overrides))
 
+    # What a later session needs so as not to redo hours of CPU: the adapter, p_i and the warm checkpoint's
+    # evaluation, kept under RESULTS/stages (committed) and restored from there into a fresh --out.
+    STAGE_FILES = ("model/adapter/adapter_model.safetensors", "model/adapter/adapter_config.json",
+                   "model/adapter/adapter_info.json", "p_estimates.jsonl", "eval_warm/predictions.jsonl",
+                   "eval_warm/results.json", "eval_warm/results.md")
+
+    def persist_stages(self) -> None:
+        import shutil
+
+        if self.results is None or not self.protocol:
+            return
+        for rel in self.STAGE_FILES:
+            src, dst = self.out / rel, self.results / "stages" / rel
+            if src.exists() and not dst.exists():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
+
+    def restore_stages(self) -> None:
+        import shutil
+
+        if self.results is None or not self.protocol:
+            return
+        for rel in self.STAGE_FILES:
+            src, dst = self.results / "stages" / rel, self.out / rel
+            if src.exists() and not dst.exists():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
+
     def prepare(self) -> dict[str, list]:
         """Steps 1-3: the split, corpus and index, the base model, the study's protocol adapter, merged."""
         from awarl.agent.templates import load_template
@@ -178,6 +206,7 @@ class Study:
 
         split = split_questions(self.sizes["eval_per_dataset"], self.sizes["warmup_per_dataset"],
                                 self.sizes["pool_per_dataset"] or None)
+        self.restore_stages()
         self.write_base_config(split)
         cfg = self.cfg()
         retriever = closed_corpus_index(cfg, "real_model_study")
@@ -509,7 +538,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"prepared ({time.time() - t0:.0f} s)", flush=True)
     if args.stop_after == "prepare":
         return 0
+    study.persist_stages()
     study.estimate_and_reference()
+    study.persist_stages()
     print(f"p_i and the warm checkpoint's evaluation done ({time.time() - t0:.0f} s)", flush=True)
     if args.stop_after == "reference":
         return 0

@@ -237,3 +237,15 @@ def test_too_few_demo_questions_are_refused_before_anything_runs_naming_the_demo
     assert not (tmp_path / "resolved_config.yaml").exists()
     start_record(load_config(default_config_path(), [f"run.out_dir={tmp_path}", "demo.train_questions=8"]), tmp_path)
     assert (tmp_path / "resolved_config.yaml").is_file()
+
+
+def test_demo_real_says_how_much_of_the_excess_a_short_run_lets_the_ema_reach():
+    from awarl.config import load_config
+    from awarl.stages.demo_real import ema_horizon_line
+
+    cfg = load_config("configs/demo_real_cpu.yaml")
+    line = ema_horizon_line(cfg, 4)
+    assert "at most 34% of a steady excess" in line and "0 while |Ē| ≤ 0.05 (0.2 just beyond)" in line
+    assert "at most 88%" in ema_horizon_line(cfg, 20)
+    assert "bias-corrected" in ema_horizon_line(load_config("configs/demo_real_cpu.yaml",
+                                                            ["reward.ema_start=bias_corrected"]), 4)

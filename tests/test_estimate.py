@@ -145,9 +145,11 @@ def test_a_rerun_under_other_settings_is_refused_finished_or_not(tmp_path, tiny_
     seen: list[int] = []
     run_estimate(config_from_dict({**base, "estimate": {"k": 1}}), on_batch=seen.append)
     assert seen and json.loads(settings_path(out).read_text())["k"] == 1
-    # a file from an awarl that kept no record is trusted, as eval does with an older manifest
+    # rows without their record (deleted, or from an awarl that kept none) cannot be checked: refused, as eval
+    # refuses predictions without a manifest (issue 44: such a folder was resumed under any settings)
     settings_path(out).unlink()
-    run_estimate(config_from_dict({**base, "estimate": {"k": 1, "temperature": 0.7}}))
+    with pytest.raises(ValueError, match="holds p_i estimates .* but no p_estimates.manifest.json"):
+        run_estimate(config_from_dict({**base, "estimate": {"k": 1, "temperature": 0.7}}))
 
 
 def test_a_kill_during_the_first_append_is_replayed_before_the_settings_check(tmp_path, tiny_dir, index):

@@ -67,8 +67,10 @@ def test_a_billion_laughs_config_is_refused_at_once_within_a_small_memory(tmp_pa
     """The issue's 9-line alias bomb: 2.8 GB and a MemoryError after 52 s before; now one line in seconds."""
     cfg = tmp_path / "laughs.yaml"
     cfg.write_text(billion_laughs())
-    rc, lines, seconds = awarl_cli("train", "--config", str(cfg), "--dry-run", cwd=tmp_path, memory_mb=2048)
-    assert rc == 2 and seconds < 30
+    # the 2 GB address-space cap is the bound (before: MemoryError under it); no wall-clock bound, which a loaded
+    # CI machine broke (40 s only to start the command); awarl_cli's subprocess timeout catches a hang
+    rc, lines, _ = awarl_cli("train", "--config", str(cfg), "--dry-run", cwd=tmp_path, memory_mb=2048)
+    assert rc == 2
     assert "laughs.yaml:" in one_line_error(lines) and "100,000 values once its aliases are expanded" in lines[-1]
 
 

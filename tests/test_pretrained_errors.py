@@ -36,6 +36,54 @@ def write_gguf(path: Path, arch: str = "llama", kind: str | None = None, tokens:
     return path
 
 
+LLAMA_BLOCK = (("attn_norm", "d"), ("attn_q", "dd"), ("attn_k", "dd"), ("attn_v", "dd"), ("attn_output", "dd"),
+               ("ffn_norm", "d"), ("ffn_gate", "fd"), ("ffn_up", "fd"), ("ffn_down", "df"))
+
+
+def write_model_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), extra: tuple[str, ...] = (),
+                     chat_template: str | None = None) -> Path:
+    """A whole, convertible GGUF model: a one-layer llama of width 16 with a 58-token byte-level BPE vocabulary
+    (written with the gguf package as llama.cpp lays it out). `drop`: tensors left out; `extra`: tensors
+    added that the architecture has no place for; `arch`: the architecture declared over these tensors."""
+    import numpy as np
+
+    d, ff = 16, 32
+    tokens = ["<unk>", "<s>", "</s>", *map(chr, range(97, 123)), *("Ġ" + chr(c) for c in range(97, 123)),
+              "ab", "Ġa", "Ġ"]
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(1)
+    w.add_context_length(64)
+    w.add_embedding_length(d)
+    w.add_feed_forward_length(ff)
+    w.add_head_count(2)
+    w.add_head_count_kv(2)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * len(tokens))
+    w.add_token_scores([0.0] * len(tokens))
+    w.add_token_merges(["a b", "Ġ a"])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
+    dims = {"d": d, "f": ff}
+    shapes = {"token_embd.weight": (len(tokens), d), "output_norm.weight": (d,),
+              **{f"blk.0.{name}.weight": tuple(dims[c] for c in shape) for name, shape in LLAMA_BLOCK},
+              **{name: (d,) for name in extra}}
+    rng = np.random.default_rng(0)
+    for name, shape in shapes.items():
+        if name not in drop:
+            w.add_tensor(name, rng.standard_normal(shape).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
 def cli_error(capsys, argv: list[str]) -> str:
     rc = main(argv)
     err = capsys.readouterr().err.strip()

@@ -107,3 +107,23 @@ def test_the_study_runs_end_to_end_at_test_size_and_keeps_out_of_docs(tmp_path):
     # a rerun resumes: every stage is kept, nothing trains again
     assert S.main([*args, "--results", str(tmp_path / "r")]) == 0
     assert not list((tmp_path / "w" / "runs" / "plain-s0").glob("checkpoint-3"))
+
+
+def test_the_hours_of_cpu_behind_a_stage_travel_with_the_results_to_a_fresh_work_folder(tmp_path):
+    """The adapter, p_i and the warm checkpoint's evaluation are kept under RESULTS/stages (committed), so a later
+    session on another machine restores them instead of redoing them; a test-size study keeps nothing there."""
+    S = _study()
+    first = S.Study(tmp_path / "a", tmp_path / "r", S.MODEL, S.default_sizes(), S.RUNS, 2, {})
+    assert first.protocol
+    for rel in S.Study.STAGE_FILES:
+        (first.out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (first.out / rel).write_text(rel)
+    first.persist_stages()
+    fresh = S.Study(tmp_path / "b", tmp_path / "r", S.MODEL, S.default_sizes(), S.RUNS, 2, {})
+    fresh.restore_stages()
+    assert all((fresh.out / rel).read_text() == rel for rel in S.Study.STAGE_FILES)
+    small = S.Study(tmp_path / "c", tmp_path / "r2", "tiny", S.default_sizes(), S.RUNS, 2, {})
+    small.out.mkdir()
+    (small.out / "p_estimates.jsonl").write_text("x")
+    small.persist_stages()
+    assert not (tmp_path / "r2").exists()

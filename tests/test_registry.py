@@ -6,6 +6,7 @@ registry says it must be."""
 from __future__ import annotations
 
 import argparse
+import ast
 import inspect
 import re
 import subprocess
@@ -76,6 +77,18 @@ def test_registry_loads_lazily_once_and_names_what_is_wrong():
         with pytest.raises(ImportError, match=rf"x\.widget: widget '{name}' is registered as '[\w.:]+', which "
                                               "cannot be loaded"):
             reg.load(name)
+
+
+def test_load_as_the_registry_s_kind_returns_it_and_refuses_another():
+    from awarl.critic.schema import JudgeKind
+
+    reg = Registry("widget", "x.widget", "an awarl.critic.schema.JudgeKind")
+    reg.add("kind", "awarl.critic.gold_judge:GOLD", "a judge kind")
+    reg.add("factory", "awarl.critic.gold_judge:build", "the bare factory: what a judge was registered as before")
+    assert isinstance(reg.load("kind", JudgeKind), JudgeKind) and reg.load("kind", JudgeKind).oracle
+    with pytest.raises(TypeError, match=r"x\.widget: widget 'factory' is registered as 'awarl\.critic\.gold_judge:"
+                                        r"build', which is a function, not a JudgeKind \(an awarl"):
+        reg.load("factory", JudgeKind)
 
 
 def test_data_file_registry_holds_paths_not_code():
@@ -158,6 +171,106 @@ def test_every_registered_backend_loads_and_unknown_ones_are_refused(tmp_path):
         make_backend(GenerationConfig(), "m", None, kind="tgi")
     with pytest.raises(ValueError, match="needs generation.script"):
         make_backend(GenerationConfig(backend="scripted"), None, None)
+
+
+def _compared_names(path: Path) -> list[str]:
+    """Comparisons of a value with a registered judge or backend name (`x == "gold"`, `x in ("openai", ...)`)
+    and isinstance checks against a judge or backend class, in one file. `critic.gold_fallback` is the gold
+    judge's own option, not a judge's name."""
+    names = set(choices.JUDGES.names) | set(choices.BACKENDS.names)
+    classes = ("OpenAIJudge", "LexicalJudge", "GoldJudge", "HFBackend", "VLLMBackend", "ScriptedBackend")
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Compare) and "gold_fallback" not in ast.unparse(node):
+            sides = [node.left, *node.comparators]
+            sides += [e for c in sides if isinstance(c, (ast.Tuple, ast.List, ast.Set)) for e in c.elts]
+            if any(isinstance(c, ast.Constant) and c.value in names for c in sides):
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2 \
+                and any(c in ast.unparse(node.args[1]) for c in classes):
+            found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_code_compares_a_judge_or_backend_name():
+    """What a run must know of a judge or a backend is an attribute of its registered kind (JudgeKind.oracle,
+    .endpoint, .settings; BackendKind.replays_script, .vllm_engine): 22 comparisons with `"gold"`, `"openai"`,
+    `"scripted"`, ... and two isinstance(OpenAIJudge) checks made a plug-in judge or backend second-class (an
+    oracle not labelled, an endpoint not checked, a replay not recognised)."""
+    found = [f for path in sorted((REPO / "awarl").rglob("*.py")) for f in _compared_names(path)]
+    assert found == []
+
+
+def test_the_name_check_finds_a_comparison_and_an_isinstance(tmp_path):
+    code = tmp_path / "m.py"
+    code.write_text("def f(cfg, j):\n    a = cfg.critic.judge == 'gold'\n    b = j in ('x', 'scripted')\n"
+                    "    c = cfg.critic.gold_fallback == 'lexical'\n    return isinstance(j, OpenAIJudge)\n")
+    assert [f.split(":")[1] for f in _compared_names(code)] == ["2", "3", "5"]
+
+
+_PLUGIN_KINDS = r'''
+import awarl.choices as C
+# registered before the config is imported (it builds its Literals from the names), as a plug-in would be
+C.JUDGES.add("strict", "plugin_kinds:STRICT", "a plug-in oracle judge")
+C.JUDGES.add("remote", "plugin_kinds:REMOTE", "a plug-in judge behind a service")
+C.BACKENDS.add("replay", "plugin_kinds:REPLAY", "a plug-in replay of generation.script")
+import sys, types
+from awarl.agent.backends.base import BackendKind
+from awarl.agent.backends.scripted import build as replay_build
+from awarl.critic.gold_judge import build as gold_build
+from awarl.critic.lexical_judge import build as lexical_build
+from awarl.critic.schema import JudgeKind
+asked = []
+
+class Remote:
+    name, failures = "remote", 0
+    def __init__(self, cfg, cache_dir=None): self.cfg = cfg
+    def verify(self, items): return [None for _ in items]
+    def check_reachable(self, what, *, instead=""): asked.append(what)
+
+plugin = types.ModuleType("plugin_kinds")
+plugin.STRICT = JudgeKind(gold_build, oracle=True)
+plugin.REMOTE = JudgeKind(Remote, endpoint=True)
+plugin.REPLAY = BackendKind(replay_build, replays_script=True)
+sys.modules["plugin_kinds"] = plugin
+
+from awarl.config import ConfigError, load_config
+from awarl.critic import check_endpoints, make_judge
+from awarl.research.critic import judge_label
+from awarl.stages.eval_manifest import loop_judge_fields
+from awarl.stages.predictions import critic_label
+from awarl.stages.train_preflight import check_launchable, critic_plan
+
+out = {}
+cfg = load_config(None, ["critic.judge=strict", "research.judge=strict"])
+out["label"] = [critic_label(cfg), judge_label("strict"), loop_judge_fields(cfg)]
+out["plan"] = critic_plan(cfg, {"questions": 4, "with_gold_evidence": 3})
+remote = load_config(None, ["critic.judge=remote", "critic.model=m7"])
+check_endpoints(remote.critic, make_judge(remote.critic))
+out["checked"], out["remote_label"] = asked, critic_label(remote)
+replay = load_config(None, ["generation.backend=replay"])
+try:
+    check_launchable(replay, [])
+except ConfigError as e:
+    out["replay"] = str(e)
+print(json.dumps(out))
+'''
+
+
+def test_a_plug_in_s_kind_decides_what_its_name_decided_for_the_shipped_ones():
+    """A plug-in oracle judge is labelled and planned as the oracle it is, a plug-in judge behind a service is
+    checked before any model loads and names its model, a plug-in replay backend is refused without its
+    script: each was decided by comparing the shipped ones' names (`gold`, `openai`, `scripted`)."""
+    import json
+
+    run = subprocess.run([sys.executable, "-c", "import json\n" + _PLUGIN_KINDS], capture_output=True, text=True,
+                         timeout=300, cwd=REPO)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["label"] == ["strict", "strict (oracle)", {"loop_judge": "strict (oracle)", "oracle": True}]
+    assert out["plan"]["gold_evidence"] == "3 of 4 training questions" and "endpoint" not in out["plan"]
+    assert out["checked"] == ["citation judge (critic.judge: remote)"] and out["remote_label"] == "remote:m7"
+    assert out["replay"] == "generation.backend: replay needs generation.script, a replay file; got None"
 
 
 def test_dev_set_files_exist():
@@ -351,3 +464,89 @@ def test_config_reference_lists_each_registered_key_s_values_and_every_registry(
     for reg in choices.ALL:
         for value in reg.choices:
             assert f"| `{value}` |" in text.split("## Registered choices", 1)[1], (reg.what, value)
+
+
+_PLUGIN_JUDGE = '''
+from pydantic import Field
+
+from awarl.config import ConfigModel
+from awarl.critic.lexical_judge import LexicalJudge
+from awarl.critic.schema import JudgeKind
+
+
+class Options(ConfigModel):
+    """critic.options.strictlex"""
+
+    threshold: float = Field(0.9, ge=0, le=1, description="Token recall a claim needs in a passage (the plug-in's own).")
+
+
+def build(cfg, cache_dir=None):
+    judge = LexicalJudge(cfg.model_copy(update={"support_threshold": Options(**cfg.options.get("strictlex", {})).threshold}))
+    judge.name = "strictlex"
+    return judge
+
+
+STRICTLEX = JudgeKind(build)
+'''
+
+_PLUGIN_CHECKS = r"""
+import json, sys
+from awarl.cli import build_parser
+from awarl.config import ConfigError, load_config
+from awarl.config_docs import render_config_markdown
+from awarl.critic import make_judge
+
+import argparse
+sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+out = {"help": sub.choices["eval"].format_help(), "docs": render_config_markdown()}
+cfg = load_config(None, ["critic.judge=strictlex"])
+out["defaults"] = cfg.critic.options
+judge = make_judge(load_config(None, ["critic.judge=strictlex", "critic.options.strictlex.threshold=0.7"]).critic)
+out["built"] = [judge.name, judge.cfg.support_threshold]
+for bad in (["critic.options.strictlex.threshold=2"], ["critic.options.strictlex.treshold=0.5"],
+            ["critic.options.lexical.threshold=0.5"]):
+    try:
+        load_config(None, ["critic.judge=strictlex", *bad])
+    except ConfigError as e:
+        out.setdefault("refused", []).append(str(e).splitlines()[1].strip())
+print(json.dumps(out))
+"""
+
+
+def test_a_plug_in_with_a_setting_from_its_own_module_is_a_choice_like_the_shipped_ones(tmp_path):
+    """A judge of a package outside awarl, with a setting of its own, registered by a module named in
+    $AWARL_PLUGINS: --help and docs/config.md list it and its setting, the config fills in its default, builds
+    it with the value given, and refuses a bad value, an unknown key and settings for a judge that has none.
+    A judge with a setting needed config.py too (CriticConfig's flat 'lexical:' / 'openai:' fields)."""
+    import json
+    import os
+
+    pkg = tmp_path / "myplugins"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("", encoding="utf-8")
+    (pkg / "strictlex.py").write_text(_PLUGIN_JUDGE, encoding="utf-8")
+    (pkg / "register.py").write_text(
+        'from awarl.choices import JUDGES\n\nJUDGES.add("strictlex", "myplugins.strictlex:STRICTLEX", "the lexical '
+        'judge at a recall of its own", options="myplugins.strictlex:Options")\n', encoding="utf-8")
+    env = {**os.environ, "AWARL_PLUGINS": "myplugins.register", "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    run = subprocess.run([sys.executable, "-c", _PLUGIN_CHECKS], capture_output=True, text=True, timeout=300,
+                         cwd=REPO, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert "strictlex" in out["help"] and "critic.options.strictlex: threshold;" in out["help"]
+    assert "| `strictlex` | the lexical judge at a recall of its own | `myplugins.strictlex:STRICTLEX` |" in out["docs"]
+    assert "#### `critic.options.strictlex`" in out["docs"]
+    assert "| `threshold` | float (≥ 0, ≤ 1) | `0.9` | Token recall a claim needs in a passage (the plug-in's own). |" \
+        in out["docs"]
+    assert out["defaults"] == {"strictlex": {"threshold": 0.9}}
+    assert out["built"] == ["strictlex", 0.7]
+    assert [r.split(":")[0] for r in out["refused"]] == ["critic.options"] * 3
+    assert "strictlex.threshold: Input should be less than or equal to 1" in out["refused"][0]
+    assert "strictlex.treshold: Extra inputs are not permitted" in out["refused"][1]
+    assert "'lexical' is no citation judge with settings of its own; those that have some: strictlex" \
+        in out["refused"][2]
+    # a plug-in module that cannot be imported stops awarl with the reason
+    bad = subprocess.run([sys.executable, "-c", "import awarl.config"], capture_output=True, text=True, timeout=120,
+                         cwd=REPO, env={**env, "AWARL_PLUGINS": "myplugins.nope"})
+    assert bad.returncode != 0
+    assert "AWARL_PLUGINS: the plug-in module 'myplugins.nope' cannot be imported" in bad.stderr

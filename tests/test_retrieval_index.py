@@ -311,8 +311,14 @@ def test_corrupt_index_files_refused_with_the_folder_named(name: str, bm25_index
 def test_docstore_edited_in_place_names_the_passage(bm25_index: Path, tmp_path: Path) -> None:
     idx = copy_index(bm25_index, tmp_path / "i")
     data = bytearray((idx / "docstore.jsonl").read_bytes())
-    data[0:1] = b"X"  # same size: only reading the passage can tell
+    data[0:1] = b"X"  # same size: the build's record of its files tells at load (issue 44)
     (idx / "docstore.jsonl").write_bytes(bytes(data))
+    with pytest.raises(RetrievalIndexError, match=r"docstore\.jsonl: not the file of this index's build"):
+        load_index(idx)
+    # an index built before awarl recorded its files: only reading the passage can tell
+    meta = json.loads((idx / "index_meta.json").read_text())
+    del meta["files"], meta["build_id"]
+    (idx / "index_meta.json").write_text(json.dumps(meta))
     retriever = load_index(idx)
     with pytest.raises(DataError, match=r"docstore\.jsonl: passage 0 .* is corrupt"):
         retriever.docstore.get(0)

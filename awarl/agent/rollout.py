@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from awarl.agent.backends import make_backend
-from awarl.agent.backends.base import Backend, Seed, stream_seed
+from awarl.agent.backends.base import Backend, Seed, Session, stream_seed
 from awarl.agent.parser import ParsedTrajectory, parse_trajectory
 from awarl.agent.templates import (
     Template,
@@ -303,7 +303,7 @@ class RolloutEngine:
                       max_new_total=budget, temperature=temperature, top_p=top_p, stop_strings=self.stop_strings,
                       seed=seed)
 
-    def _run_continuous(self, states: list[_State], session: Any) -> float:
+    def _run_continuous(self, states: list[_State], session: Session) -> float:
         """Each trajectory advances on its own: a turn that ends with a search pauses it until its passages
         are back, the others keep generating, and a finished trajectory's slot goes to the next waiting one.
         The searches that became ready in one tick go out together, on a worker thread. Returns the seconds
@@ -334,7 +334,7 @@ class RolloutEngine:
                     live -= self._resume(states[key], key, query, hits, session)
         return searches.waited_s
 
-    def _admit(self, states: list[_State], waiting: deque, session: Any) -> int:
+    def _admit(self, states: list[_State], waiting: deque, session: Session) -> int:
         admitted = 0
         while waiting and session.free_slots():
             key = waiting.popleft()
@@ -346,7 +346,7 @@ class RolloutEngine:
             admitted += 1
         return admitted
 
-    def _resume(self, s: _State, key: int, query: str, hits: list[Passage] | None, session: Any) -> int:
+    def _resume(self, s: _State, key: int, query: str, hits: list[Passage] | None, session: Session) -> int:
         """Append the search's block; 1 when that ends the trajectory (its slot is released), else 0."""
         block = self._insert(s, query, hits)
         if s.stop_reason is not None:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from awarl.agent.chat_template import render_chat_template
 from awarl.config import ConfigError, load_yaml, read_text_file
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
@@ -236,10 +237,12 @@ def encode_environment(tokenizer: Any, text: str) -> list[int]:
 
 def render_prompt(template: Template, question: str, tokenizer: Any) -> list[int]:
     """Prompt token ids: through the tokenizer's chat template (with the generation prompt) when it has
-    one, else the plain text (system prompt, blank line, user message)."""
+    one, else the plain text (system prompt, blank line, user message). The chat template is rendered as
+    `apply_chat_template` renders it, within a time and size bound (awarl.agent.chat_template: it is code
+    that came with the model)."""
     if getattr(tokenizer, "chat_template", None):
-        return _as_ids(tokenizer.apply_chat_template(template.messages(question), add_generation_prompt=True,
-                                                     tokenize=True))
+        text = render_chat_template(tokenizer, template.messages(question), add_generation_prompt=True)
+        return _as_ids(tokenizer(text, add_special_tokens=False)["input_ids"])
     text = "".join(f"{template.user_message(ex.question)}\n\n{ex.response}\n\n" for ex in template.examples)
     # laid out as the worked examples are: the response starts after a blank line
     text += template.user_message(question) + ("\n\n" if template.examples else "")

@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from awarl.config import REGISTERED_KEYS, AwarlConfig, allowed_values, load_config
+from awarl import choices
+from awarl.config import MAX_PORT, MAX_SEED, REGISTERED_KEYS, AwarlConfig, allowed_values, load_config
 
 PRECEDENCE = ("dotted overrides, applied after the config file and after this command's own flags: the last "
               "value for a key wins, so KEY=VALUE beats a flag for the same key")
@@ -27,7 +28,9 @@ def registered_choices() -> str:
     lines: dict[tuple[str, ...], list[str]] = {}
     for key in REGISTERED_KEYS:
         lines.setdefault(allowed_values(key), []).append(key)
-    return "\n".join(f"  {', '.join(keys)}: {', '.join(values)};" for values, keys in lines.items())
+    settings = [f"  {reg.options_key}.{e.name}: {', '.join(model.model_fields)};" for reg in choices.ALL
+                for e in reg if e.options and (model := reg.options_model(e.name)) is not None]
+    return "\n".join([*(f"  {', '.join(keys)}: {', '.join(values)};" for values, keys in lines.items()), *settings])
 
 
 def add_choices_epilog(p: argparse.ArgumentParser) -> None:
@@ -44,6 +47,28 @@ def add_config_args(p: argparse.ArgumentParser, required: bool = False) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help=f"{PRECEDENCE}; e.g. reward.gamma=0.25 train.max_steps=10")
     add_choices_epilog(p)
+
+
+def int_between(lo: int, hi: int, what: str) -> Callable[[str], int]:
+    """An argparse `type=` for an integer in [lo, hi] (`what` names the range's reason): a port past 65535
+    was taken modulo 2**16 (`serve --port 70000` listened on 4464), a negative seed failed deep in numpy."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{value} is outside {lo}-{hi} ({what})")
+        return value
+    return parse
+
+
+def port_number(text: str) -> int:
+    return int_between(1, MAX_PORT, "a TCP port")(text)
+
+
+def seed_number(text: str) -> int:
+    return int_between(0, MAX_SEED, "the seeds numpy takes")(text)
 
 
 def looks_like_override(word: str | None) -> bool:

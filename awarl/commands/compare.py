@@ -17,6 +17,7 @@ EPILOG = """examples:
 
 def _run(args: argparse.Namespace) -> int:
     from awarl.config import load_config
+    from awarl.locks import folder_lock
     from awarl.stages.compare import compare_runs, write_comparison
 
     # KEY=VALUE overrides arrive among the runs (both are positional); a path that exists is a run, and so is
@@ -27,7 +28,8 @@ def _run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, overrides)
     names = [n.strip() for n in args.names.split(",")] if args.names else None
     res = compare_runs(runs, cfg, names)
-    md = write_comparison(res, args.out)
+    with folder_lock(args.out, f"comparison folder {args.out}", remedy="or pass another --out"):
+        md = write_comparison(res, args.out)
     print(md.read_text(encoding="utf-8"))
     print(f"wrote {md}, compare.json, compare.png")
     return 0

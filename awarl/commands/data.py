@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from awarl.choices import DEV_SETS, FORMATS
+from awarl.commands.common import seed_number
 
 
 def _add_load_args(p: argparse.ArgumentParser) -> None:
@@ -17,7 +18,7 @@ def _add_load_args(p: argparse.ArgumentParser) -> None:
                    help="a malformed record stops the command (fail) or is counted and skipped (skip)")
     p.add_argument("--limit", type=int, default=None, metavar="N",
                    help="keep a seeded random subsample of N examples (file order kept)")
-    p.add_argument("--seed", type=int, default=0, help="subsample seed")
+    p.add_argument("--seed", type=seed_number, default=0, help="subsample seed, 0 to 2**32 - 1")
 
 
 def _load(args: argparse.Namespace, path: str, require_answers: bool = True):

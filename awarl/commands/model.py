@@ -9,7 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from awarl.commands.common import add_config_args, config_from_args
+from awarl.commands.common import add_config_args, config_from_args, seed_number
 
 
 def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
@@ -24,7 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     t = sub.add_parser("tiny", help="tiny random-init Qwen2 model + tokenizer (seconds, offline)",
                        description="Build the tiny model; deterministic for a seed.")
     t.add_argument("--out", required=True, help="output folder (model + tokenizer)")
-    t.add_argument("--seed", type=int, default=0, help="initialisation seed (default 0)")
+    t.add_argument("--seed", type=seed_number, default=0, help="initialisation seed, 0 to 2**32 - 1 (default 0)")
     t.add_argument("--vocab-size", type=int, default=4096, help="BPE vocabulary size before added tokens")
     t.add_argument("--hidden", type=int, default=128, help="hidden size")
     t.add_argument("--layers", type=int, default=2, help="decoder layers")
@@ -106,7 +106,7 @@ def base_folder(ref: str) -> Path:
 
 def _run_protocol_adapter(args: argparse.Namespace) -> int:
     from awarl.agent.templates import load_template
-    from awarl.retrieval import load_index
+    from awarl.retrieval import load_retriever
     from awarl.stages.demo import split_questions
     from awarl.stages.resources import ensure_default_retrieval
     from awarl.training.protocol_adapter import train_protocol_adapter
@@ -116,7 +116,7 @@ def _run_protocol_adapter(args: argparse.Namespace) -> int:
     pool, _, _ = split_questions(cfg)
     d, lora = cfg.demo, cfg.train.lora
     info = train_protocol_adapter(
-        base, args.out, pool, load_index(cfg.retrieval.index_dir), load_template(cfg.agent.template),
+        base, args.out, pool, load_retriever(cfg.retrieval), load_template(cfg.agent.template),
         topk=cfg.retrieval.topk, steps=d.warmup_steps, batch_size=d.warmup_batch_size, lr=d.warmup_lr,
         seed=cfg.run.seed, max_len=d.warmup_max_len, r=lora.r, alpha=lora.alpha,
         target_modules=lora.target_modules, abstain_phrase=cfg.agent.abstention_phrases[0],

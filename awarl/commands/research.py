@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
               f"regression(s); details in {out}/regression.json")
         return 1 if res["failures"] else 0
     out = args.out or "research_report.json"
-    report = research_question(cfg, args.question, model=args.model, out=out)
-    print(report_markdown(report))
+    # printed before the JSON is written: a write that fails after the whole run costs the file, not the report
+    research_question(cfg, args.question, model=args.model, out=out,
+                      on_report=lambda report: print(report_markdown(report), flush=True))
     print(f"report written to {out}")
     return 0

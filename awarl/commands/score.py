@@ -10,12 +10,16 @@ from awarl.commands.common import add_config_args, config_from_args
 def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from awarl.locks import folder_lock
     from awarl.report import print_results_table
     from awarl.stages.score import score_file
 
     cfg = config_from_args(args)
     out_dir = Path(args.out) if args.out else Path(args.predictions).parent
-    results = score_file(args.predictions, out_dir, cfg)
+    # results.json/.md/.png are written one after the other: two writers (or an eval still running in the
+    # folder) would leave a report of two runs
+    with folder_lock(out_dir, f"report folder {out_dir}", remedy="or pass another --out"):
+        results = score_file(args.predictions, out_dir, cfg)
     print_results_table(results)
     print(f"wrote {out_dir / 'results.json'}, results.md, results.png")
     return 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from awarl.commands.common import port_number
+
 
 def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     p = subparsers.add_parser("serve", help=help_text, description="Run awarl services over HTTP.")
@@ -14,7 +16,7 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
                                    "Concurrent requests are merged into batched searches.")
     r.add_argument("--index", required=True, help="index folder")
     r.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: local only)")
-    r.add_argument("--port", type=int, default=8000)
+    r.add_argument("--port", type=port_number, default=8000, help="TCP port, 1-65535 (default 8000)")
     r.add_argument("--max-batch", type=int, default=512, help="most queries per request and per merged search "
                    "(Search-R1's agent posts every query of a generation batch, 256 or more, in one request)")
     r.add_argument("--topk", type=int, default=3, help="topk when a request gives none (Search-R1 default 3)")
@@ -51,7 +53,8 @@ def run_retriever(args: argparse.Namespace) -> int:
         raise ValueError("--workers must be >= 1, --batch-wait-ms >= 0 and --body-timeout-s > 0")
     if args.header_timeout_s <= 0 or args.idle_timeout_s <= 0 or (args.max_connections or 1) < 1:
         raise ValueError("--header-timeout-s and --idle-timeout-s must be > 0 and --max-connections >= 1")
-    mmap = {"auto": "auto", "on": True, "off": False}[args.mmap]
+    mmap_modes: dict[str, bool | str] = {"auto": "auto", "on": True, "off": False}
+    mmap = mmap_modes[args.mmap]
     retriever = load_index(args.index, verify_corpus=not args.no_verify_corpus, device=args.device, mmap=mmap,
                            workers=workers)
     serve(retriever, retriever.meta, host=args.host, port=args.port, max_batch=args.max_batch,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from awarl.commands.common import add_config_args, config_from_args
+from awarl.commands.common import add_config_args, config_from_args, seed_number
 
 
 def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
@@ -24,7 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     add_config_args(p)
     p.add_argument("--out", metavar="DIR", help="output folder (default: <run.out_dir>/simulate)")
     p.add_argument("--steps", type=int, metavar="N", help="steps per run (overrides simulate.steps)")
-    p.add_argument("--seed", type=int, metavar="S", help="first seed (overrides simulate.seed)")
+    p.add_argument("--seed", type=seed_number, metavar="S", help="first seed (overrides simulate.seed)")
     p.add_argument("--seeds", type=int, metavar="N", help="number of seeds (overrides simulate.seeds)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -33,10 +33,12 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args, {"simulate.steps": args.steps, "simulate.seed": args.seed,
                                   "simulate.seeds": args.seeds})
+    from awarl.locks import folder_lock
     from awarl.simulate import run_simulation
 
     out = Path(args.out) if args.out else Path(cfg.run.out_dir) / "simulate"
-    summary = run_simulation(cfg, out, progress=not args.no_progress)
+    with folder_lock(out, f"simulation folder {out}", remedy="or pass another --out"):
+        summary = run_simulation(cfg, out, progress=not args.no_progress)
     for c in summary["claims"]:
         print(f"{'reproduced' if c['holds'] else 'NOT reproduced'}: {c['claim']}\n    {c['evidence']}")
     print(f"wrote {out}/summary.md, summary.json, curves.png")

@@ -49,7 +49,8 @@ def overrides_taken_by_resume(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
-    from awarl.stages.train import print_plan, run_train
+    from awarl.stages.train import run_train
+    from awarl.stages.train_preflight import print_plan
 
     args = overrides_taken_by_resume(args)
     if args.processes is not None and (not args.dry_run or args.processes < 1):

@@ -19,6 +19,11 @@ the planner acts on the critic's groundedness, so that figure must be the claims
   figure is kept as `reported_groundedness`, and when it does not round to the recounted number of grounded
   claims (with no claims: when the figure itself does not round to the recount, 0), the disagreement is
   flagged.
+- with `answer_claim` (a judge told to split the answer into claims, one of which states it: the LLM judge),
+  a verdict none of whose claims states the answer (all of the answer's words, normalised like an answer;
+  yes/no answers aside, which a comparison's claims never state) verifies something else: the answer is
+  added as an **unsupported** claim and flagged, so a verdict about an unrelated claim cannot score full
+  support (it did: one grounded claim "The Eiffel Tower is in Paris." gave coverage 1.0 to any answer).
 Every consumer goes through it: the training reward and evaluation (`awarl.rewards.citation.safe_verify`)
 and the critic loop's approvals (awarl/research/), for every judge (a no-op for the local judges, whose
 figures are counts by construction and whose claims do not repeat on the shipped data).
@@ -92,9 +97,24 @@ def _off(reported: float, grounded: int, n: int) -> bool:
     return round(reported * n) != grounded if n else round(reported) != 0
 
 
-def audit_verdict(verdict: CriticOutput, item: CriticInput) -> CriticOutput:
+def states(claim: str, answer: str) -> bool:
+    """Whether `claim` states `answer`: every word of the answer, normalised like an answer, is in the claim."""
+    words = normalize_answer(answer).split()
+    return bool(words) and set(words) <= set(normalize_answer(claim).split())
+
+
+def _answer_claim(answer: str, claims: list[ClaimVerification]) -> ClaimVerification | None:
+    """The unsupported claim to add when no claim of the verdict states the answer (module docstring)."""
+    norm = normalize_answer(answer)
+    if not norm or norm in ("yes", "no") or any(states(c.claim, answer) for c in claims):
+        return None
+    return ClaimVerification(claim=answer, status="unsupported", source_ids=[], confidence=1.0)
+
+
+def audit_verdict(verdict: CriticOutput, item: CriticInput, answer_claim: bool = False) -> CriticOutput:
     """The verdict with its sources resolved to retrieved ids, claims on never-retrieved passages demoted to
-    unsupported, repeated claims counted once and its groundedness recounted (module docstring)."""
+    unsupported, repeated claims counted once, with `answer_claim` the answer added as an unsupported claim
+    when no claim states it, and its groundedness recounted (module docstring)."""
     names = passage_names(item)
     lengths = {p.id: len(p.text) for p in [*item.passages, *item.cited]}
     copies: dict[str, list[ClaimVerification]] = {}
@@ -117,6 +137,10 @@ def audit_verdict(verdict: CriticOutput, item: CriticInput) -> CriticOutput:
         if len(same) > 1:
             flags.append(f"claim {same[0].claim!r} was given {len(same)} times: counted once, as "
                          f"{claims[-1].status}")
+    if answer_claim and claims and (missing := _answer_claim(item.answer, claims)) is not None:
+        claims.append(missing)
+        flags.append(f"no claim states the answer {item.answer!r}: the verdict verifies something else; the "
+                     "answer counts as an unsupported claim")
     n, grounded = len(claims), sum(c.status == "grounded" for c in claims)
     recount = grounded / n if n else 0.0
     reported = float(verdict.overall_groundedness)

@@ -61,7 +61,7 @@ class AnswerGrader(Protocol):
 
 
 def make_answer_grader(metrics: MetricsConfig, critic: CriticConfig,
-                       cache_dir: str | os.PathLike | None) -> AnswerGrader | None:
+                       cache_dir: str | os.PathLike[str] | None) -> AnswerGrader | None:
     """The LLM grader (the endpoint of `critic`) when `metrics.correctness` is `judge`, else None."""
     if metrics.correctness != "judge":
         return None

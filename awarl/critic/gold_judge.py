@@ -30,7 +30,7 @@ from typing import Any, TypeGuard
 
 from awarl.config import CriticConfig
 from awarl.critic.lexical_judge import LexicalJudge
-from awarl.critic.schema import ClaimVerification, CriticInput, CriticOutput, Judge, PassageRef
+from awarl.critic.schema import ClaimVerification, CriticInput, CriticOutput, Judge, JudgeKind, PassageRef
 from awarl.data.evidence import GoldEvidence, GoldParagraph, passage_id_key, title_key
 from awarl.io import loads_json
 
@@ -124,10 +124,13 @@ def gold_verdict(ev: GoldEvidence, passages: Sequence[PassageRef], cited: Sequen
                         flags=list(dict.fromkeys(flags)))
 
 
-def build(cfg: CriticConfig, cache_dir: str | os.PathLike | None = None) -> GoldJudge:
-    """The registered factory (awarl.choices.JUDGES `gold`): with the lexical judge for the questions without
-    evidence unless `critic.gold_fallback: none`."""
+def build(cfg: CriticConfig, cache_dir: str | os.PathLike[str] | None = None) -> GoldJudge:
+    """The factory of the registered judge (GOLD): with the lexical judge for the questions without evidence
+    unless `critic.gold_fallback: none`."""
     return GoldJudge(cfg, fallback=LexicalJudge(cfg) if cfg.gold_fallback == "lexical" else None)
+
+
+GOLD = JudgeKind(build, oracle=True)  # awarl.choices.JUDGES `gold`: it reads the gold evidence
 
 
 class GoldJudge:

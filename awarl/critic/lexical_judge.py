@@ -45,7 +45,15 @@ from functools import lru_cache
 
 from awarl.config import CriticConfig
 from awarl.critic.claims import facts_of, is_short, split_claims
-from awarl.critic.schema import ClaimVerification, Conflict, CriticInput, CriticOutput, PassageRef, Span
+from awarl.critic.schema import (
+    ClaimVerification,
+    Conflict,
+    CriticInput,
+    CriticOutput,
+    JudgeKind,
+    PassageRef,
+    Span,
+)
 from awarl.critic.support import (
     AnswerCheck,
     Unit,
@@ -65,6 +73,7 @@ from awarl.critic.tokens import (
     punct_to_spaces,
     tokens,
 )
+from awarl.critic.values import Value
 
 __all__ = ["LexicalJudge", "cased_tokens", "content_tokens", "entity_groups", "mentions", "punct_to_spaces",
            "split_claims", "tokens"]
@@ -128,9 +137,14 @@ def entity_groups(question: str, passages: list[PassageRef]) -> list[list[str]]:
     return list(groups.values())
 
 
-def build(cfg: CriticConfig, cache_dir: str | os.PathLike | None = None) -> LexicalJudge:
-    """The registered factory (awarl.choices.JUDGES `lexical`); nothing to cache."""
+def build(cfg: CriticConfig, cache_dir: str | os.PathLike[str] | None = None) -> LexicalJudge:
+    """The factory of the registered judge (LEXICAL); nothing to cache."""
     return LexicalJudge(cfg)
+
+
+# awarl.choices.JUDGES `lexical`: offline; its verdicts depend on these thresholds (a report's provenance).
+LEXICAL = JudgeKind(build, settings=("support_threshold", "short_support_threshold", "relation_overlap",
+                                     "bridge_overlap", "short_answer_words"))
 
 
 def _span(u: Unit) -> Span:
@@ -219,7 +233,7 @@ class LexicalJudge:
             return ClaimVerification(claim=claim, status="unsupported", confidence=1.0)
         return self._joint(it, claim, content_tokens(claim), f.values)
 
-    def _joint(self, it: _Item, claim: str, ct: set[str], values: Sequence = ()) -> ClaimVerification:
+    def _joint(self, it: _Item, claim: str, ct: set[str], values: Sequence[Value] = ()) -> ClaimVerification:
         """Inferred when two or more passages together hold `support_threshold` of the claim's tokens and
         every value it states (the fewest passages that do, picked greedily), else unsupported."""
         th = self.cfg.support_threshold

@@ -48,6 +48,7 @@ from awarl.critic.schema import (
     AnswerVerdict,
     CriticInput,
     CriticOutput,
+    JudgeKind,
     answer_verdict_json_schema,
     critic_output_json_schema,
 )
@@ -118,7 +119,7 @@ def critic_user_message(item: CriticInput) -> str:
                                     for p in item.passages]}, ensure_ascii=False)
 
 
-def build_messages(item: CriticInput) -> list[dict]:
+def build_messages(item: CriticInput) -> list[dict[str, str]]:
     schema = json.dumps(critic_output_json_schema(), separators=(",", ":"))
     return [{"role": "system", "content": SYSTEM_PROMPT.format(schema=schema)},
             {"role": "user", "content": critic_user_message(item)}]
@@ -137,7 +138,7 @@ Reply with one JSON object and nothing else, matching this JSON schema:
 {schema}"""
 
 
-def build_grader_messages(item: AnswerCheck) -> list[dict]:
+def build_grader_messages(item: AnswerCheck) -> list[dict[str, str]]:
     schema = json.dumps(answer_verdict_json_schema(), separators=(",", ":"))
     golds = "\n".join(f"- {a}" for a in item.answers)
     user = f"QUESTION:\n{item.question}\n\nGOLD ANSWERS:\n{golds}\n\nPREDICTION:\n{item.prediction}"
@@ -174,8 +175,10 @@ class OpenAIJudge:
     """`OpenAIJudge(cfg.critic, cache_dir).verify(items)` / `.grade_answers(items)` (module docstring)."""
 
     name = "openai"
+    # SYSTEM_PROMPT has the judge split the answer into claims, one of which states it (the audit checks that).
+    claims_state_the_answer = True
 
-    def __init__(self, cfg: CriticConfig, cache_dir: str | os.PathLike | None = None,
+    def __init__(self, cfg: CriticConfig, cache_dir: str | os.PathLike[str] | None = None,
                  api_key: str | None = None) -> None:
         self.cfg = cfg
         self.cache_dir = Path(cache_dir) if cache_dir else (Path(cfg.cache_dir) if cfg.cache_dir else None)
@@ -193,6 +196,8 @@ class OpenAIJudge:
         self.failure_reasons: Counter[str] = Counter()
         self.requests = 0
         self.cache_hits = 0
+        self.cache_write_errors = 0
+        self._memory: dict[str, Any] = {}  # verdicts the disk cache could not take
         self.prompt_tokens = 0
         self.completion_tokens = 0
 
@@ -241,7 +246,7 @@ class OpenAIJudge:
             raise JudgeUnavailable(f"{what}: {self.base_url} serves {served}, not {model_key}={self.cfg.model!r}")
 
     # ------------------------------------------------------------------------------------ cache
-    def cache_key(self, messages: list[dict], version: str = PROMPT_VERSION) -> str:
+    def cache_key(self, messages: list[dict[str, str]], version: str = PROMPT_VERSION) -> str:
         spec: dict[str, Any] = {"v": version, "model": self.cfg.model, "messages": messages,
                                 "max_tokens": self.cfg.max_tokens}
         if self.cfg.response_format != "json_schema":  # keys of the default format stay those of before
@@ -253,6 +258,8 @@ class OpenAIJudge:
         return self.cache_dir / key[:2] / f"{key}.json" if self.cache_dir else None
 
     def _cache_get(self, key: str, kind: type[Verdict]) -> Verdict | None:
+        if key in self._memory:
+            return kind.model_validate(self._memory[key])
         path = self._cache_path(key)
         if path is None or not path.is_file():
             return None
@@ -263,12 +270,25 @@ class OpenAIJudge:
             return None
 
     def _cache_put(self, key: str, out: BaseModel) -> None:
+        """Keep a verdict on disk; where the cache cannot be written (read-only, full), in memory for this run,
+        with one warning: a verdict the judge gave must not be lost to its cache (they were all counted as
+        failures)."""
         path = self._cache_path(key)
-        if path is not None:
+        if path is None:
+            return
+        try:
             atomic_write_json(path, out.model_dump(mode="json"))
+        except OSError as e:
+            with self._lock:
+                self._memory[key] = out.model_dump(mode="json")
+                first = not self.cache_write_errors
+                self.cache_write_errors += 1
+            if first:
+                log.warning("critic cache %s cannot be written (%s: %s); verdicts are kept in memory for this run "
+                            "only", self.cache_dir, type(e).__name__, e.strerror or e)
 
     # ---------------------------------------------------------------------------------- request
-    def request_body(self, messages: list[dict], schema_name: str, schema: dict) -> dict[str, Any]:
+    def request_body(self, messages: list[dict[str, str]], schema_name: str, schema: dict[str, Any]) -> dict[str, Any]:
         """The JSON body of one chat-completions request (module docstring)."""
         body: dict[str, Any] = {"model": self.cfg.model, "messages": messages, "temperature": 0.0,
                                 "max_tokens": self.cfg.max_tokens}
@@ -279,14 +299,14 @@ class OpenAIJudge:
             body["response_format"] = {"type": "json_object"}
         return body
 
-    def _send(self, body: dict) -> Answer:
+    def _send(self, body: dict[str, Any]) -> Answer:
         """One HTTP attempt (the retry loop asks the circuit breaker before calling it)."""
         with self._lock:
             self.requests += 1
         return capped_request(self._client, "POST", self.url, timeout_s=self.cfg.timeout_s,
                               max_bytes=self.cfg.max_response_bytes, json_body=body)
 
-    def _request(self, messages: list[dict], kind: type[Verdict], schema_name: str, schema: dict) -> Verdict:
+    def _request(self, messages: list[dict[str, str]], kind: type[Verdict], schema_name: str, schema: dict[str, Any]) -> Verdict:
         body = self.request_body(messages, schema_name, schema)
         refused = (f"{self.base_url}: circuit breaker open after repeated failures "
                    f"(critic.breaker_failures={self.cfg.breaker_failures}); not called")
@@ -320,7 +340,7 @@ class OpenAIJudge:
                 self.prompt_tokens += _token_count(usage.get("prompt_tokens"))
                 self.completion_tokens += _token_count(usage.get("completion_tokens"))
 
-    def _call(self, messages: list[dict], kind: type[Verdict], schema_name: str, schema: dict,
+    def _call(self, messages: list[dict[str, str]], kind: type[Verdict], schema_name: str, schema: dict[str, Any],
               version: str) -> Verdict | None:
         """The cached verdict, or a new one; None when it failed (counted, never raised into training)."""
         key = self.cache_key(messages, version)
@@ -342,13 +362,13 @@ class OpenAIJudge:
         self._cache_put(key, out)
         return out
 
-    def ask(self, messages: list[dict], kind: type[Verdict], schema_name: str, schema: dict,
+    def ask(self, messages: list[dict[str, str]], kind: type[Verdict], schema_name: str, schema: dict[str, Any],
             version: str) -> Verdict | None:
         """One cached, schema-bound request of any kind (the critic-loop planner's too); None when it failed
         (counted in `failures`, never raised). `version` is part of the cache key: bump it with the prompt."""
         return self._call(messages, kind, schema_name, schema, version)
 
-    def _map(self, fn: Callable[[list[dict]], Any], messages: list[list[dict]]) -> list:
+    def _map(self, fn: Callable[[list[dict[str, str]]], Any], messages: list[list[dict[str, str]]]) -> list[Any]:
         """fn over the distinct requests (identical items asked once), concurrently; results in item order."""
         if not messages:
             return []
@@ -375,3 +395,6 @@ class OpenAIJudge:
                                                   GRADER_PROMPT_VERSION),
                              [build_grader_messages(it) for it in items])
         return [None if v is None else v.correct for v in verdicts]
+
+
+OPENAI = JudgeKind(OpenAIJudge, endpoint=True)  # awarl.choices.JUDGES `openai`: OpenAIJudge(cfg, cache_dir)

@@ -17,11 +17,17 @@ the wording of a flag).
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from awarl.data.evidence import GoldEvidence, passage_id_key
+
+if TYPE_CHECKING:
+    from awarl.config import CriticConfig
 
 
 class Span(BaseModel):
@@ -192,6 +198,38 @@ class Judge(Protocol):
         ...
 
 
+@runtime_checkable
+class Reachable(Protocol):
+    """A judge (or answer grader) behind a service: `check_reachable` raises JudgeUnavailable, naming the setting
+    to change, when the service does not answer or does not serve the configured model. Every such judge is
+    checked before any model loads (`awarl.critic.check_endpoints`)."""
+
+    def check_reachable(self, what: str, *, instead: str = ...) -> None: ...
+
+
+@dataclass(frozen=True)
+class JudgeKind:
+    """A registered citation judge (awarl.choices.JUDGES; docs/extending.md): its factory, called as
+    `kind(cfg, cache_dir)`, and what a run must know of it without building it or comparing its name.
+
+    `oracle`: it reads the dataset's gold evidence, so its verdicts are no system's (labelled ORACLE wherever
+    they are used; the loop takes its claims as given). `endpoint`: it calls the OpenAI-compatible service of
+    critic.base_url / critic.model (its verdicts name the model; the dry run shows the endpoint). `settings`:
+    the CriticConfig fields its verdicts depend on (recorded with a research report's provenance)."""
+
+    build: Callable[..., Judge]   # (cfg: CriticConfig, cache_dir: str | PathLike | None) -> Judge
+    oracle: bool = False
+    endpoint: bool = False
+    settings: tuple[str, ...] = ()
+
+    def __call__(self, cfg: CriticConfig, cache_dir: str | os.PathLike[str] | None = None) -> Judge:
+        return self.build(cfg, cache_dir)
+
+    def label(self, name: str, cfg: CriticConfig) -> str:
+        """The judge named on each verdict: its name, with the model for an endpoint judge (`openai:<model>`)."""
+        return f"{name}:{cfg.model}" if self.endpoint else name
+
+
 # Bounds of a constrained reply: a weak judge model under constrained decoding (seen with vLLM's CPU build)
 # otherwise repeats claims or flags until max_tokens and the reply is cut (invalid JSON). Multi-hop answers
 # rest on 2-4 facts; 16 claims and 8 flags leave room for long answers. Only the request schema carries them:
@@ -201,7 +239,7 @@ MAX_FLAGS = 8
 MAX_CONFLICT_VALUES = 4
 
 
-def _claim_schema(statuses: list[str], min_sources: int) -> dict:
+def _claim_schema(statuses: list[str], min_sources: int) -> dict[str, Any]:
     sources: dict[str, Any] = {"type": "array", "items": {"type": "string", "minLength": 1}}
     if min_sources:
         sources["minItems"] = min_sources
@@ -218,7 +256,7 @@ def _claim_schema(statuses: list[str], min_sources: int) -> dict:
     }
 
 
-def critic_output_json_schema() -> dict:
+def critic_output_json_schema() -> dict[str, Any]:
     """JSON schema of CriticOutput for `response_format` and the prompt.
 
     Written by hand rather than taken from pydantic so that it is plain, closed (additionalProperties false)
@@ -254,7 +292,7 @@ def critic_output_json_schema() -> dict:
     }
 
 
-def answer_verdict_json_schema() -> dict:
+def answer_verdict_json_schema() -> dict[str, Any]:
     """JSON schema of AnswerVerdict (closed, for constrained decoding like the critic's)."""
     return {
         "type": "object",

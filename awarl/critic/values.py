@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
+from typing import Any
 
 from awarl.critic.tokens import words as _words
 
@@ -172,7 +173,7 @@ class Value:
         return f"{cur}{q.value:,.10g}{unit}"
 
 
-def _year(g: dict) -> int:
+def _year(g: dict[str, Any]) -> int:
     return int(g["year"]) * (-1 if g.get("bc") else 1)
 
 
@@ -273,7 +274,7 @@ def _singular(word: str) -> str:
     return word
 
 
-def _quantity(m: re.Match) -> Quantity | None:
+def _quantity(m: re.Match[str]) -> Quantity | None:
     num = m.group("num")
     try:
         value = float(num.replace(",", ""))

@@ -41,10 +41,10 @@ def passage_contents(title: str, text: str) -> str:
     return f'"{title}"\n{text}'
 
 
-def build_corpus(examples: Iterable[QAExample]) -> list[dict]:
+def build_corpus(examples: Iterable[QAExample]) -> list[dict[str, str]]:
     """Unique context paragraphs of `examples` as corpus rows, sorted by id (so the file does not depend on
     the input order either). Empty paragraphs are dropped."""
-    rows: dict[str, dict] = {}
+    rows: dict[str, dict[str, str]] = {}
     keys: dict[str, tuple[str, str]] = {}
     for ex in examples:
         for p in ex.context:
@@ -61,12 +61,12 @@ def build_corpus(examples: Iterable[QAExample]) -> list[dict]:
     return [rows[k] for k in sorted(rows)]
 
 
-def write_corpus(rows: Iterable[dict], path: str | os.PathLike) -> int:
+def write_corpus(rows: Iterable[dict[str, str]], path: str | os.PathLike[str]) -> int:
     """Write corpus rows as JSONL (atomically); returns the row count."""
     return write_jsonl(path, rows)
 
 
-def shipped_closed_corpus(path: str | os.PathLike) -> Path:
+def shipped_closed_corpus(path: str | os.PathLike[str]) -> Path:
     """Build the closed corpus of the three shipped dev samples (HotpotQA, 2Wiki, MuSiQue) into `path`."""
     from awarl.data.loaders import SHIPPED_DEV, load_shipped
 

@@ -42,7 +42,7 @@ def estimates_path(estimate_out: str | None, run_dir: str, *, train_file: str | 
     return Path(estimate_out) if estimate_out else Path(run_dir) / FILE_NAME
 
 
-def estimates_record(estimates_file: str | os.PathLike) -> dict[str, Any]:
+def estimates_record(estimates_file: str | os.PathLike[str]) -> dict[str, Any]:
     """The settings record beside a p_i file (`awarl estimate`'s), or {} without a readable one (an older
     awarl wrote none; an unreadable or malformed one is logged, naming the file, and read as none)."""
     path = settings_path(estimates_file)
@@ -72,7 +72,7 @@ def estimates_unfinished(record: dict[str, Any]) -> bool:
     return record.get("status") == "running"
 
 
-def settings_path(estimates_file: str | os.PathLike) -> Path:
+def settings_path(estimates_file: str | os.PathLike[str]) -> Path:
     """The record of the settings the file's rows were sampled under, beside it: p_estimates.jsonl ->
     p_estimates.manifest.json (`awarl estimate` refuses to add rows sampled under other settings)."""
     path = Path(estimates_file)
@@ -96,7 +96,7 @@ def estimate_row(ex: QAExample, outcomes: Sequence[str]) -> dict[str, Any]:
             "outcomes": {o: counts[o] for o in OUTCOME_KEYS}}
 
 
-def row_p(row: dict, definition: str = "share_of_k") -> float:
+def row_p(row: dict[str, Any], definition: str = "share_of_k") -> float:
     """p_i of one estimate row under `reward.p_definition`. `among_answered` needs the row's outcome counts;
     a question the checkpoint never answered keeps its share of K (no evidence about answering it)."""
     if definition == "share_of_k":
@@ -110,7 +110,7 @@ def row_p(row: dict, definition: str = "share_of_k") -> float:
     return estimate_p(int(outcomes.get(Outcome.CORRECT.value, 0)), answered, k, definition)
 
 
-def row_samples(row: dict, definition: str = "share_of_k") -> float | None:
+def row_samples(row: dict[str, Any], definition: str = "share_of_k") -> float | None:
     """How many samples the p_i of one estimate row rests on (what `reward.expected_rate: posterior` weighs it
     by): K under `share_of_k`; the answered samples under `among_answered` (K when none was answered, as
     `row_p` then falls back to the share of K). None for a row without counts (an older or hand-made file)."""
@@ -131,7 +131,7 @@ def _count(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _row_problem(row: dict) -> str | None:
+def _row_problem(row: dict[str, Any]) -> str | None:
     """Why an estimate row cannot be used (None when it can): the fields every row needs (qid, dataset,
     p_i in [0, 1]) and the counts where it has them. `k`, `correct` and `outcomes` are optional (a
     hand-made or older file may carry p_i alone), but present they must be what `estimate_row` writes:
@@ -173,7 +173,7 @@ def _row_problem(row: dict) -> str | None:
     return None
 
 
-def read_estimates(path: str | os.PathLike) -> dict[str, dict]:
+def read_estimates(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     """Rows of an estimate file keyed by example_key(dataset, qid); a later row for the same question wins.
 
     A torn last line (a killed writer; not a JSON object) is skipped with a warning, and `repair_torn_tail`
@@ -183,7 +183,7 @@ def read_estimates(path: str | os.PathLike) -> dict[str, dict]:
     path = Path(path)
     if not path.exists():
         return {}
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     data = path.read_bytes()
     # Only an unterminated last line can be a torn write; its number as iter_jsonl counts lines:
     torn_line = data.count(b"\n") + 1 if data and not data.endswith(b"\n") else None
@@ -201,7 +201,7 @@ def read_estimates(path: str | os.PathLike) -> dict[str, dict]:
     return out
 
 
-def join_p(examples: Sequence[QAExample], estimates: dict[str, dict],
+def join_p(examples: Sequence[QAExample], estimates: dict[str, dict[str, Any]],
            definition: str = "share_of_k") -> tuple[list[float | None], int]:
     """p_i per example under `definition` (None where the estimate file has no row) and how many are missing."""
     ps: list[float | None] = []
@@ -211,7 +211,7 @@ def join_p(examples: Sequence[QAExample], estimates: dict[str, dict],
     return ps, sum(p is None for p in ps)
 
 
-def join_samples(examples: Sequence[QAExample], estimates: dict[str, dict],
+def join_samples(examples: Sequence[QAExample], estimates: dict[str, dict[str, Any]],
                  definition: str = "share_of_k") -> list[float | None]:
     """The sample count behind each example's p_i (`row_samples`; None where the file has no row or no counts)."""
     out: list[float | None] = []
@@ -221,7 +221,7 @@ def join_samples(examples: Sequence[QAExample], estimates: dict[str, dict],
     return out
 
 
-def estimates_summary(rows: dict[str, dict]) -> str:
+def estimates_summary(rows: dict[str, dict[str, Any]]) -> str:
     """One paragraph on an estimate file's p_i under both `reward.p_definition`s: how many questions, the
     means, how many the standard checkpoint never / always solves (where AWA-RL's refusal reward is largest /
     smallest), and how much it abstained (the gap between the two definitions)."""

@@ -181,7 +181,7 @@ def _paragraph(p: Paragraph) -> GoldParagraph:
 
 def _resolve_refs(question: str, answers: list[str]) -> str:
     """MuSiQue's `#k` (hop k's answer, 1-based) replaced by that answer; an unknown k is left as it is."""
-    def sub(m: re.Match) -> str:
+    def sub(m: re.Match[str]) -> str:
         k = int(m.group(1))
         return answers[k - 1] if 1 <= k <= len(answers) else m.group(0)
 

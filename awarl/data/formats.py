@@ -50,7 +50,7 @@ class DataFormat:
     """
 
     convert: Callable[[Any, str | None, list[str] | None], QAExample]
-    sniff: Callable[[dict], bool]
+    sniff: Callable[[dict[str, Any]], bool]
     dataset: Callable[[Path], str | None] = lambda path: None
 
 
@@ -242,7 +242,7 @@ def _checked_metadata(meta: dict[str, Any], prefix: str, notes: list[str] | None
     return out
 
 
-def _official_extras(rec: dict, keys: tuple[str, ...], notes: list[str] | None) -> dict[str, Any]:
+def _official_extras(rec: dict[str, Any], keys: tuple[str, ...], notes: list[str] | None) -> dict[str, Any]:
     """The small metadata fields of an official record."""
     return _checked_metadata({k: rec[k] for k in keys if k in rec}, "", notes)
 
@@ -296,7 +296,7 @@ def convert_musique(rec: Any, dataset: str | None = None, notes: list[str] | Non
 _MOVED_METADATA = ("supporting_facts", "context", "paragraphs")
 
 
-def _row_metadata(meta: Any, notes: list[str] | None) -> tuple[list[tuple[str, int]], list[Paragraph], dict]:
+def _row_metadata(meta: Any, notes: list[str] | None) -> tuple[list[tuple[str, int]], list[Paragraph], dict[str, Any]]:
     """(supporting facts, context, other metadata) of a FlashRAG / Search-R1 row's `metadata`, which carries
     the source dataset's fields: HotpotQA's and 2Wiki's `supporting_facts` and `context` (any layout of
     `_context_items`), MuSiQue's `paragraphs`, 2Wiki's `evidences`. All of it is optional: a malformed part
@@ -432,7 +432,7 @@ def _flashrag_dataset(path: Path) -> str | None:
     return stem.split("_")[0] or None
 
 
-def _title_sentence(rec: dict) -> bool:
+def _title_sentence(rec: dict[str, Any]) -> bool:
     """An official HotpotQA / 2Wiki record: `_id`, or `id` as the Hugging Face `datasets` copies name it (then
     neither our unified nor a FlashRAG record, which have `id`, `question` and `context` too)."""
     if rec.keys() >= _TITLE_SENTENCE:
@@ -440,28 +440,28 @@ def _title_sentence(rec: dict) -> bool:
     return rec.keys() >= {"id", "question", "context"} and not rec.keys() & {"dataset", "answers", "golden_answers"}
 
 
-def _is_hotpotqa(rec: dict) -> bool:
+def _is_hotpotqa(rec: dict[str, Any]) -> bool:
     return _title_sentence(rec) and not rec.keys() & _TWOWIKI_KEYS
 
 
-def _is_2wiki(rec: dict) -> bool:
+def _is_2wiki(rec: dict[str, Any]) -> bool:
     return _title_sentence(rec) and bool(rec.keys() & _TWOWIKI_KEYS)
 
 
-def _is_musique(rec: dict) -> bool:
+def _is_musique(rec: dict[str, Any]) -> bool:
     return (rec.keys() >= {"paragraphs", "question", "id"} and ("answer_aliases" in rec or "answerable" in rec)
             and not rec.keys() >= _UNIFIED)
 
 
-def _is_flashrag(rec: dict) -> bool:
+def _is_flashrag(rec: dict[str, Any]) -> bool:
     return rec.keys() >= _GOLDEN and not rec.keys() & _SEARCHR1_KEYS
 
 
-def _is_searchr1(rec: dict) -> bool:
+def _is_searchr1(rec: dict[str, Any]) -> bool:
     return rec.keys() >= _GOLDEN and bool(rec.keys() & _SEARCHR1_KEYS)
 
 
-def _is_unified(rec: dict) -> bool:
+def _is_unified(rec: dict[str, Any]) -> bool:
     return rec.keys() >= _UNIFIED
 
 

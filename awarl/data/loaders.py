@@ -57,7 +57,7 @@ class LoadResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def _parquet_rows(path: Path, batch_size: int) -> Iterator[dict]:
+def _parquet_rows(path: Path, batch_size: int) -> Iterator[dict[str, Any]]:
     """Rows of a parquet file; DataError naming the file when pyarrow cannot read it."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -173,7 +173,7 @@ def _first_record(path: Path, container: str) -> Any:
     return next((rec for rec in data if isinstance(rec, dict)), data[0] if data else None)
 
 
-def _json_array(path: Path) -> list:
+def _json_array(path: Path) -> list[Any]:
     """A whole JSON-array file; DataError naming the file when it is not valid JSON or not an array."""
     try:
         with open(path, encoding="utf-8-sig") as f:
@@ -195,10 +195,10 @@ def sniff_record(rec: Any) -> str | None:
 
 def data_format(name: str) -> DataFormat:
     """The registered format `name` (ValueError naming the choices when there is none)."""
-    return FORMATS.load(name)
+    return FORMATS.load(name, DataFormat)
 
 
-def detect_format(path: str | os.PathLike) -> str:
+def detect_format(path: str | os.PathLike[str]) -> str:
     """A registered format's name (awarl.choices.FORMATS), from the file's content (its first record's keys)."""
     path = Path(path)
     if not path.is_file():
@@ -228,7 +228,7 @@ def _records(path: Path, on_error: str, errors: list[str]) -> Iterator[tuple[str
             yield f"{path}:{n}", rec
 
 
-def subsample(items: list, limit: int | None, seed: int) -> list:
+def subsample(items: list[Any], limit: int | None, seed: int) -> list[Any]:
     """A seeded random subset of at most `limit` items, in their original order."""
     if limit is None or limit >= len(items):
         return list(items)
@@ -238,7 +238,7 @@ def subsample(items: list, limit: int | None, seed: int) -> list:
     return [items[i] for i in keep]
 
 
-def load_examples(path: str | os.PathLike, format: str = "auto", dataset: str | None = None,
+def load_examples(path: str | os.PathLike[str], format: str = "auto", dataset: str | None = None,
                   on_error: str = "fail", limit: int | None = None, seed: int = 0,
                   require_answers: bool = True) -> LoadResult:
     """Load a dataset file. `on_error="fail"` raises DataError at the first malformed record (naming the

@@ -54,7 +54,7 @@ def download_hf_file(url: str) -> Path:
         raise DataError(f"{url}: cannot download from the Hugging Face Hub: {str(e)[:300]}") from None
 
 
-def resolve_data_path(path: str | os.PathLike) -> Path:
+def resolve_data_path(path: str | os.PathLike[str]) -> Path:
     """The local file to read for a dataset path (see the module docstring)."""
     s = str(path)
     if s.startswith(HF_PREFIX):

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from awarl.io import FILE_MODE, atomic_write_json, file_sha256, loads_json
+from awarl.locks import is_held_here, lock_holder, path_lock
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ def locate_packaged(name: str) -> tuple[Path, str]:
         raise PretrainedError(f"{name}: the package {spec.package} is not installed; install it with "
                               f"`{spec.install_command}`") from None
     entry = next((f for f in dist.files or [] if str(f) == spec.file), None)
-    path = Path(dist.locate_file(entry if entry is not None else spec.file))
+    path = Path(str(dist.locate_file(entry if entry is not None else spec.file)))
     if not path.is_file():
         raise PretrainedError(f"{name}: {spec.package} {dist.version} is installed but has no {spec.file} "
                               f"(reinstall with `{spec.install_command}`)")
@@ -145,6 +146,7 @@ def read_gguf_meta(path: Path) -> dict[str, Any]:
     n_params = sum(int(t.n_elements) for t in reader.tensors)
     types = sorted({t.tensor_type.name for t in reader.tensors})
     return {"architecture": arch, "name": field("general.name"), "parameters": n_params, "tensor_types": types,
+            "tensors": [str(t.name) for t in reader.tensors],
             "bos_token_id": field("tokenizer.ggml.bos_token_id"),
             "eos_token_id": field("tokenizer.ggml.eos_token_id"),
             "pad_token_id": field("tokenizer.ggml.padding_token_id"),
@@ -201,6 +203,7 @@ def _convert_into(gguf_path: Path, out: Path, meta: dict[str, Any]) -> int:
     except Exception as e:  # a GGUF whose header reads but whose contents transformers cannot map
         raise PretrainedError(f"{gguf_path}: transformers cannot convert this GGUF file ({type(e).__name__}: "
                               f"{str(e)[:200]})") from e
+    check_tensors(gguf_path, meta, loaded)
     cfg = loaded.config.to_dict()
     cfg.pop("quantization_config", None)
     cfg.pop("_name_or_path", None)
@@ -223,6 +226,40 @@ def _convert_into(gguf_path: Path, out: Path, meta: dict[str, Any]) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+# Tables llama.cpp stores beside the weights that a transformers model computes itself (no parameter).
+COMPUTED_TENSORS = frozenset({"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"})
+
+
+def check_tensors(gguf_path: Path, meta: dict[str, Any], model: Any) -> None:
+    """PretrainedError unless the file's tensors are exactly those of its declared architecture: transformers
+    fills a parameter no tensor maps to with random weights and drops a tensor that maps to no parameter,
+    without a word (a file missing `blk.0.attn_q.weight`, or llama tensors declared `qwen2`, converted "fine"
+    to a model with random parts). An architecture whose names cannot be checked one by one is logged."""
+    from awarl.upstream.transformers import gguf_tensor_names
+
+    arch = meta["architecture"]
+    mapping = gguf_tensor_names(model, arch)
+    if mapping is None:
+        log.info("%s: tensor names not checked (transformers renames %s tensors while loading)", gguf_path.name, arch)
+        return
+    params = set(model.state_dict())
+    tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
+    names = set(meta["tensors"])
+    covered = {h for g, h in mapping.items() if g in names}
+    missing = sorted({g for g, h in mapping.items() if h in params and h not in tied} - names) or \
+        sorted(h for h in params - tied if h not in covered)
+    leftover = sorted(n for n in names if n not in mapping and n not in COMPUTED_TENSORS)
+    if missing or leftover:
+        parts = [f"{len(missing)} missing ({', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''})"] \
+            if missing else []
+        if leftover:
+            parts.append(f"{len(leftover)} with no place in it ({', '.join(leftover[:3])}"
+                         f"{' ...' if len(leftover) > 3 else ''})")
+        raise PretrainedError(f"{gguf_path}: its tensors do not match its declared architecture {arch!r} "
+                              f"(general.architecture): {'; '.join(parts)}; transformers would fill missing weights "
+                              "at random and drop the others, so it is not converted")
+
+
 def _versions() -> dict[str, str]:
     out = {}
     for pkg in ("awarl", "transformers", "torch", "gguf"):
@@ -234,7 +271,7 @@ def _versions() -> dict[str, str]:
 
 
 def models_cache() -> Path:
-    from awarl.stages.resources import cache_dir
+    from awarl.cache import cache_dir
 
     return cache_dir() / "models"
 
@@ -260,14 +297,29 @@ def convert_gguf(gguf_path: str | Path, *, cache_root: Path | None = None,
     sha = file_sha256(path)
     root = cache_root or models_cache()
     final = root / f"gguf-{sha[:16]}"
+    # One converter per cache entry: a second process converting the same file waits and takes its result.
+    with path_lock(final, f"the conversion of {path.name} ({final})", wait=True):
+        return _cached_or_converted(path, meta, sha, root, final, package)
+
+
+def _cached_or_converted(path: Path, meta: dict[str, Any], sha: str, root: Path, final: Path,
+                         package: dict[str, str] | None) -> Path:
+    """`convert_gguf` once the cache entry's lock is held: the cached folder after checking it whole, else a
+    new conversion."""
+    sweep_stale_conversions(root)
     source = read_source(final)
     if source and source.get("sha256") == sha:
-        if package and source.get("package") != package:
-            source["package"] = package
-            atomic_write_json(final / SOURCE_FILE, source)
-        log.info("%s: converted folder cached at %s", path.name, final)
-        return final
-    if final.exists():  # a folder without a matching record: not ours to trust
+        problem = damaged(final, source)
+        if problem is None:
+            if package and source.get("package") != package:
+                source["package"] = package
+                atomic_write_json(final / SOURCE_FILE, source)
+            log.info("%s: converted folder cached at %s", path.name, final)
+            return final
+        log.warning("%s: the cached conversion of %s is not what was written (%s); converting it again", final,
+                    path.name, problem)
+        shutil.rmtree(final)
+    elif final.exists():  # a folder without a matching record: not ours to trust
         raise PretrainedError(f"{final}: exists but holds no conversion of {path.name} (sha256 {sha[:16]}); "
                               "remove it and rerun")
     check_space(root, meta["float32_bytes"] + _SPACE_MARGIN, f"the float32 conversion of {path.name}")
@@ -280,35 +332,76 @@ def convert_gguf(gguf_path: str | Path, *, cache_root: Path | None = None,
         record = {"kind": "gguf", "file": path.name, "size": path.stat().st_size, "sha256": sha,
                   "architecture": meta["architecture"], "gguf_name": meta["name"],
                   "tensor_types": meta["tensor_types"], "dtype": "float32", "parameters": n,
-                  "package": package, "converted_with": _versions()}
+                  "package": package, "converted_with": _versions(), "files": folder_files(tmp)}
         atomic_write_json(tmp / SOURCE_FILE, record)
         os.chmod(tmp, DIR_MODE)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not (final / SOURCE_FILE).exists():  # lost a race only if the winner finished
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
+        os.rename(tmp, final)   # the entry's lock is held: nobody else renames a conversion of this file
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         if e.errno == errno.ENOSPC:
             raise PretrainedError(f"no space left on the disk of {root} while converting {path.name} "
                                   "(AWARL_CACHE moves the cache to another disk)") from None
         raise
-    except BaseException:
+    except BaseException:   # SIGTERM included: the CLI turns it into SystemExit, so this runs
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def folder_files(folder: Path) -> dict[str, dict[str, Any]]:
+    """Size and sha256 of every file of a converted folder but its record, written into the record."""
+    return {f.name: {"bytes": f.stat().st_size, "sha256": file_sha256(f)}
+            for f in sorted(folder.iterdir()) if f.is_file() and f.name != SOURCE_FILE}
+
+
+def damaged(folder: Path, record: dict[str, Any]) -> str | None:
+    """Why a converted folder is not the one its record describes (a file missing, cut short or changed), or
+    None. A record without the files' sizes and hashes (an older awarl) cannot vouch for them: that folder
+    is converted again, once."""
+    files = record.get("files")
+    if not isinstance(files, dict) or not files:
+        return "its record lists no file sizes and hashes (an older awarl)"
+    for name, rec in files.items():
+        f = folder / name
+        if not f.is_file():
+            return f"{name} is missing"
+        if f.stat().st_size != rec.get("bytes"):
+            return f"{name} has {f.stat().st_size} bytes, {rec.get('bytes')} were written"
+        if file_sha256(f) != rec.get("sha256"):
+            return f"{name} changed since it was written (sha256 differs)"
+    return None
+
+
+def sweep_stale_conversions(root: Path) -> None:
+    """Remove the temporary folders of conversions that did not finish (`.gguf-<sha>.<random>`): a process
+    killed without running its cleanup (SIGKILL, a power cut) leaves one. A conversion still running holds its
+    entry's lock, so only folders whose entry nobody holds are removed."""
+    for tmp in root.glob(".gguf-*.*"):
+        sha16 = tmp.name[len(".gguf-"):].split(".", 1)[0]
+        if not tmp.is_dir() or len(sha16) != 16:
+            continue
+        if lock_holder(root / f".gguf-{sha16}.lock") is None or is_held_here(root / f"gguf-{sha16}"):
+            shutil.rmtree(tmp, ignore_errors=True)
+            log.warning("removed %s, left by a conversion that did not finish", tmp)
 
 
 def export_folder(src: Path, out: str | Path) -> Path:
     """`src` (a cached conversion) at `out`: hard links where the disk allows, else copies; atomic (a
     temporary sibling renamed into place). An `out` already holding the same conversion is kept."""
     out = Path(out).expanduser()
+    with path_lock(out, str(out), remedy="or choose another --out"):
+        return _export_locked(src, out)
+
+
+def _export_locked(src: Path, out: Path) -> Path:
     record = read_source(src) or {}
     have = read_source(out)
     if have and have.get("sha256") == record.get("sha256"):
-        return out
+        problem = damaged(out, have)
+        if problem is None:
+            return out
+        log.warning("%s: not the conversion it was exported as (%s); exporting it again", out, problem)
+        shutil.rmtree(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise PretrainedError(f"{out}: exists and is not an empty folder (nor this model's conversion); "
                               "choose another --out")

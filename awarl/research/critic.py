@@ -12,17 +12,16 @@ claims (gold facts) are never quoted back to the executor or in a gap (`claims_t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from awarl.agent.rollout import Trajectory
+from awarl.config import CriticConfig
+from awarl.critic import is_oracle
 from awarl.critic.schema import CriticInput, CriticOutput, Judge, PassageRef
 from awarl.data.evidence import GoldEvidence, gold_evidence
 from awarl.data.types import QAExample
 from awarl.research.checks import complete, merge_conflicts, source_conflicts
 from awarl.research.schema import ExecutorResult
 from awarl.rewards.citation import safe_verify
-
-ORACLE = "gold"
 
 
 def judge_name(judge: Judge, item: CriticInput) -> str:
@@ -32,8 +31,8 @@ def judge_name(judge: Judge, item: CriticInput) -> str:
 
 
 def judge_label(name: str) -> str:
-    """A judge's name as results show it: the gold judge is marked as the oracle it is."""
-    return f"{name} (oracle)" if name == ORACLE else name
+    """A judge's name as results show it: an oracle (the gold judge) is marked as the oracle it is."""
+    return f"{name} (oracle)" if is_oracle(name) else name
 
 
 def verify(judge: Judge | None, inputs: Sequence[CriticInput]) -> list[tuple[CriticOutput | None, str]]:
@@ -51,11 +50,11 @@ def verify(judge: Judge | None, inputs: Sequence[CriticInput]) -> list[tuple[Cri
     return out
 
 
-def read_sources(verdict: CriticOutput, item: CriticInput, judge: str, cfg: Any = None) -> CriticOutput:
+def read_sources(verdict: CriticOutput, item: CriticInput, judge: str, cfg: CriticConfig | None = None) -> CriticOutput:
     """The audited verdict completed by the loop's own reading (module docstring): omitted claims added as
     unsupported (not under the oracle, whose claims are gold facts), the passages' conflicts merged in."""
     kw = {"short_answer_words": cfg.short_answer_words} if cfg is not None else {}
-    if judge != ORACLE:
+    if not is_oracle(judge):
         verdict = complete(verdict, item, **kw)
     found = source_conflicts(item, cfg) if cfg is not None else source_conflicts(item)
     conflicts = merge_conflicts(verdict.conflicts, found)
@@ -86,12 +85,12 @@ def unsupported_claims(verdict: CriticOutput | None) -> list[str]:
 def claims_to_name(verdict: CriticOutput | None, judge: str, answer: str) -> list[str]:
     """What a re-query or a gap may name as unsupported: the claims of the answer, or, under the oracle (whose
     claims are the dataset's gold facts, the answer itself), only the executor's own answer."""
-    if judge == ORACLE:
+    if is_oracle(judge):
         return [answer] if answer.strip() else []
     return unsupported_claims(verdict)
 
 
-def step_gold(example: Any, n_steps: int) -> list[GoldEvidence | None]:
+def step_gold(example: QAExample | None, n_steps: int) -> list[GoldEvidence | None]:
     """The gold evidence each step of a plan is checked against by the gold judge: a decomposed question's hop k
     against hop k's supporting paragraph, another plan's steps against the whole question's evidence; None where
     the record has none (then the judge's fallback, if any, decides)."""

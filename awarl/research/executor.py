@@ -5,11 +5,11 @@ its original text with its id."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from awarl.agent.backends.base import Seed
 from awarl.agent.rollout import RolloutEngine, Trajectory
 from awarl.critic.schema import CriticInput
+from awarl.data.evidence import GoldEvidence
 from awarl.research.schema import ExecutorResult
 from awarl.rewards.citation import build_critic_input, passages_from_rollout
 
@@ -28,7 +28,7 @@ def to_result(sub_question: str, traj: Trajectory, attempt: int) -> ExecutorResu
         searches=list(p.searches), abstained=bool(p.abstained), valid=bool(p.valid), attempt=attempt)
 
 
-def critic_input(sub_question: str, traj: Trajectory, gold: Any = None) -> CriticInput:
+def critic_input(sub_question: str, traj: Trajectory, gold: GoldEvidence | None = None) -> CriticInput:
     """The critic's view of one attempt: the summary AND the original passages, never the summary alone (and
     the step's gold evidence, which only the gold judge reads)."""
     p = traj.parsed

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from awarl.critic.openai_judge import OpenAIJudge
+from awarl.data.types import QAExample
 from awarl.research.planner import hop_refs, one_step, requery_text
 from awarl.research.reduce import combine
 from awarl.research.schema import ExecutorResult, Plan, Reduce, SubQuestion
@@ -86,7 +87,7 @@ class LLMPlanner:
             self.failures += 1
         return out
 
-    def decompose(self, question: str, example: Any = None) -> Plan:
+    def decompose(self, question: str, example: QAExample | None = None) -> Plan:
         plan = self._ask(DECOMPOSE, f"QUESTION:\n{question}", PlanReply, "research_plan")
         if plan is None:
             return one_step(question)

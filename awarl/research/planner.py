@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
+from awarl.data.types import QAExample
 from awarl.research.decompose import offline_plan
 from awarl.research.reduce import combine
 from awarl.research.schema import ExecutorResult, Plan, Reduce, SubQuestion
@@ -24,7 +25,7 @@ _HOP_REF = re.compile(r"#(\d+)")
 
 
 class Planner(Protocol):
-    def decompose(self, question: str, example: Any = None) -> Plan: ...
+    def decompose(self, question: str, example: QAExample | None = None) -> Plan: ...
 
     def requery(self, text: str, result: ExecutorResult, unsupported: Sequence[str],
                 tried: Sequence[str] = ()) -> str: ...
@@ -62,7 +63,7 @@ def requery_text(text: str, result: ExecutorResult, unsupported: Sequence[str], 
             "Search with different terms.)")
 
 
-def musique_plan(example: Any) -> Plan | None:
+def musique_plan(example: QAExample | None) -> Plan | None:
     """The record's own decomposition (MuSiQue), or None."""
     hops = (getattr(example, "metadata", None) or {}).get("question_decomposition") or []
     texts = [str(h.get("question", "")).strip() for h in hops if isinstance(h, dict)]
@@ -77,7 +78,7 @@ def musique_plan(example: Any) -> Plan | None:
 class DecompositionPlanner:
     """Offline planner (module docstring)."""
 
-    def decompose(self, question: str, example: Any = None) -> Plan:
+    def decompose(self, question: str, example: QAExample | None = None) -> Plan:
         return (musique_plan(example) or offline_plan(question)
                 or Plan(steps=[SubQuestion(index=0, text=question)], rule="question"))
 

@@ -9,15 +9,19 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.backends import backend_kind
+from awarl.agent.rollout import RolloutEngine
+from awarl.choices import JUDGES
 from awarl.config import GenerationConfig
+from awarl.critic import judge_kind
+from awarl.critic.schema import Judge
 from awarl.io import canonical_sha256
+from awarl.research.planner import Planner
 from awarl.research.regression import SNAPSHOT_KEYS, weights_identity
-
-_LEXICAL_SETTINGS = ("support_threshold", "short_support_threshold", "relation_overlap", "bridge_overlap",
-                     "short_answer_words")
+from awarl.retrieval.types import Retriever
 
 
-def index_identity(retriever: Any) -> dict[str, Any]:
+def index_identity(retriever: Retriever | None) -> dict[str, Any]:
     """The index's identity from its meta (an in-process index) or a retrieval server's /health."""
     if retriever is None:
         return {}
@@ -41,10 +45,10 @@ def _weights(path: str, mtime: float) -> dict[str, Any]:
     return weights_identity(Path(path))
 
 
-def executor_identity(engine: Any, generation: GenerationConfig | None = None, model_ref: str | None = None
+def executor_identity(engine: RolloutEngine | None, generation: GenerationConfig | None = None, model_ref: str | None = None
                       ) -> dict[str, Any]:
     """The executor policy: a scripted replay's script, a local checkpoint's weights, else the model's name."""
-    if generation is not None and generation.backend == "scripted" and generation.script:
+    if generation is not None and backend_kind(generation.backend).replays_script and generation.script:
         from awarl.io import file_sha256
 
         return {"kind": "scripted", "script_sha256": file_sha256(generation.script)}
@@ -61,28 +65,31 @@ def executor_identity(engine: Any, generation: GenerationConfig | None = None, m
     return {"kind": "hub" if name else type(backend).__name__, **({"name": str(name)} if name else {})}
 
 
-def judge_identity(judge: Any) -> dict[str, Any]:
+def judge_identity(judge: Judge | None) -> dict[str, Any]:
     if judge is None:
         return {"name": "none"}
     cfg = getattr(judge, "cfg", None)
     out: dict[str, Any] = {"name": getattr(judge, "name", type(judge).__name__)}
-    if out["name"] == "openai" and cfg is not None:
+    if out["name"] not in JUDGES:  # a judge object of its own (tests, notebooks): its name is all that is known
+        return out
+    kind = judge_kind(out["name"])
+    if kind.endpoint and cfg is not None:
         out.update(model=cfg.model, base_url=cfg.base_url)
-    elif out["name"] == "lexical" and cfg is not None:
-        out["settings"] = {k: getattr(cfg, k) for k in _LEXICAL_SETTINGS}
-    elif out["name"] == "gold":
+    if kind.settings and cfg is not None:
+        out["settings"] = {k: getattr(cfg, k) for k in kind.settings}
+    if kind.oracle:
         out["oracle"] = True
     return out
 
 
-def planner_identity(planner: Any) -> dict[str, Any]:
+def planner_identity(planner: Planner | None) -> dict[str, Any]:
     client = getattr(planner, "client", None)
     if client is not None:
         return {"planner": "openai", "model": client.cfg.model, "base_url": client.base_url}
     return {"planner": "decomposition" if type(planner).__name__ == "DecompositionPlanner" else type(planner).__name__}
 
 
-def provenance(engine: Any, judge: Any, planner: Any, generation: GenerationConfig | None = None,
+def provenance(engine: RolloutEngine | None, judge: Judge | None, planner: Planner | None, generation: GenerationConfig | None = None,
                model_ref: str | None = None) -> dict[str, Any]:
     return {"index": index_identity(getattr(engine, "retriever", None)),
             "executor": executor_identity(engine, generation, model_ref),

@@ -70,14 +70,15 @@ def make_loop_judge(cfg: LoopSettings, cache_dir: CacheDir = None, *, check: boo
                     reuse: Judge | None = None) -> Judge | None:
     """The judge of `research.judge`, which decides the loop (not critic.judge, the citation reward's: see
     the field's description). `reuse`: a judge already built for critic.judge, used when both are the same
-    kind (one client, one cache, one set of counters). The OpenAI one is checked reachable when `check`."""
-    from awarl.critic import OpenAIJudge, make_judge
+    kind (one client, one cache, one set of counters). One behind a service is checked reachable when `check`."""
+    from awarl.critic import make_judge
+    from awarl.critic.schema import Reachable
 
     if reuse is not None and getattr(reuse, "name", None) == cfg.research.judge:
         return reuse
     judge = make_judge(cfg.critic.model_copy(update={"judge": cfg.research.judge}), cache_dir)
-    if check and cfg.critic.check_endpoint and isinstance(judge, OpenAIJudge):
-        judge.check_reachable("critic-loop judge (research.judge: openai)",
+    if check and cfg.critic.check_endpoint and isinstance(judge, Reachable):
+        judge.check_reachable(f"critic-loop judge (research.judge: {cfg.research.judge})",
                               instead="set research.judge to lexical (offline)")
     return judge
 

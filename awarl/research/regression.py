@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.backends import backend_kind
 from awarl.config import AwarlConfig, GenerationConfig
 from awarl.io import DataError, file_sha256, iter_jsonl, write_jsonl
 from awarl.research.schema import ResearchReport
@@ -140,9 +141,9 @@ def weights_identity(model_dir: Path, max_bytes: int = 2 << 30) -> dict[str, Any
 def policy_identity(generation: GenerationConfig, model_ref: str) -> dict[str, Any]:
     """The executor policy: a scripted replay (its script's hash), a local checkpoint (weights hash), or a hub
     id (its name: pin a revision to make it a fixed policy)."""
-    if generation.backend == "scripted":
+    if backend_kind(generation.backend).replays_script:
         if not generation.script:
-            raise ValueError("generation.backend=scripted needs generation.script (a JSONL of scripted turns)")
+            raise ValueError(f"generation.backend={generation.backend} needs generation.script (a JSONL of scripted turns)")
         return {"kind": "scripted", "script_sha256": file_sha256(generation.script)}
     p = Path(model_ref)
     return weights_identity(p) if p.is_dir() else {"kind": "hub", "name": model_ref}

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from awarl.critic import is_oracle
 from awarl.critic.audit import disagrees
 from awarl.critic.schema import CriticOutput, PassageRef
-from awarl.research.critic import ORACLE, claims_to_name, judge_label, own_answer, passage_refs
+from awarl.research.critic import claims_to_name, judge_label, own_answer, passage_refs
 from awarl.research.drift import Statement, conflicts, read_statement
 from awarl.research.findings import dedupe, findings_of, marked_in_answer
 from awarl.research.schema import Finding, PassageText, ReportConflict, ResearchReport
@@ -118,7 +119,7 @@ def _statements(run: ResearchRun) -> list[Statement]:
             continue
         last = s.attempts[-1]
         answer = last.result.summary
-        claims = last.verdict.verified_claims if last.verdict is not None and last.judge != ORACLE else []
+        claims = last.verdict.verified_claims if last.verdict is not None and not is_oracle(last.judge) else []
         support = [pid for c in claims if c.status != "unsupported" for pid in c.source_ids] or last.result.cited_ids
         out.append(read_statement(s.sub.index, answer, list(dict.fromkeys(support)), s.asked))
         for c in claims:
@@ -275,7 +276,7 @@ def build_report(run: ResearchRun) -> ResearchReport:
         requeries=sum(max(len(s.attempts) - 1, 0) for s in run.steps),
         groundedness_before=_mean([s.attempts[0].groundedness for s in run.steps if s.attempts]),
         groundedness_after=_mean([s.attempts[-1].groundedness for s in run.steps if s.attempts]),
-        judge=judge_label(main), oracle=ORACLE in judges,
+        judge=judge_label(main), oracle=any(is_oracle(j) for j in judges),
         plan={"rule": run.plan.rule, "reduce": run.plan.reduce.model_dump(mode="json"),
               "reduce_note": run.reduce_note},
         sub_questions=[_trace(s) for s in run.steps], passages=_passages(run, findings, found),

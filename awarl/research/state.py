@@ -14,6 +14,8 @@ from typing import Any
 from awarl.agent.rollout import Trajectory
 from awarl.config import ResearchConfig
 from awarl.critic.schema import CriticInput, CriticOutput
+from awarl.data.evidence import GoldEvidence
+from awarl.data.types import QAExample
 from awarl.research.critic import claims_to_name, own_answer, passage_refs, step_gold, synthesis_input
 from awarl.research.executor import to_result
 from awarl.research.planner import Planner, fill
@@ -57,7 +59,7 @@ class Step:
     approved: bool = False
     exhausted: bool = False
     blocked_by: int | None = None       # the dependency that was never approved
-    gold: Any = None                    # the step's gold evidence (for the gold judge only)
+    gold: GoldEvidence | None = None                  # the step's gold evidence (for the gold judge only)
     pending: str | None = None          # the re-query being drawn
     discarded: list[list[str]] = field(default_factory=list)  # searches of draws that only repeated
     draws: int = 0                      # discarded draws of the pending attempt
@@ -79,7 +81,7 @@ class ResearchRun:
     """The loop's state for one question (validated here, so the API refuses what the CLI refuses)."""
 
     def __init__(self, question: str, planner: Planner, *, approve_threshold: float, max_iterations: int,
-                 abstention_phrase: str, example: Any = None, requery_draws: int = RESEARCH_DEFAULTS.requery_draws,
+                 abstention_phrase: str, example: QAExample | None = None, requery_draws: int = RESEARCH_DEFAULTS.requery_draws,
                  min_claim_confidence: float = RESEARCH_DEFAULTS.min_claim_confidence,
                  drift_overlap: float = RESEARCH_DEFAULTS.drift_overlap,
                  max_question_chars: int = RESEARCH_DEFAULTS.max_question_chars) -> None:

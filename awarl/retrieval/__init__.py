@@ -11,7 +11,7 @@ from awarl.retrieval.index import (
     read_meta,
     verify_index,
 )
-from awarl.retrieval.types import Passage, Retriever
+from awarl.retrieval.types import IndexRetriever, Passage, Retriever
 
-__all__ = ["META_FILE", "Passage", "RetrievalClient", "RetrievalClientError", "RetrievalIndexError", "Retriever",
+__all__ = ["META_FILE", "IndexRetriever", "Passage", "RetrievalClient", "RetrievalClientError", "RetrievalIndexError", "Retriever",
            "build_index", "load_index", "load_retriever", "read_meta", "verify_index"]

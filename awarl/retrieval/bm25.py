@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -117,6 +117,7 @@ class BM25Retriever:
         self.vocab: dict[str, int] = load_bm25_vocab(index_dir, len(self.indptr) - 1)
         self.docstore = docstore
         self.workers = workers
+        self.meta: dict[str, Any] = {}  # the folder's meta.json, set by load_index
         self._tokenize = make_tokenizer(settings.get("stopwords", "en"), settings.get("stemmer", "s"))
         self._accumulators: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
         for _ in range(workers):  # np.zeros pages are only committed when a query first touches them
@@ -178,7 +179,7 @@ class BM25Retriever:
         finally:
             acc.fill(0)
 
-    def _score_many(self, batch: list[tuple[int, ...]], k: int) -> list[list[tuple[int, float]]]:
+    def _score_many(self, batch: Sequence[Sequence[int]], k: int) -> list[list[tuple[int, float]]]:
         acc = self._accumulators.get()
         try:
             return [self._score(ids, k, acc) for ids in batch]
@@ -210,7 +211,7 @@ class BM25Retriever:
 def load_bm25_arrays(index_dir: Path, mmap: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(data, indices, indptr, num_docs) of a bm25s-format index, checked for consistency: a truncated or
     mismatched array raises ValueError naming the file."""
-    mode = "r" if mmap else None
+    mode: Literal["r"] | None = "r" if mmap else None
     arrays = {}
     for name, kinds in (("data", "f"), ("indices", "iu"), ("indptr", "iu")):
         path = index_dir / f"{name}.csc.index.npy"

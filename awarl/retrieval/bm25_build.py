@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
+import numpy.typing as npt
 
 from awarl.retrieval.bm25 import make_tokenizer
 
@@ -46,7 +47,7 @@ _SHARE_BUFFER = 0.5  # of memory_mb; the rest is for the vocabulary, passage len
 _VOCAB_JSON_BATCH = 100_000
 
 
-def _npy_writer(path: Path, dtype: np.dtype, n: int) -> BinaryIO:
+def _npy_writer(path: Path, dtype: npt.DTypeLike, n: int) -> BinaryIO:
     """An open file holding a .npy header for a 1-d array of n `dtype` items; the data are appended."""
     f = open(path, "wb")  # noqa: SIM115 - the caller closes it
     np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
@@ -77,7 +78,7 @@ class _Shard:
 
     def read_until(self, stop_term: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(term ids, passage ids, tfs) of this shard's postings for terms below stop_term not read yet."""
-        if self._docs_f is None:
+        if self._docs_f is None or self._tfs_f is None:
             self._docs_f, self._tfs_f = open(self.docs_path, "rb"), open(self.tfs_path, "rb")  # noqa: SIM115
         end = int(np.searchsorted(self.terms, stop_term, side="left"))
         counts = self.counts[self._pos:end]
@@ -112,7 +113,7 @@ class BM25Builder:
             raise ValueError(f"BM25 method {method!r} is not supported; awarl builds the Lucene variant (lucene)")
         if isinstance(memory_mb, bool) or not isinstance(memory_mb, int) or memory_mb < MIN_MEMORY_MB:
             raise ValueError(f"memory_mb must be an integer >= {MIN_MEMORY_MB}, got {memory_mb!r}")
-        self.settings = {"k1": k1, "b": b, "method": method, "stopwords": stopwords, "stemmer": stemmer}
+        self.settings: dict[str, Any] = {"k1": k1, "b": b, "method": method, "stopwords": stopwords, "stemmer": stemmer}
         self.memory_mb = memory_mb
         self._tokenize = make_tokenizer(stopwords, stemmer)
         self.vocab: dict[str, int] = {"": 0}
@@ -147,9 +148,9 @@ class BM25Builder:
             return
         first_doc = len(self.doc_len)
         self.doc_len.extend(lens)
-        tid = np.frombuffer(ids, dtype=np.int32)
+        term_ids = np.frombuffer(ids, dtype=np.int32)
         local = np.repeat(np.arange(len(lens), dtype=np.int64), np.frombuffer(lens, dtype=np.int32))
-        keys, tfs = np.unique((local << 32) | tid.astype(np.int64), return_counts=True)  # by passage, then term
+        keys, tfs = np.unique((local << 32) | term_ids.astype(np.int64), return_counts=True)  # by passage, then term
         self._buf.append(((keys & 0xFFFFFFFF).astype(np.int32), ((keys >> 32) + first_doc).astype(np.int32),
                           tfs.astype(np.int32)))
         self._buffered += len(keys)
@@ -214,8 +215,8 @@ class BM25Builder:
         nnz = int(indptr[-1])
         np.save(out_dir / "indptr.csc.index.npy", indptr)
         # term blocks of about _block_postings postings (a term larger than a block is a block of its own)
-        bounds = np.unique(np.searchsorted(indptr, np.arange(0, nnz, self._block_postings), side="right") - 1)
-        bounds = [*bounds[1:].tolist(), len(self._df)]
+        starts = np.unique(np.searchsorted(indptr, np.arange(0, nnz, self._block_postings), side="right") - 1)
+        bounds = [*starts[1:].tolist(), len(self._df)]
         with _npy_writer(out_dir / "data.csc.index.npy", np.float32, nnz) as data_f, \
                 _npy_writer(out_dir / "indices.csc.index.npy", np.int32, nnz) as idx_f, \
                 tqdm(total=nnz, unit="posting", unit_scale=True, desc="BM25 merge", disable=not self.show_progress,

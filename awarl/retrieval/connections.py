@@ -64,6 +64,7 @@ def uvicorn_config(app: Any, *, host: str, port: int, limits: ConnectionLimits, 
 
     from awarl.upstream.uvicorn import guarded_protocol
 
+    # timeout_keep_alive is annotated int but only ever handed to loop.call_later: a fraction of a second works
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log,
-                          timeout_keep_alive=limits.idle_timeout_s, http=guarded_protocol(limits, stats),
-                          lifespan="on")
+                          timeout_keep_alive=limits.idle_timeout_s,  # type: ignore[arg-type]
+                          http=guarded_protocol(limits, stats), lifespan="on")

@@ -218,6 +218,7 @@ class VectorIndexBuilder:
         self._pending: list[np.ndarray] = []
         self._pending_n = 0
         self._trained = index_type != "ivfpq"
+        self.index: Any  # a faiss index (CPU or GPU; HNSW, flat or IVF-PQ); None until IVF-PQ is trained
         if index_type == "hnsw":
             self.index = faiss.IndexHNSWFlat(dim, hnsw_m, faiss.METRIC_INNER_PRODUCT)
             self.index.hnsw.efConstruction = ef_construction
@@ -309,6 +310,7 @@ class DenseRetriever:
             self.index = to_gpu(self.index)
         self.encoder = load_encoder(settings["model"], device)
         self.docstore = docstore
+        self.meta: dict[str, Any] = {}  # the folder's meta.json, set by load_index
 
     def search(self, queries: list[str], k: int) -> list[list[Passage]]:
         """Like BM25: a blank query (or k <= 0) gets no passages (an embedding of nothing would rank the

@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +69,7 @@ def _check_unicode(pid: str, contents: str, where: str) -> None:
 class _HashingReader(io.RawIOBase):
     """A binary file whose bytes are hashed and counted as they are read (one pass for sha256 and progress)."""
 
-    def __init__(self, f: BinaryIO) -> None:
+    def __init__(self, f: io.BufferedReader) -> None:
         self.f, self.h, self.count = f, hashlib.sha256(), 0
 
     def readable(self) -> bool:
@@ -98,7 +98,7 @@ class CorpusReader:
         with open(self.path, "rb") as raw_file:
             hashed = _HashingReader(raw_file)
             buffered = io.BufferedReader(hashed, buffer_size=1 << 20)
-            lines: BinaryIO = gzip.GzipFile(fileobj=buffered) if self.path.suffix == ".gz" else buffered
+            lines: io.BufferedIOBase = gzip.GzipFile(fileobj=buffered) if self.path.suffix == ".gz" else buffered
             try:
                 yield from self._records(lines, hashed)
             except (gzip.BadGzipFile, EOFError, zlib.error) as e:
@@ -107,7 +107,7 @@ class CorpusReader:
             self.bytes_read = hashed.count
             self.sha256 = hashed.h.hexdigest()
 
-    def _records(self, lines: BinaryIO, hashed: _HashingReader) -> Iterator[tuple[str, str]]:
+    def _records(self, lines: io.BufferedIOBase, hashed: _HashingReader) -> Iterator[tuple[str, str]]:
         for n, raw in enumerate(lines, 1):
             self.bytes_read = hashed.count
             if not raw.strip():

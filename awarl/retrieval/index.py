@@ -20,14 +20,17 @@ import shutil
 import socket
 import sys
 import time
+import uuid
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from awarl.io import DataError, atomic_write_json, file_sha256, loads_json
+from awarl.io import DataError, atomic_write_json, file_sample_sha256, file_sha256, loads_json
+from awarl.locks import path_lock
 from awarl.retrieval.docstore import DOCSTORE_FILE, OFFSETS_FILE, CorpusReader, Docstore, DocstoreWriter
 from awarl.retrieval.passage_ids import POLICIES, SeenIds
-from awarl.retrieval.types import Retriever
+from awarl.retrieval.types import IndexRetriever, Retriever
 
 if TYPE_CHECKING:
     from awarl.config import RetrievalConfig
@@ -39,6 +42,15 @@ FORMAT_VERSION = 1
 KINDS = ("bm25", "dense")
 
 
+class IndexBuilder(Protocol):
+    """What an index kind builds from the streamed corpus (BM25Builder, DenseBuilder): passages in chunks, then
+    its files in the build folder, returning the settings it used (index_meta.json)."""
+
+    def add(self, texts: Iterable[str]) -> None: ...
+
+    def finish(self, out_dir: Path) -> dict[str, Any]: ...
+
+
 class RetrievalIndexError(DataError):
     """An index folder is missing, incomplete, corrupt, or does not match its corpus."""
 
@@ -48,7 +60,7 @@ DENSE_ONLY = ("model", "hnsw", "batch_size", "device", "query_prefix", "passage_
 BM25_ONLY = ("k1", "b", "stemmer", "stopwords", "method", "chunk_size", "memory_mb")
 
 
-def _make_builder(kind: str, settings: dict[str, Any], show_progress: bool, work_dir: Path) -> tuple[Any, int]:
+def _make_builder(kind: str, settings: dict[str, Any], show_progress: bool, work_dir: Path) -> tuple[IndexBuilder, int]:
     """(builder, chunk size in passages)."""
     settings = dict(settings)
     if kind == "bm25":
@@ -75,7 +87,7 @@ def _make_builder(kind: str, settings: dict[str, Any], show_progress: bool, work
 
 def build_index(corpus_path: str | os.PathLike, kind: str, out_dir: str | os.PathLike, *,
                 overwrite: bool = False, show_progress: bool = True, duplicate_ids: str = "fail",
-                **settings: Any) -> Path:
+                wait: bool = False, **settings: Any) -> Path:
     """Build a `kind` ("bm25" | "dense") index of the corpus JSONL into `out_dir`; returns `out_dir`.
 
     duplicate_ids: "fail" (a repeated passage id is a DataError naming both lines) or "keep_first" (later
@@ -84,10 +96,9 @@ def build_index(corpus_path: str | os.PathLike, kind: str, out_dir: str | os.Pat
     settings: bm25: k1, b, method, stopwords ("en"|"none"), stemmer ("s"|"snowball"|"none"), memory_mb (the
     build's memory target, default 2048); dense: model, query_prefix, passage_prefix, index_type
     ("flat"|"hnsw"|"ivfpq"), hnsw, hnsw_m, ef_construction, ef_search, nlist, pq_m, nprobe, train_size,
-    batch_size, device. Raises DataError (naming file:line) on a malformed corpus line.
+    batch_size, device. Raises DataError (naming file:line) on a malformed corpus line. `wait`: another process
+    building this index is waited for (an index built on first use), not refused (OutputInUse).
     """
-    from awarl import __version__
-
     corpus_path, out_dir = Path(corpus_path), Path(out_dir)
     if kind not in KINDS:
         raise ValueError(f"unknown index kind {kind!r}; choose one of {', '.join(KINDS)}")
@@ -99,6 +110,21 @@ def build_index(corpus_path: str | os.PathLike, kind: str, out_dir: str | os.Pat
         # an --overwrite would swap the folder out, corpus and all, and the index would point at nothing
         raise RetrievalIndexError(f"the corpus {corpus_path} is inside --out {out_dir}; build the index into "
                                   "a folder of its own")
+    # One builder per index folder (awarl.locks): `wait` (an index built on first use) waits for another
+    # process building it and then takes its copy; otherwise a second build is refused, naming the first.
+    with path_lock(out_dir, f"index {out_dir}", wait=wait, remedy="or choose another --out"):
+        if wait and not overwrite and (out_dir / META_FILE).is_file():
+            log.info("index %s was built by another process meanwhile; using it", out_dir)
+            return out_dir
+        return _build_locked(corpus_path, kind, out_dir, overwrite=overwrite, show_progress=show_progress,
+                             duplicate_ids=duplicate_ids, settings=settings)
+
+
+def _build_locked(corpus_path: Path, kind: str, out_dir: Path, *, overwrite: bool, show_progress: bool,
+                  duplicate_ids: str, settings: dict[str, Any]) -> Path:
+    """`build_index` once the index folder's lock is held."""
+    from awarl import __version__
+
     if out_dir.exists() and any(out_dir.iterdir()):
         if not overwrite:
             raise RetrievalIndexError(f"{out_dir} already exists and is not empty; pass overwrite=True "
@@ -124,9 +150,11 @@ def build_index(corpus_path: str | os.PathLike, kind: str, out_dir: str | os.Pat
             log.warning("%s: left out %d passage(s) whose id repeats an earlier one (duplicate_ids=keep_first; "
                         "first: %s)", corpus_path, duplicates.dropped, ", ".join(duplicates.examples))
         used = builder.finish(tmp)
+        build_id = uuid.uuid4().hex
         meta = {
             "format_version": FORMAT_VERSION,
             "kind": kind,
+            "build_id": build_id,
             "corpus": str(corpus_path.resolve()),
             "corpus_sha256": reader.sha256,
             "corpus_bytes": reader.bytes_read,
@@ -139,7 +167,11 @@ def build_index(corpus_path: str | os.PathLike, kind: str, out_dir: str | os.Pat
             "build_seconds": round(time.time() - t0, 3),
         }
         if kind == "bm25":
+            from awarl.retrieval.bm25_build import BM25Builder
+
+            assert isinstance(builder, BM25Builder)
             meta["build"] = {"memory_mb": builder.memory_mb, "shards": builder.shards_written}
+        meta["files"] = build_files(tmp)
         atomic_write_json(tmp / META_FILE, meta)  # the mode of a plain open() (awarl.io.FILE_MODE): shareable
         _move_into_place(tmp, out_dir, overwrite)
     except BaseException:
@@ -149,7 +181,37 @@ def build_index(corpus_path: str | os.PathLike, kind: str, out_dir: str | os.Pat
     return out_dir
 
 
-def _stream(reader: CorpusReader, builder: Any, store: DocstoreWriter, chunk_size: int, kind: str,
+def build_files(folder: Path) -> dict[str, dict[str, Any]]:
+    """Each file of a finished build (but the meta): its size, sha256 and sampled sha256 (`file_sample_sha256`),
+    recorded in the meta under the build's id so that `index info` (every byte) and every load (the samples)
+    refuse a folder put together from two builds: the same corpus built twice with other settings gives files
+    of the same names, and often of the same sizes, that search differently. (The files themselves keep
+    their formats: bm25s refuses a params file with a key it does not know, and .npy headers take none.)"""
+    return {f.name: {"bytes": f.stat().st_size, "sha256": file_sha256(f), "sample_sha256": file_sample_sha256(f)}
+            for f in sorted(folder.iterdir()) if f.is_file() and f.name != META_FILE}
+
+
+def check_build_files(index_dir: Path, meta: dict[str, Any], *, full: bool) -> None:
+    """RetrievalIndexError unless every file the build recorded is the one it wrote (size and sampled hash;
+    with `full`, the sha256 of every byte). A meta without the record (an index built before awarl kept it)
+    is not checked."""
+    files, build_id = meta.get("files"), meta.get("build_id")
+    if not isinstance(files, dict) or not build_id:
+        return
+    for name, rec in files.items():
+        path = index_dir / name
+        if not path.is_file():
+            raise RetrievalIndexError(f"{index_dir}: index is incomplete, missing {name}; rebuild it")
+        got = path.stat().st_size
+        if got != rec.get("bytes") or file_sample_sha256(path) != rec.get("sample_sha256") or (
+                full and file_sha256(path) != rec.get("sha256")):
+            what = f"{got} bytes, the build wrote {rec.get('bytes')}" if got != rec.get("bytes") else \
+                "its contents differ from what the build wrote"
+            raise RetrievalIndexError(f"{path}: not the file of this index's build {build_id[:12]} ({what}): a "
+                                      "folder put together from two builds, or a damaged file; rebuild the index")
+
+
+def _stream(reader: CorpusReader, builder: IndexBuilder, store: DocstoreWriter, chunk_size: int, kind: str,
             show_progress: bool, duplicates: _Duplicates) -> tuple[int, int]:
     """Read the corpus once into the docstore and, chunk by chunk, the builder, leaving out repeated ids
     (`duplicates`); (passages, docstore bytes)."""
@@ -203,7 +265,7 @@ class _Duplicates:
         return {"policy": self.policy, "dropped": self.dropped, "examples": self.examples}
 
 
-def _add_chunk(chunk: list[tuple[str, str, int]], builder: Any, store: DocstoreWriter,
+def _add_chunk(chunk: list[tuple[str, str, int]], builder: IndexBuilder, store: DocstoreWriter,
                duplicates: _Duplicates) -> None:
     repeats = duplicates.seen.add([pid for pid, _, _ in chunk])
     kept = []
@@ -376,6 +438,7 @@ def verify_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True, de
             raise RetrievalIndexError(f"{index_dir}: meta says {n} passages but the BM25 index has {got}")
     if deep:
         _open_kind(index_dir, meta, mmap=True, workers=1, device="cpu")   # no docstore: the files only
+        check_build_files(index_dir, meta, full=True)   # after opening them, whose messages say more
     corpus = Path(meta.get("corpus") or "")
     if verify_corpus and meta.get("corpus") and corpus.is_file() and (
             corpus.stat().st_size != meta.get("corpus_bytes") or file_sha256(corpus) != meta["corpus_sha256"]):
@@ -424,7 +487,7 @@ def index_bytes(index_dir: Path) -> int:
 
 
 def load_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True, device: str | None = None,
-               mmap: bool | str | None = "auto", workers: int = 1) -> Retriever:
+               mmap: bool | str | None = "auto", workers: int = 1) -> IndexRetriever:
     """Verify and open an index folder as a Retriever (BM25Retriever or DenseRetriever).
 
     mmap: True memory-maps the index arrays and the docstore (RAM stays free, the OS pages them in and
@@ -435,6 +498,7 @@ def load_index(index_dir: str | os.PathLike, *, verify_corpus: bool = True, devi
     use_mmap = index_bytes(index_dir) > MMAP_AUTO_BYTES if mmap in (None, "auto") else bool(mmap)
     docstore = Docstore(index_dir, mmap=use_mmap)
     retriever = _open_kind(index_dir, meta, mmap=use_mmap, workers=workers, device=device, docstore=docstore)
+    check_build_files(index_dir, meta, full=False)  # sizes and sampled hashes: a megabyte read per file
     retriever.meta = meta
     return retriever
 
@@ -489,7 +553,7 @@ def load_retriever(cfg: RetrievalConfig) -> Retriever:
             raise ConfigError(f"retrieval.index_dir: {index_dir} holds no index and retrieval.corpus is not "
                               "set to build one from")
         log.info("building %s index %s from %s", cfg.kind, index_dir, cfg.corpus)
-        build_index(cfg.corpus, cfg.kind, index_dir, **build_settings(cfg))
+        build_index(cfg.corpus, cfg.kind, index_dir, wait=True, **build_settings(cfg))
     retriever = load_index(index_dir, verify_corpus=cfg.verify_corpus, mmap=cfg.mmap, workers=cfg.workers)
     if cfg.corpus:
         warn_if_other_corpus(Path(cfg.corpus), index_dir, retriever.meta)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 
 def unquote_title(title: str) -> str:
@@ -65,3 +65,10 @@ class Retriever(Protocol):
     def search(self, queries: list[str], k: int) -> list[list[Passage]]:
         """Batched search: one ranked list of at most k passages (best first, with scores) per query."""
         ...
+
+
+class IndexRetriever(Retriever, Protocol):
+    """A retriever over a local index folder (what `load_index` opens): it also carries the folder's verified
+    meta.json (kind, settings, corpus hash, passage count), which the server publishes and runs record."""
+
+    meta: dict[str, Any]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable, Sequence
+from types import FunctionType
 
 # Step 1 (p_i from the counts of K samples) lives below data/estimates.py, which reads the estimate file with it;
 # it is part of this formula chain, so its names are here too.
@@ -231,7 +232,7 @@ def expected_abstain(p: float, gamma: float, p_min: float, mode: str = "threshol
                      prior: float = 0.5) -> float:
     """Step 4, one completion's contribution to ρ̂ under the reading `mode` (`reward.expected_rate`; docs/method.md
     "The penalty's target"): the registered `*_reading` function of that name."""
-    reading = choices.EXPECTED_RATES.load(mode)
+    reading = choices.EXPECTED_RATES.load(mode, FunctionType)  # a pure function (its registry's contract)
     return reading(p, n, gamma=gamma, p_min=p_min, tau=tau, prior=prior, r_correct=r_correct, r_wrong=r_wrong)
 
 

@@ -187,22 +187,24 @@ def _inputs(judge: Judge, items: Sequence[CitationItem], out: list[CitationJudge
     return idx, inputs, routes
 
 
-def _audited(verdict: CriticOutput, inp: CriticInput, who: str) -> CriticOutput | None:
+def _audited(verdict: CriticOutput, inp: CriticInput, who: str, answer_claim: bool) -> CriticOutput | None:
     """`audit_verdict`, or None (that verdict failed) where the audit cannot rebuild it: one odd verdict costs
     its own item, never the batch or the caller."""
     try:
-        return audit_verdict(verdict, inp)
+        return audit_verdict(verdict, inp, answer_claim=answer_claim)
     except Exception as e:  # noqa: BLE001 - see safe_verify
         log.warning("%s: a verdict failed its audit and counts as a judge failure: %s", who, str(e)[:300])
         return None
 
 
-def safe_verify(judge: Judge, inputs: Sequence[CriticInput], who: str) -> tuple[list[CriticOutput | None], str | None]:
+def safe_verify(judge: Judge, inputs: Sequence[CriticInput], who: str, answer_claim: bool = False
+                ) -> tuple[list[CriticOutput | None], str | None]:
     """`judge.verify(inputs)` that never raises: (one verdict per input, None), or ([None] * n, why) when the
     judge raised or returned another number of verdicts (logged once, as `who`). A judge must never fail
     training, evaluation or the critic loop; its failures are returned for the caller to count. Every verdict
     is audited against its input (`awarl.critic.audit`: sources must be retrieved passages, groundedness
-    recounted from the claims, the judge's own figure kept beside it)."""
+    recounted from the claims, the judge's own figure kept beside it; with `answer_claim`, an answer no claim
+    states counted as an unsupported claim)."""
     try:
         verdicts = list(judge.verify(list(inputs)))
         if len(verdicts) != len(inputs):
@@ -210,7 +212,8 @@ def safe_verify(judge: Judge, inputs: Sequence[CriticInput], who: str) -> tuple[
     except Exception as e:  # noqa: BLE001 - see the docstring
         log.warning("%s: the judge failed on a batch of %d: %s", who, len(inputs), e)
         return [None] * len(inputs), str(e)
-    audited = [None if v is None else _audited(v, inp, who) for v, inp in zip(verdicts, inputs, strict=True)]
+    audited = [None if v is None else _audited(v, inp, who, answer_claim)
+               for v, inp in zip(verdicts, inputs, strict=True)]
     off = sum(1 for v in audited if v is not None and disagrees(v))
     if off:
         log.info("%s: %d of %d verdicts reported another groundedness than their claims give (recount used)",
@@ -229,7 +232,10 @@ def judge_citations(judge: Judge | None, items: Sequence[CitationItem],
     idx, inputs, routes = _inputs(judge, items, out)
     if not inputs:
         return out
-    verdicts, failed = safe_verify(judge, inputs, "citation judge")
+    # a judge told to state the answer as one of its claims (the LLM judge) must have done so: a verdict about
+    # something else must not score the answer's citations
+    verdicts, failed = safe_verify(judge, inputs, "citation judge",
+                                   answer_claim=bool(getattr(judge, "claims_state_the_answer", False)))
     if failed is not None:
         for j in idx:
             out[j] = CitationJudgement(error=failed[:500])

@@ -66,7 +66,7 @@ BAPO = Strategy(bapo_reward, uses_group=True)
 
 def strategy(name: str) -> Strategy:
     """The registered strategy `name` (ValueError naming the choices when there is none)."""
-    return STRATEGIES.load(name)
+    return STRATEGIES.load(name, Strategy)
 
 
 def abstain_reward(name: str, cfg: RewardConfig, r_ref: float, group_any_correct: bool) -> float:

@@ -130,7 +130,7 @@ class AwaRLReward:
 
     # ---------------------------------------------------------------------------------- helpers
     @staticmethod
-    def _column(kwargs: dict, key: str, n: int, required: bool = False) -> list:
+    def _column(kwargs: dict[str, Any], key: str, n: int, required: bool = False) -> list[Any]:
         if key not in kwargs or kwargs[key] is None:
             if required:
                 raise ValueError(f"AwaRLReward: the rollout must pass `{key}` (one entry per completion); "
@@ -142,7 +142,7 @@ class AwaRLReward:
             raise ValueError(f"AwaRLReward: `{key}` must be a list with one entry per completion ({n}), got {got}")
         return list(col)
 
-    def _should_update(self, kwargs: dict) -> bool:
+    def _should_update(self, kwargs: dict[str, Any]) -> bool:
         flags = kwargs.get("training")
         if isinstance(flags, (list, tuple)) and flags:
             return all(bool(f) for f in flags)
@@ -166,7 +166,7 @@ class AwaRLReward:
         return self.cfg.default_p, 0.0, True
 
     # ------------------------------------------------------------------------------------- call
-    def __call__(self, prompts: list, completions: list, completion_ids: list | None = None,
+    def __call__(self, prompts: list[Any], completions: list[Any], completion_ids: list[Any] | None = None,
                  **kwargs: Any) -> list[float]:
         """One AWA-RL step t over this process's slice of the generation batch (module docstring)."""
         cfg = self.cfg
@@ -207,7 +207,7 @@ class AwaRLReward:
         return rewards
 
     # ----------------------------------------------------------------------------------- steps
-    def _read_batch(self, kwargs: dict, n: int) -> tuple[list[Outcome], list[str], list[float], list[float], int]:
+    def _read_batch(self, kwargs: dict[str, Any], n: int) -> tuple[list[Outcome], list[str], list[float], list[float], int]:
         """The batch's outcomes, query ids, p_i (resolved: online estimate, rollout column, p table, default_p)
         and the samples each rests on, and how many p_i were unknown."""
         outcomes: list[Outcome] = []
@@ -236,7 +236,7 @@ class AwaRLReward:
                         unknown, self.cfg.default_p)
         return outcomes, qids, ps, ns, unknown
 
-    def _group_counts(self, qids: list[str], outcomes: list[Outcome], ps: list[float]) -> dict[str, tuple]:
+    def _group_counts(self, qids: list[str], outcomes: list[Outcome], ps: list[float]) -> dict[str, tuple[float, ...]]:
         """Per-query (correct, answered, completions, sum of the p used) over the whole generation batch
         (groups may straddle processes), so every rank derives the same BAPO rule and online p. Empty when
         unused."""
@@ -252,7 +252,7 @@ class AwaRLReward:
         return gather_group_counts({q: tuple(v) for q, v in local.items()})
 
     def _with_group_outcomes(self, qids: list[str], ps: list[float], ns: list[float],
-                             groups: dict[str, tuple]) -> tuple[list[float], list[float]]:
+                             groups: dict[str, tuple[float, ...]]) -> tuple[list[float], list[float]]:
         """Step 4, `p_online: group`: each completion's (p, n) once its whole group's answered outcomes (counted
         across processes) join the pre-RL estimate (`abstention.group_estimate`). Read before any reward is paid,
         so the group's own outcomes shape its own ρ̂ share and R_base this very step."""
@@ -304,7 +304,7 @@ class AwaRLReward:
         return [by_query[q] for q in qids]
 
     def _abstain_rewards(self, qids: list[str], ps: list[float], penalties: list[float],
-                         groups: dict[str, tuple]) -> list[float]:
+                         groups: dict[str, tuple[float, ...]]) -> list[float]:
         """What an abstention earns per completion under the strategy (step 8 for `awarl`)."""
         cfg = self.cfg
         r_max = A.refusal_cap(cfg.r_correct, cfg.r_ref_margin)
@@ -316,7 +316,7 @@ class AwaRLReward:
             out.append(abstain_reward(cfg.strategy, cfg, r_ref, groups.get(q, (0.0,))[0] > 0))
         return out
 
-    def _update_state(self, smoothing: dict[str, float] | None, groups: dict[str, tuple], failures: float,
+    def _update_state(self, smoothing: dict[str, float] | None, groups: dict[str, tuple[float, ...]], failures: float,
                       unknown: float) -> None:
         """Advance Ē, the online p estimates and the counters by one training step."""
         if smoothing is not None:
@@ -333,7 +333,7 @@ class AwaRLReward:
         self.unknown_p_total += int(unknown)
 
     @staticmethod
-    def _log(kwargs: dict, stats: dict[str, float], ps: list[float], r_cite: list[float | None]) -> None:
+    def _log(kwargs: dict[str, Any], stats: dict[str, float], ps: list[float], r_cite: list[float | None]) -> None:
         """Step 11's logging, through TRL's `log_metric` / `log_extra` when present."""
         log_metric: Callable[[str, float], None] | None = kwargs.get("log_metric")
         if log_metric is not None:
@@ -345,7 +345,7 @@ class AwaRLReward:
             log_extra("p_i", ps)
             log_extra("r_cite", [float("nan") if rc is None else rc for rc in r_cite])
 
-    def _citations(self, kwargs: dict, outcomes: list[Outcome], n: int
+    def _citations(self, kwargs: dict[str, Any], outcomes: list[Outcome], n: int
                    ) -> tuple[list[float | None], int, dict[str, float]]:
         """Step 10: r_cite per completion (None when not applicable, not judged or the judge failed), the
         failure count, and the per-step counts logged with it: answers a gold judge left to its fallback or
@@ -372,7 +372,7 @@ class AwaRLReward:
                 sum(1 for r in results if r is not None and r.failed), counts)
 
     # ------------------------------------------------------------------------------------ state
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"format": STATE_FORMAT, "e_bar": self.e_bar, "e_ema": self.e_ema, "updates": self.updates,
                 "p_online": dict(self.p_online), "judge_failures_total": self.judge_failures_total,
                 "unknown_p_total": self.unknown_p_total, "last_stats": dict(self.last_stats)}
@@ -380,13 +380,9 @@ class AwaRLReward:
     def load_state_dict(self, state: Mapping[str, Any], source: str = "<state>") -> None:
         if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
             raise ValueError(f"{source}: not an AWA-RL reward state (expected format {STATE_FORMAT!r})")
-        e_bar = state.get("e_bar")
-        if not isinstance(e_bar, (int, float)) or not math.isfinite(e_bar):
-            raise ValueError(f"{source}: key 'e_bar' must be a finite number, got {e_bar!r}")
+        e_bar = _excess_value(source, "e_bar", state.get("e_bar"))
         # States written before reward.ema_start existed hold only Ē, which then equalled the EMA itself.
-        e_ema = state.get("e_ema", e_bar)
-        if not isinstance(e_ema, (int, float)) or not math.isfinite(e_ema):
-            raise ValueError(f"{source}: key 'e_ema' must be a finite number, got {e_ema!r}")
+        e_ema = _excess_value(source, "e_ema", state.get("e_ema", e_bar))
         p_online = state.get("p_online") or {}
         if not isinstance(p_online, Mapping):
             raise ValueError(f"{source}: key 'p_online' must be a mapping qid -> p")
@@ -409,13 +405,28 @@ class AwaRLReward:
         self.last_stats = {str(k): float(v) for k, v in last.items()}
 
 
-def save_reward_state(reward: AwaRLReward, checkpoint_dir: str | os.PathLike) -> Path:
+# E_t = ρ_t − ρ̂_t is a difference of two rates in [0, 1], so it lies in [−1, 1]; the EMA of such values from
+# m_0 = 0, and Ē (that EMA, or its bias-corrected weighted average), stay in [−1, 1] too. A saved value outside
+# (plus rounding) was not written by this reward: a hand edit or a damaged file, which would pin the penalty at
+# its maximum for the rest of the run.
+EXCESS_BOUND = 1.0 + 1e-9
+
+
+def _excess_value(source: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or abs(value) > EXCESS_BOUND:
+        raise ValueError(f"{source}: key {key!r} must be a number in [-1, 1] (an excess refusal rate ρ − ρ̂, or an "
+                         f"average of them), got {value!r:.40}")
+    return float(value)
+
+
+def save_reward_state(reward: AwaRLReward, checkpoint_dir: str | os.PathLike[str]) -> Path:
     path = Path(checkpoint_dir) / STATE_FILE
     atomic_write_json(path, reward.state_dict())
     return path
 
 
-def load_reward_state(reward: AwaRLReward, checkpoint_dir: str | os.PathLike) -> bool:
+def load_reward_state(reward: AwaRLReward, checkpoint_dir: str | os.PathLike[str]) -> bool:
     """Restore Ē and the online p estimates saved with a checkpoint. False (and a warning) when the checkpoint
     has no reward state, e.g. one written before this callback was installed."""
     path = Path(checkpoint_dir) / STATE_FILE

@@ -17,6 +17,7 @@ from typing import Any
 
 from awarl.agent.templates import run_abstention_phrases
 from awarl.config import AwarlConfig
+from awarl.critic import is_oracle
 from awarl.io import atomic_write_json, atomic_write_text, loads_json, save_figure
 from awarl.metrics import Outcome, aggregate, macro_average, paired_bootstrap_delta
 from awarl.stages.predictions import PREDICTIONS
@@ -83,7 +84,7 @@ def run_judges(path: Path) -> dict[str, Any]:
         decisions = ", ".join(sorted({str(x.get("judge")) for x in reports if x.get("judge")})) or None
     citations = (manifest.get("critic") or {}).get("judge")
     oracle = bool(agent.get("oracle")) or bool(decisions and "oracle" in decisions)
-    label = "gold (oracle)" if citations == "gold" else citations
+    label = f"{citations} (oracle)" if is_oracle(citations) else citations
     return {"agent": kind or "unknown", "decisions": decisions, "citations": label, "oracle": oracle}
 
 

@@ -32,17 +32,20 @@ from awarl.config import AwarlConfig, ConfigError, config_changes, load_config, 
 from awarl.data.corpus import shipped_closed_corpus
 from awarl.data.estimates import read_estimates
 from awarl.data.loaders import load_shipped
-from awarl.data.types import example_key
+from awarl.data.types import QAExample, example_key
 from awarl.io import atomic_write_text, loads_json, repo_root
+from awarl.locks import folder_lock
 from awarl.models.tiny import build_tiny_model
 from awarl.retrieval import load_index
+from awarl.retrieval.types import Retriever
 from awarl.stages.compare import compare_runs, write_comparison
 from awarl.stages.demo_dynamics import write_dynamics
 from awarl.stages.estimate import run_estimate
 from awarl.stages.evaluate import run_eval
 from awarl.stages.questions import load_eval_set
 from awarl.stages.resources import ensure_index
-from awarl.stages.train import check_enough_questions, run_train
+from awarl.stages.train import run_train
+from awarl.stages.train_preflight import check_enough_questions
 from awarl.training.alarms import report_lines
 from awarl.training.checkpoints import newest_complete
 from awarl.training.warmup import WARMUP_INFO, read_warmup, warmup_to_dir
@@ -152,6 +155,12 @@ def start_record(cfg: AwarlConfig, out: Path) -> tuple[list, list, list]:
 
 
 def run_demo(out_dir: str | Path, config: str | Path | None = None, overrides: list[str] | None = None) -> dict:
+    """The whole demo into `out_dir` (one demo at a time in a folder: awarl.locks)."""
+    with folder_lock(out_dir, f"demo folder {out_dir}", remedy="or use another --out"):
+        return _run_demo(out_dir, config, overrides)
+
+
+def _run_demo(out_dir: str | Path, config: str | Path | None, overrides: list[str] | None) -> dict:
     from transformers import AutoTokenizer
 
     # The demo is offline by design: every model it loads is one it built, so never wait on a hub lookup.
@@ -224,7 +233,7 @@ def closed_corpus_index(cfg: AwarlConfig, command: str) -> Any:
     return load_index(ensure_index(corpus, "bm25", Path(cfg.retrieval.index_dir)))
 
 
-def _warmup(cfg: AwarlConfig, init_dir: Path, warm_dir: Path, pool: list, retriever: Any,
+def _warmup(cfg: AwarlConfig, init_dir: Path, warm_dir: Path, pool: list[QAExample], retriever: Retriever,
             timer: Timer) -> dict[str, Any]:
     """Step 3: supervised protocol warm-up (a random-init model never emits the tags on its own)."""
     t = time.time()

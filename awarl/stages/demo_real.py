@@ -29,7 +29,9 @@ from awarl.config import AwarlConfig, load_config
 from awarl.data.estimates import read_estimates
 from awarl.data.types import example_key
 from awarl.io import atomic_write_json, atomic_write_text, loads_json, repo_root
+from awarl.locks import folder_lock
 from awarl.models.pretrained import pretrained_folder, read_source
+from awarl.retrieval.types import Retriever
 from awarl.stages.compare import compare_runs, write_comparison
 from awarl.stages.demo import (
     Timer,
@@ -74,7 +76,7 @@ def plan_text(cfg: AwarlConfig, out: Path, adapter: Path) -> str:
             "  expected time: about 10 minutes on 2 idle CPU cores; everything is offline.\n")
 
 
-def _eval(cfg: AwarlConfig, out: Path, model: Path, tokenizer: Any, retriever: Any, timer: Timer, name: str,
+def _eval(cfg: AwarlConfig, out: Path, model: Path, tokenizer: Any, retriever: Retriever, timer: Timer, name: str,
           template: str | None = None) -> dict:
     t = time.time()
     c = cfg if template is None else cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"template": template})})
@@ -85,6 +87,13 @@ def _eval(cfg: AwarlConfig, out: Path, model: Path, tokenizer: Any, retriever: A
 
 def run_demo_real(out_dir: str | Path, config: str | Path | None = None, overrides: list[str] | None = None,
                   adapter: str | Path | None = None) -> dict:
+    """The released-checkpoint demo into `out_dir` (one at a time in a folder: awarl.locks)."""
+    with folder_lock(out_dir, f"demo folder {out_dir}", remedy="or use another --out"):
+        return _run_demo_real(out_dir, config, overrides, adapter)
+
+
+def _run_demo_real(out_dir: str | Path, config: str | Path | None, overrides: list[str] | None,
+                   adapter: str | Path | None) -> dict:
     from transformers import AutoTokenizer
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -148,6 +157,20 @@ def run_demo_real(out_dir: str | Path, config: str | Path | None = None, overrid
     return {"released": released, "before": before, "after": after, "report": str(report), "p": p_dist}
 
 
+def ema_horizon_line(cfg: AwarlConfig, steps: int) -> str:
+    """Why a demo this short shows little of the penalty: Ē_t is an EMA started at 0 (`reward.ema_start: zero`),
+    so after t steps it holds at most 1 − β^t of a steady excess, and P(Ē) is 0 inside the dead zone."""
+    r = cfg.reward
+    share = 1.0 - r.beta ** steps
+    first = next((pen for _, pen in r.penalty_steps if pen != 0), r.penalty_max)
+    zone = r.penalty_steps[0][0] if r.penalty_steps and r.penalty_steps[0][1] == 0 else 0.0
+    start = (f"With β = {r.beta:g} and Ē started at 0, {steps} steps give Ē at most {share:.0%} of a steady excess E"
+             if r.ema_start == "zero" else f"Ē is bias-corrected (full size from the first of {steps} steps)")
+    return (f"{start}, and the penalty is 0 while |Ē| ≤ {zone:g} ({first:g} just beyond)" +
+            ": a run of this length shows the penalty's start, not its work. The 60-step runs of the real-model "
+            "study show Ē and P(Ē) over a whole run on this model (docs/real_model_study.md, its curves.png).")
+
+
 def write_report(out: Path, cfg: AwarlConfig, evals: dict[str, dict | None], summary: dict, adapter: Path,
                  base: Path, timer: Timer, comparison: dict | None, dynamics: dict | None, p_dist: dict) -> Path:
     ainfo = loads_json((adapter / ADAPTER_INFO).read_text())
@@ -182,6 +205,7 @@ def write_report(out: Path, cfg: AwarlConfig, evals: dict[str, dict | None], sum
         "## Stages", "",
         "| stage | seconds |", "|---|---|", *timer.rows(), "",
         f"GRPO: {summary.get('global_step')} steps. {reward_line(summary.get('reward_state', {}))}", "",
+        ema_horizon_line(cfg, int(summary.get("global_step") or 0)), "",
         *report_lines(summary.get("alarms") or []),
         *dynamics_section(cfg, dynamics),
         "## Files", "",

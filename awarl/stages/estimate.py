@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.backends import backend_kind
 from awarl.agent.backends.base import question_seed
 from awarl.agent.rollout import RolloutEngine
 from awarl.config import AwarlConfig, save_resolved
@@ -30,8 +31,10 @@ from awarl.data.estimates import (
 )
 from awarl.data.types import QAExample, example_key
 from awarl.io import append_jsonl, atomic_write_json, finish_interrupted_append, pending_batches
+from awarl.locks import path_lock
 from awarl.models.loading import load_tokenizer
 from awarl.retrieval import load_retriever
+from awarl.retrieval.types import Retriever
 from awarl.stages.eval_manifest import (
     index_identity,
     model_identity,
@@ -46,17 +49,28 @@ from awarl.stages.resources import ensure_default_retrieval
 log = logging.getLogger(__name__)
 
 
-def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, retriever: Any = None,
-                 engine: Any = None, examples: list[QAExample] | None = None,
+def run_estimate(cfg: AwarlConfig, *, model: Any = None, tokenizer: Any = None, retriever: Retriever | None = None,
+                 engine: RolloutEngine | None = None, examples: list[QAExample] | None = None,
                  on_batch: Callable[[int], None] | None = None) -> Path:
     """Estimate p_i for every training question not yet in the output file; returns the file's path.
 
     `model` defaults to `estimate.model`, else `train.model` (cold start: the instruct model itself).
     Tests and callers that already hold an engine/model can pass them in."""
+    out = estimates_path(cfg.estimate.out, cfg.run.out_dir)
+    # One writer per p_i file: two estimates started together both passed the settings check (neither had
+    # written a row yet) and appended each question twice.
+    with path_lock(out, f"p_i estimate {out}", remedy="or set estimate.out to another file",
+                   companions=(settings_path(out).name,)):
+        return _run_estimate_locked(cfg, out, model=model, tokenizer=tokenizer, retriever=retriever,
+                                    engine=engine, examples=examples, on_batch=on_batch)
+
+
+def _run_estimate_locked(cfg: AwarlConfig, out: Path, *, model: Any, tokenizer: Any, retriever: Retriever | None,
+                         engine: RolloutEngine | None, examples: list[QAExample] | None,
+                         on_batch: Callable[[int], None] | None) -> Path:
+    """`run_estimate` once the p_i file's lock is held."""
     from tqdm.auto import tqdm
 
-    out = estimates_path(cfg.estimate.out, cfg.run.out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
     examples = examples if examples is not None else load_train_examples(cfg.data, cfg.run.seed)
     k = cfg.estimate.k
     model = model if model is not None else (cfg.estimate.model or cfg.train.model)
@@ -152,12 +166,14 @@ def estimate_inputs(cfg: AwarlConfig) -> dict[str, Any]:
                              {"index_dir": r.index_dir, "corpus": r.corpus}),
                           **({"embedding_model": r.embedding_model} if r.kind == "dense" else {})},
             "metrics.correctness": cfg.metrics.correctness, "metrics.f1_threshold": cfg.metrics.f1_threshold,
+            **({"generation.script": cfg.generation.script}
+               if backend_kind(cfg.generation.backend).replays_script else {}),
             **({"critic.model": cfg.critic.model} if cfg.metrics.correctness == "judge" else {}),
             "data.train": [d.model_dump(mode="json") for d in cfg.data.train], "data.on_error": cfg.data.on_error,
             **({"run.seed": cfg.run.seed} if any(d.limit for d in cfg.data.train) else {})}
 
 
-def _settings(cfg: AwarlConfig, model: Any, retriever: Any, loaded: Any = None) -> dict:
+def _settings(cfg: AwarlConfig, model: Any, retriever: Retriever | None, loaded: Any = None) -> dict:
     """The rollout settings of this estimate (`rollout_settings`), found without loading the model or the
     index: the model's small files, the index's meta file (or the loaded retriever's); `loaded`: the model
     object once the engine holds it."""
@@ -171,7 +187,7 @@ def _settings(cfg: AwarlConfig, model: Any, retriever: Any, loaded: Any = None) 
     return {**rollout_settings(cfg, ident, index, cfg.estimate.temperature), "k": cfg.estimate.k}
 
 
-def _build_engine(cfg: AwarlConfig, model: Any, tokenizer: Any, retriever: Any) -> Any:
+def _build_engine(cfg: AwarlConfig, model: Any, tokenizer: Any, retriever: Retriever | None) -> RolloutEngine:
     if tokenizer is None:
         ref = model if isinstance(model, str) else model.config.name_or_path
         tokenizer = load_tokenizer(ref, "estimate.model" if cfg.estimate.model else "train.model")

@@ -16,9 +16,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.backends import backend_kind
 from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig
+from awarl.critic import judge_kind
 from awarl.io import canonical_sha256, file_sha256, loads_json
+from awarl.retrieval.types import Retriever
 from awarl.rewards.trl_reward import STATE_FILE
 from awarl.stages.predictions import PREDICTIONS, critic_label
 from awarl.stages.questions import EvalSet
@@ -85,8 +88,9 @@ def template_sha256(template_ref: str) -> str | None:
 def loop_judge_fields(cfg: AwarlConfig) -> dict[str, Any]:
     """Which judge decided a critic-loop run, and whether it is an oracle (the gold judge reads gold evidence)."""
     j = cfg.research.judge
-    label = f"openai:{cfg.critic.model}" if j == "openai" else ("gold (oracle)" if j == "gold" else j)
-    return {"loop_judge": label, "oracle": j == "gold"}
+    kind = judge_kind(j)
+    label = kind.label(j, cfg.critic) + (" (oracle)" if kind.oracle else "")
+    return {"loop_judge": label, "oracle": kind.oracle}
 
 
 def rollout_settings(cfg: AwarlConfig, model_ident: dict, retriever_meta: dict | None, temperature: float) -> dict:
@@ -101,7 +105,7 @@ def rollout_settings(cfg: AwarlConfig, model_ident: dict, retriever_meta: dict |
         "agent": cfg.agent.model_dump(mode="json"),
         "sampling": {"temperature": temperature, "top_p": cfg.generation.top_p,
                      "backend": cfg.generation.backend, "batch_size": cfg.generation.batch_size,
-                     "search_lag_steps": cfg.generation.search_lag_steps},
+                     "search_lag_steps": cfg.generation.search_lag_steps, "script": script_record(cfg)},
         "seed": cfg.run.seed,
         "retrieval": {"kind": cfg.retrieval.kind, "topk": cfg.retrieval.topk, "index": retriever_meta},
         "correctness": {"rule": cfg.metrics.correctness, "f1_threshold": cfg.metrics.f1_threshold,
@@ -110,6 +114,26 @@ def rollout_settings(cfg: AwarlConfig, model_ident: dict, retriever_meta: dict |
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
+
+
+def script_record(cfg: AwarlConfig) -> dict | None:
+    """The replay file of the scripted backend (its path and sha256), which decides every answer the way a
+    model's weights do; None when a model generates."""
+    g = cfg.generation
+    if not backend_kind(g.backend).replays_script or not g.script:
+        return None
+    path = Path(g.script)
+    return {"path": str(path), "sha256": file_sha256(path) if path.is_file() else None}
+
+
+def _script_fingerprint(sampling: dict) -> str | None:
+    """What generated: a script (by its hash) or a model ("model"); None for a manifest from before scripts were
+    recorded. A model finishing a scripted run, or another script, would mix two runs' answers; the engine a
+    model runs on (transformers or vLLM) may change."""
+    if "script" not in sampling:
+        return None
+    script = sampling["script"]
+    return "model" if not script else f"script sha256 {script.get('sha256')}"
 
 
 def data_record(paths: list[str]) -> dict:
@@ -147,7 +171,7 @@ def _grading(correctness: dict | None) -> str | None:
 def _fingerprint(m: dict, exact_grading: bool = False) -> dict[str, Any]:
     """What must not change between a run and its resumption (dotted key -> value; absent keys are None).
     Not included on purpose: the generation backend and batch size (finishing a run on another engine is
-    legitimate), the question limit and dataset list (only the requested questions are scored), the critic.
+    legitimate; a scripted replay is not an engine but the answers themselves, and is included), the question limit and dataset list (only the requested questions are scored), the critic.
     `exact_grading`: the correctness rule and F1 threshold must match too (p_i rows keep only outcome counts,
     which cannot be graded again; predictions keep the answer text, which the scorer re-grades)."""
     model, sampling, retrieval = m.get("model") or {}, m.get("sampling") or {}, m.get("retrieval") or {}
@@ -161,6 +185,7 @@ def _fingerprint(m: dict, exact_grading: bool = False) -> dict[str, Any]:
           # an older manifest has no eval_agent: it was a single-pass run
           "eval_agent": m.get("eval_agent") or {"kind": "single_pass"},
           "sampling.temperature": sampling.get("temperature"), "sampling.top_p": sampling.get("top_p"),
+          "generation.script": _script_fingerprint(sampling),
           "retrieval.kind": retrieval.get("kind"), "retrieval.topk": retrieval.get("topk"),
           "retrieval.index.meta_sha256": (retrieval.get("index") or {}).get("meta_sha256"),
           # An LLM grader's verdicts are stored in the lines and cannot be recomputed; em / f1 / cover_em
@@ -187,11 +212,16 @@ def resume_conflicts(old: dict, new: dict, exact_grading: bool = False) -> list[
 def refuse_mixed_settings(manifest_path: Path, rows_path: Path, manifest: dict, *, holder: str, what: str,
                           remedy: str, exact_grading: bool = False) -> None:
     """ValueError naming the differing settings when `rows_path` already holds rows made under settings
-    (recorded in `manifest_path`) other than `manifest`'s; nothing to check without rows or a record (an
-    older awarl wrote none). `holder` and `what` name them in the message, `remedy` says what to do;
-    `exact_grading` for rows that keep grades, not answers (`_fingerprint`)."""
-    if not manifest_path.is_file() or not rows_path.is_file() or rows_path.stat().st_size == 0:
+    (recorded in `manifest_path`) other than `manifest`'s, or when it holds rows and there is no record to
+    check them against (deleted, or an awarl older than the record): what made those rows cannot be told, so
+    they are not resumed. Nothing to check without rows. `holder` and `what` name them in the message,
+    `remedy` says what to do; `exact_grading` for rows that keep grades, not answers (`_fingerprint`)."""
+    if not rows_path.is_file() or rows_path.stat().st_size == 0:
         return
+    if not manifest_path.is_file():
+        raise ValueError(f"{holder}: holds {what} ({rows_path.name}) but no {manifest_path.name}, the record of the "
+                         f"model and settings that made them, so they cannot be checked and are not resumed; "
+                         f"{remedy}")
     try:
         old = loads_json(manifest_path.read_text(encoding="utf-8"))
     except (ValueError, OSError) as e:
@@ -207,7 +237,7 @@ def check_resumable(out_dir: Path, manifest: dict) -> None:
     """Refuse to append to predictions made under different settings (ValueError naming them)."""
     pred_path = out_dir / PREDICTIONS
     refuse_mixed_settings(out_dir / MANIFEST, pred_path, manifest, holder=str(out_dir), what="predictions",
-                          remedy=f"use another --out or delete {pred_path}")
+                          remedy=f"use another --out, or delete {pred_path} to start over")
 
 
 def index_identity(index_dir: str | Path) -> dict:
@@ -218,7 +248,7 @@ def index_identity(index_dir: str | Path) -> dict:
     return {**meta, "meta_sha256": canonical_sha256(meta)}
 
 
-def retriever_identity(retriever: Any) -> dict | None:
+def retriever_identity(retriever: Retriever) -> dict | None:
     """The index meta (kind, corpus hash, size, settings) of an in-process index, or what a retrieval
     server reports on /health (a Search-R1 server has no /health: then only its URL is known)."""
     meta = getattr(retriever, "meta", None)

@@ -28,15 +28,19 @@ from awarl.agent.rollout import RolloutEngine
 from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig, save_resolved
 from awarl.critic import check_endpoints, critic_cache_dir, make_judge
-from awarl.critic.correctness import close_grader, grade_trajectories, make_answer_grader
+from awarl.critic.correctness import AnswerGrader, close_grader, grade_trajectories, make_answer_grader
+from awarl.critic.schema import Judge
 from awarl.data.evidence import gold_evidence
 from awarl.data.types import QAExample, example_key
 from awarl.io import append_jsonl, atomic_write_json, pending_batches
+from awarl.locks import folder_lock
 from awarl.metrics import Outcome
 from awarl.models.loading import load_tokenizer
 from awarl.report import write_report
+from awarl.research.planner import Planner
 from awarl.research.records import critic_loop_rows, make_loop_judge, make_planner, research_summary
 from awarl.retrieval import load_retriever
+from awarl.retrieval.types import Retriever
 from awarl.rewards.citation import CitationItem, judge_citations
 from awarl.stages.eval_manifest import (
     MANIFEST,
@@ -50,12 +54,13 @@ from awarl.stages.predictions import (
     PREDICTIONS,
     REJECTED,
     critic_label,
+    drop_failed_verdicts,
     read_done,
     regrade_failed,
     set_aside_bad_lines,
     trajectory_record,
 )
-from awarl.stages.questions import load_eval_set
+from awarl.stages.questions import EvalSet, load_eval_set
 from awarl.stages.score import score_predictions
 
 log = logging.getLogger(__name__)
@@ -77,7 +82,7 @@ class LiveStats:
         return {"acc": f"{self.correct / n:.3f}", "abstain": f"{self.abstain / n:.3f}"}
 
 
-def single_pass_rows(engine: Any, judge: Any, grader: Any, batch: list[QAExample], cfg: AwarlConfig, *,
+def single_pass_rows(engine: RolloutEngine, judge: Judge | None, grader: AnswerGrader | None, batch: list[QAExample], cfg: AwarlConfig, *,
                      temperature: float, top_p: float, seed: int) -> list[dict[str, Any]]:
     """One trajectory per question, sampled from the question's own seed (`question_seed`: a resumed question
     gets the answer of an uninterrupted run); its line with the grader's verdict and the critic's summary."""
@@ -96,11 +101,11 @@ def single_pass_rows(engine: Any, judge: Any, grader: Any, batch: list[QAExample
     return rows
 
 
-def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfig, out_path: Path, *,
+def generate_predictions(engine: RolloutEngine, examples: list[QAExample], cfg: AwarlConfig, out_path: Path, *,
                          batch_size: int, temperature: float, seed: int, top_p: float = 1.0,
-                         judge: Any = None, grader: Any = None,
-                         on_batch: Callable[[int], None] | None = None, planner: Any = None,
-                         loop_judge: Any = None) -> int:
+                         judge: Judge | None = None, grader: AnswerGrader | None = None,
+                         on_batch: Callable[[int], None] | None = None, planner: Planner | None = None,
+                         loop_judge: Judge | None = None) -> int:
     """Run the agent (`eval.agent`: one trajectory per question, or the critic loop) over the examples not yet
     in `out_path`, appending one line per question after each batch (with the critic's verdict summary when
     `judge` is given, and the answer grader's verdict under `metrics.correctness: judge`). Returns how many
@@ -120,14 +125,13 @@ def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfi
         stats.add(r.get("outcome", ""))
     bar = tqdm(total=len(unique), initial=len(unique) - n_todo, desc="eval", unit="q")
     bar.set_postfix(stats.postfix())
-    if cfg.eval.agent == "critic_loop" and planner is None:
-        planner = make_planner(cfg)
     if cfg.eval.agent == "critic_loop" and loop_judge is None:
         loop_judge = make_loop_judge(cfg, reuse=judge)
     # Both agents seed each question by itself (question_seed), never by its batch: a resumed question, sampled
     # in a smaller batch, draws what it would have in an uninterrupted run.
     for start, batch in pending_batches(unique, batch_size, lambda ex: example_key(ex.dataset, ex.id) in done):
         if cfg.eval.agent == "critic_loop":
+            planner = planner if planner is not None else make_planner(cfg)
             rows = critic_loop_rows(engine, judge, grader, batch, cfg, temperature=temperature, top_p=top_p,
                                     seed=seed, label=critic_label(cfg),
                                     planner=planner, loop_judge=loop_judge)
@@ -146,7 +150,7 @@ def generate_predictions(engine: Any, examples: list[QAExample], cfg: AwarlConfi
 
 
 def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokenizer: Any = None,
-             retriever: Any = None, datasets: list[str] | None = None, limit: int | None = None,
+             retriever: Retriever | None = None, datasets: list[str] | None = None, limit: int | None = None,
              on_batch: Callable[[int], None] | None = None, model_ident: dict | None = None) -> dict:
     """Evaluate `model` (default: cfg.train.model; a path, hub id or loaded model object) and score it.
 
@@ -161,6 +165,16 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
     eval_set = load_eval_set(cfg.data, cfg.eval, cfg.run.seed, datasets, limit)
     if not eval_set.examples:
         raise ValueError("no evaluation questions: check eval.datasets / data.eval")
+    # One writer per folder: a second evaluation into it (started before this one appended anything, so the
+    # settings check below could not tell) would interleave two models' lines in one file.
+    with folder_lock(out, f"evaluation folder {out}", remedy="or use another --out"):
+        return _run_eval_locked(cfg, out, eval_set, model=model, tokenizer=tokenizer, retriever=retriever,
+                                on_batch=on_batch, model_ident=model_ident)
+
+
+def _run_eval_locked(cfg: AwarlConfig, out: Path, eval_set: EvalSet, *, model: Any, tokenizer: Any,
+                     retriever: Retriever | None, on_batch: Callable[[int], None] | None, model_ident: dict | None) -> dict:
+    """`run_eval` once the folder's lock is held."""
     judge = make_judge(cfg.critic, critic_cache_dir(cfg.critic, out))
     grader = make_answer_grader(cfg.metrics, cfg.critic, out / "critic_cache")
     pred_path = out / PREDICTIONS
@@ -181,12 +195,13 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
         manifest = build_manifest(cfg, eval_set, ident,
                                   retriever_identity(retriever), {"status": "running"})
         check_resumable(out, manifest)
-        # Only now: a refused resume must leave the folder's record of its settings as the run made it, and
-        # a bad --model / --datasets / --template must leave no empty --out folder behind.
-        out.mkdir(parents=True, exist_ok=True)
+        # Only now: a refused resume must leave the folder's record of its settings as the run made it (and a
+        # bad --model / --datasets / --template leaves no empty --out folder behind: folder_lock removes the
+        # folder it made when nothing was written)
         save_resolved(cfg, out)
         atomic_write_json(out / MANIFEST, manifest)
         set_aside = set_aside_bad_lines(pred_path, cfg.metrics.correctness, engine.abstention_phrases)
+        rejudged = drop_failed_verdicts(pred_path) if judge is not None else 0
         regrade_failed(pred_path, grader, cfg, engine.abstention_phrases)
         t0 = time.time()
         n_new = generate_predictions(engine, eval_set.examples, cfg, pred_path,
@@ -211,5 +226,7 @@ def run_eval(cfg: AwarlConfig, out_dir: str | Path, *, model: Any = None, tokeni
     manifest.update(status="complete", generated_now=n_new, seconds=round(time.time() - t0, 1))
     if set_aside:  # what the resume found wrong, and where the lines went
         manifest["lines_set_aside"] = {"count": len(set_aside), "file": REJECTED, "first": set_aside[0]}
+    if rejudged:
+        manifest["verdicts_retried"] = rejudged
     atomic_write_json(out / MANIFEST, manifest)
     return results

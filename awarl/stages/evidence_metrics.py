@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from awarl.critic import is_oracle
 from awarl.critic.gold_judge import evidence_from, gold_verdict, refs_from_line
 from awarl.metrics import percentile_ci
 from awarl.rewards.citation import citation_reward
@@ -75,7 +76,7 @@ class EvidenceAcc:
         if not isinstance(critic, dict) or critic.get("failed") or critic.get("skipped") is not None:
             return
         label = str(critic.get("judge", "?"))
-        if label == "gold" or critic.get("reward") is None:
+        if is_oracle(label) or critic.get("reward") is None:
             return
         self.judges[label] = self.judges.get(label, 0) + 1
         v = self.values

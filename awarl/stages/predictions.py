@@ -7,8 +7,18 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.rollout import Trajectory
+from awarl.choices import JUDGES
 from awarl.config import AwarlConfig
-from awarl.critic.correctness import Grade, answer_outcome, grade_answers, graded_fields, trajectory_outcome
+from awarl.critic import judge_kind
+from awarl.critic.correctness import (
+    AnswerGrader,
+    Grade,
+    answer_outcome,
+    grade_answers,
+    graded_fields,
+    trajectory_outcome,
+)
 from awarl.critic.gold_judge import compact_evidence
 from awarl.data.evidence import gold_evidence
 from awarl.data.types import QAExample, example_key
@@ -21,7 +31,7 @@ from awarl.io import (
     loads_json,
     repair_torn_tail,
 )
-from awarl.stages.score import line_problem
+from awarl.stages.score import duplicate_problem, line_problem, question_key
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +39,7 @@ PREDICTIONS = "predictions.jsonl"
 REJECTED = "predictions.rejected.jsonl"  # lines a resume found unscorable, kept with what was wrong with them
 
 
-def trajectory_record(ex: QAExample, traj: Any, cfg: AwarlConfig, phrases: list[str],
+def trajectory_record(ex: QAExample, traj: Trajectory, cfg: AwarlConfig, phrases: list[str],
                       grade: Grade | None = None) -> dict[str, Any]:
     """One predictions.jsonl line (docs/formats.md) from an example and its trajectory.
 
@@ -66,19 +76,25 @@ def trajectory_record(ex: QAExample, traj: Any, cfg: AwarlConfig, phrases: list[
 
 
 def critic_label(cfg: AwarlConfig) -> str:
-    """The judge named on each verdict: `gold`, `lexical`, or `openai:<model>` (a gold judge's fallback
-    verdicts name the fallback)."""
-    return f"openai:{cfg.critic.model}" if cfg.critic.judge == "openai" else cfg.critic.judge
+    """The judge named on each verdict: `gold`, `lexical`, or `openai:<model>` (an endpoint judge names its
+    model; a gold judge's fallback verdicts name the fallback)."""
+    j = cfg.critic.judge
+    return judge_kind(j).label(j, cfg.critic) if j in JUDGES else j
 
 
 def read_done(path: Path, correctness: str = "em", phrases: list[str] | None = None) -> dict[str, dict]:
     """Finished predictions keyed by (dataset, id): the lines the scorer scores (`line_problem` under
-    `correctness`, with the abstention `phrases`). Any other line is not done: its question is generated
-    again (`set_aside_bad_lines` first moves it out of the file)."""
+    `correctness`, with the abstention `phrases`), the first of a question when it has several (the scorer's
+    rule, `duplicate_problem`: the report of an evaluation and `awarl score` of its file keep the same line).
+    Any other line is not done: its question is generated again (`set_aside_bad_lines` first moves it out of
+    the file)."""
     if not path.exists():
         return {}
-    return {example_key(str(r["dataset"]), str(r["id"])): r for _, r in iter_jsonl(path, on_error="skip")
-            if line_problem(r, correctness, phrases) is None}
+    done: dict[str, dict] = {}
+    for _, r in iter_jsonl(path, on_error="skip"):
+        if line_problem(r, correctness, phrases) is None:
+            done.setdefault(example_key(*question_key(r)), r)
+    return done
 
 
 def set_aside_bad_lines(path: Path, correctness: str, phrases: list[str] | None = None) -> list[str]:
@@ -95,6 +111,7 @@ def set_aside_bad_lines(path: Path, correctness: str, phrases: list[str] | None 
     repair_torn_tail(path)
     raw_lines = path.read_bytes().splitlines(keepends=True)
     keep, rejected, messages = [], [], []
+    first: dict[tuple[str, str], str] = {}
     for n, raw in enumerate(raw_lines, 1):
         if not raw.strip():
             continue
@@ -103,12 +120,17 @@ def set_aside_bad_lines(path: Path, correctness: str, phrases: list[str] | None 
             problem = line_problem(row, correctness, phrases)
         except ValueError as e:  # not UTF-8, not JSON, nested too deeply
             problem = f"not valid JSON ({e})"
+        duplicate = problem is None and (key := question_key(row)) in first
+        if duplicate:
+            problem = duplicate_problem(key, first[key])   # the scorer's rule: the first copy counts
         if problem is None:
+            first[key] = f"line {n}"
             keep.append(raw)
             continue
         text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
         rejected.append({"file": path.name, "line": n, "problem": problem, "text": text})
-        messages.append(f"{path}:{n}: {problem}; moved to {REJECTED} (its question is generated again)")
+        messages.append(f"{path}:{n}: {problem}; moved to {REJECTED} "
+                        f"({'the first copy stays' if duplicate else 'its question is generated again'})")
     if rejected:
         append_jsonl(path.with_name(REJECTED), rejected)
         atomic_write_bytes(path, b"".join(keep))
@@ -117,7 +139,34 @@ def set_aside_bad_lines(path: Path, correctness: str, phrases: list[str] | None 
     return messages
 
 
-def regrade_failed(path: Path, grader: Any, cfg: AwarlConfig, phrases: list[str]) -> tuple[int, int]:
+def drop_failed_verdicts(path: Path) -> int:
+    """Take the lines whose citation verdict failed (`critic.failed`: the judge was down, or answered no valid
+    verdict) out of a predictions file before a resume, so their questions are generated and judged again:
+    each question is sampled from its own seed, so it gets the answer it had, and now a verdict (one outage
+    stayed in the folder for good: "0 judged, 30 failures" on every rerun). A verdict is not asked for without
+    the trajectory's passages, which the line does not keep, hence the question is run again. The file is
+    rewritten atomically, other lines byte for byte. Returns the lines taken out."""
+    if not path.exists():
+        return 0
+    lines = path.read_bytes().splitlines(keepends=True)
+    keep = []
+    for raw in lines:
+        try:
+            row = loads_json(raw)
+        except ValueError:
+            row = None
+        critic = row.get("critic") if isinstance(row, dict) else None
+        if not (isinstance(critic, dict) and critic.get("failed") is True):
+            keep.append(raw)
+    dropped = len(lines) - len(keep)
+    if dropped:
+        atomic_write_bytes(path, b"".join(keep))
+        log.warning("%s: %d line(s) whose citation verdict failed in an earlier run are generated and judged again",
+                    path, dropped)
+    return dropped
+
+
+def regrade_failed(path: Path, grader: AnswerGrader | None, cfg: AwarlConfig, phrases: list[str]) -> tuple[int, int]:
     """Ask the answer grader again for the lines whose grade failed (`judge_failed`) in an earlier run, so one
     outage does not stay in the folder: a line the grader now settles gets its verdict and outcome, one it
     still fails on keeps its flag. The file is rewritten atomically, other lines byte for byte. Returns

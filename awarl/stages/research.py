@@ -4,14 +4,18 @@ against a frozen source snapshot (awarl/research/, docs/research.md)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.backends import backend_kind
 from awarl.agent.rollout import RolloutEngine
 from awarl.config import AwarlConfig, save_resolved
-from awarl.critic import critic_cache_dir
+from awarl.critic import critic_cache_dir, judge_kind
 from awarl.data.loaders import SHIPPED_DEV, load_shipped
 from awarl.io import atomic_write_json
+from awarl.locks import folder_lock, path_lock
 from awarl.models.loading import load_tokenizer
 from awarl.research.loop import check_question
 from awarl.research.records import loop_reports, make_loop_judge, make_planner, make_runs
@@ -64,13 +68,21 @@ class _Question:
 
 
 def research_question(cfg: AwarlConfig, question: str, *, model: str | None = None,
-                      out: str | Path | None = None) -> ResearchReport:
-    """Research one question; the report is written as JSON to `out` (atomically) and returned. A blank or
-    over-long question is refused before anything loads."""
+                      out: str | Path | None = None,
+                      on_report: Callable[[ResearchReport], None] | None = None) -> ResearchReport:
+    """Research one question; the report is handed to `on_report` (the command prints it), then written as
+    JSON to `out` (atomically) and returned: a write that fails at the end of the run (a full disk) costs the
+    file, not the report. A blank or over-long question is refused before anything loads, and `out` is locked
+    (awarl.locks) before anything loads too, so an output that cannot be written is refused at once."""
     check_question(question, cfg.research.max_question_chars)
-    (report,) = _research(_Parts(cfg, model), [question], [_example_for(question)])
-    if out:
-        atomic_write_json(Path(out), report.model_dump(mode="json"))
+    with ExitStack() as stack:
+        if out:
+            stack.enter_context(path_lock(out, f"research report {out}", remedy="or choose another --out"))
+        (report,) = _research(_Parts(cfg, model), [question], [_example_for(question)])
+        if on_report is not None:
+            on_report(report)
+        if out:
+            atomic_write_json(Path(out), report.model_dump(mode="json"))
     return report
 
 
@@ -108,6 +120,13 @@ def run_regression(cfg: AwarlConfig, tasks_path: str | Path, out_dir: str | Path
         raise ValueError(f"{tasks_path}: no tasks")
     for t in tasks:
         check_question(t["question"], cfg.research.max_question_chars)
+    with folder_lock(out_dir, f"regression folder {out_dir}", remedy="or choose another --out"):
+        return _regression_locked(cfg, header, tasks, tasks_path, Path(out_dir), model, record_mode)
+
+
+def _regression_locked(cfg: AwarlConfig, header: dict | None, tasks: list[dict], tasks_path: str | Path, out: Path,
+                       model: str | None, record_mode: bool) -> dict[str, Any]:
+    """`run_regression` once its output folder's lock is held."""
     parts = _Parts(cfg, model)
     snapshot = snapshot_of(retriever_identity(parts.retriever))
     current = recorded_with(parts.cfg, parts.model_ref)
@@ -115,7 +134,6 @@ def run_regression(cfg: AwarlConfig, tasks_path: str | Path, out_dir: str | Path
     if not record_mode:
         check_snapshot(header, snapshot, tasks_path)
         notes = check_recorded_with(header, current, tasks_path)
-    out = Path(out_dir)
     save_resolved(parts.cfg, out)
     shipped: dict[str, dict[str, Any]] = {}
     reports = _research(parts, [t["question"] for t in tasks], [_task_example(t, shipped) for t in tasks])
@@ -149,7 +167,8 @@ def dry_run(cfg: AwarlConfig, *, question: str | None, tasks: str | None, model:
     else:
         check_question(question, r.max_question_chars)
         lines.append(f"question: {question!r} ({len(question or '')} characters, limit {r.max_question_chars})")
-    if cfg.generation.backend == "scripted" and not (cfg.generation.script and Path(cfg.generation.script).is_file()):
+    if backend_kind(cfg.generation.backend).replays_script and \
+            not (cfg.generation.script and Path(cfg.generation.script).is_file()):
         raise FileNotFoundError(f"generation.script: no script file at {cfg.generation.script!r}")
     ref = model or cfg.train.model
     local = Path(ref)
@@ -164,9 +183,10 @@ def dry_run(cfg: AwarlConfig, *, question: str | None, tasks: str | None, model:
         lines.append(f"retrieval: index {cfg.retrieval.index_dir}, topk {cfg.retrieval.topk}")
     else:
         lines.append(f"retrieval: the shipped closed corpus's BM25 index (built on first use), topk {cfg.retrieval.topk}")
-    judge = judge_label(r.judge) + (f" {cfg.critic.model} at {cfg.critic.base_url}" if r.judge == "openai" else "")
+    kind = judge_kind(r.judge)
+    judge = judge_label(r.judge) + (f" {cfg.critic.model} at {cfg.critic.base_url}" if kind.endpoint else "")
     lines.append(f"planner: {r.planner}; loop judge (research.judge): {judge}"
-                 + ("; ORACLE: it reads the dataset's gold evidence" if r.judge == "gold" else ""))
+                 + ("; ORACLE: it reads the dataset's gold evidence" if kind.oracle else ""))
     lines.append(f"loop: approve at {r.approve_threshold}, at most {r.max_iterations} attempt(s) a step, re-queries "
                  f"at temperature {r.requery_temperature} with up to {r.requery_draws} draw(s) each")
     return "dry run, nothing loaded:\n  " + "\n  ".join(lines)

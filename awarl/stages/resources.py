@@ -7,9 +7,9 @@ the shipped closed corpus takes seconds, so it is built once into a cache folder
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
+from awarl.cache import cache_dir
 from awarl.config import AwarlConfig
 from awarl.data.corpus import shipped_closed_corpus
 from awarl.io import canonical_sha256, file_sha256, loads_json
@@ -17,11 +17,6 @@ from awarl.retrieval import build_index
 from awarl.retrieval.index import build_settings
 
 log = logging.getLogger(__name__)
-
-
-def cache_dir() -> Path:
-    """AWARL_CACHE, else ~/.cache/awarl."""
-    return Path(os.environ.get("AWARL_CACHE") or Path.home() / ".cache" / "awarl")
 
 
 def _digest(obj: object) -> str:
@@ -48,11 +43,12 @@ def shipped_corpus(path: Path | None = None) -> Path:
 
 
 def ensure_index(corpus: Path, kind: str, out_dir: Path, **settings) -> Path:
-    """Build the index unless a complete one is already there (load_index verifies it)."""
+    """Build the index unless a complete one is already there (load_index verifies it); another process building
+    it is waited for."""
 
     if not (out_dir / "index_meta.json").exists():
         log.info("building the %s index of %s -> %s", kind, corpus, out_dir)
-        build_index(corpus, kind, out_dir, **settings)
+        build_index(corpus, kind, out_dir, wait=True, **settings)
     return out_dir
 
 

@@ -149,6 +149,18 @@ def gated(outcome: Outcome, critic: Any, gate: float | None) -> bool:
             and float(critic["groundedness"]) < gate)
 
 
+def question_key(row: dict) -> tuple[str, str]:
+    """(dataset, id) of a scorable line: the question it answers."""
+    return str(row.get("dataset")), str(row.get("id"))
+
+
+def duplicate_problem(key: tuple[str, str], first_at: str) -> str:
+    """Why a later line of a question is not scored. The one duplicate rule, of `awarl score` and of a resumed
+    evaluation alike (awarl.stages.predictions): a question's line is the FIRST line of it that the scorer can
+    score; every later copy is a duplicate, whatever it says (a resumed eval moves them out of the file)."""
+    return f"duplicate id {key[1]!r} in dataset {key[0]!r} (first at {first_at}; the first scorable line is kept)"
+
+
 def scorable_rows(rows: list[Any], metrics_cfg: MetricsConfig, phrases: list[str], *, source: str,
                   line_numbers: list[int] | None, skipped: list[str]) -> Iterator[tuple[dict, Outcome, bool]]:
     """(row, outcome, gated) of every valid, first-seen line (gated: turned into an abstention by
@@ -157,9 +169,9 @@ def scorable_rows(rows: list[Any], metrics_cfg: MetricsConfig, phrases: list[str
     for k, row in enumerate(rows):
         where = f"{source}:{line_numbers[k]}" if line_numbers else f"{source}: row {k}"
         reason = line_problem(row, metrics_cfg.correctness, phrases)
-        key = (str(row.get("dataset")), str(row.get("id"))) if isinstance(row, dict) else None
+        key = question_key(row) if isinstance(row, dict) else None
         if reason is None and key in seen:
-            reason = f"duplicate id {key[1]!r} in dataset {key[0]!r} (first at {seen[key]})"
+            reason = duplicate_problem(key, seen[key])
         if reason is not None:
             skipped.append(f"{where}: {reason}")
             continue

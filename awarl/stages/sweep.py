@@ -47,6 +47,7 @@ from awarl.config import (
     set_dotted,
 )
 from awarl.io import atomic_write_json, atomic_write_text, loads_json, save_figure
+from awarl.locks import folder_lock
 from awarl.stages.compare import compare_runs, write_comparison
 from awarl.stages.predictions import PREDICTIONS
 from awarl.training.checkpoints import checkpoint_folders, incomplete_reason, newest_complete
@@ -470,6 +471,12 @@ def _plot(rows: list[dict], grid: dict[str, list[Any]], path: Path) -> None:
 def run_sweep(path: str | Path, overrides: list[str] | None = None, *, aggregate_only: bool = False,
               dry_run: bool = False) -> dict:
     spec, base_dir = load_sweep(path, overrides)
+    # one sweep at a time in its folder (awarl.locks): two wrote each other's run configs and launch scripts
+    with folder_lock(spec.out_dir, f"sweep folder {spec.out_dir}", remedy="or set another sweep.out_dir"):
+        return _sweep_locked(spec, base_dir, aggregate_only=aggregate_only, dry_run=dry_run)
+
+
+def _sweep_locked(spec: SweepSpec, base_dir: Path, *, aggregate_only: bool, dry_run: bool) -> dict:
     runs = expand(spec, base_dir, finished_changed="keep" if aggregate_only else "refuse")
     log.info("sweep %s: %d runs in %s", spec.name, len(runs), spec.out_dir)
     result: dict[str, Any] = {"runs": runs, "out_dir": spec.out_dir}

@@ -18,6 +18,7 @@ from awarl.config import CollapseConfig
 from awarl.rewards.trl_reward import AwaRLReward, save_reward_state
 from awarl.training.alarms import ALARMS_FILE, CollapseWatch, read_alarms, write_alarms
 from awarl.training.checkpoints import mark_complete
+from awarl.upstream.torch import set_last_lr
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ class ScheduleFromResumedStep(TrainerCallback):
         lrs = [base * lam(sched.last_epoch) for base, lam in zip(sched.base_lrs, sched.lr_lambdas, strict=True)]
         for group, lr in zip(opt.param_groups, lrs, strict=True):
             group["lr"] = lr
-        sched._last_lr = lrs  # what the Trainer logs as learning_rate
+        set_last_lr(sched, lrs)  # what the Trainer logs as learning_rate
 
 
 class CollapseAlarms(TrainerCallback):

@@ -20,6 +20,7 @@ from typing import Any
 from awarl.agent.templates import Template
 from awarl.data.types import QAExample
 from awarl.io import atomic_write_folder, atomic_write_json, file_sha256, loads_json
+from awarl.retrieval.types import Retriever
 from awarl.training.warmup import build_sequences, supervised_warmup
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ def _base_identity(base_dir: Path) -> dict[str, Any]:
     return {"weights_sha256": {f.name: file_sha256(f) for f in files}}
 
 
-def train_protocol_adapter(base_dir: str | Path, out_dir: str | Path, examples: list[QAExample], retriever: Any,
+def train_protocol_adapter(base_dir: str | Path, out_dir: str | Path, examples: list[QAExample], retriever: Retriever,
                            template: Template, *, topk: int, steps: int, batch_size: int, lr: float, seed: int,
                            max_len: int, r: int, alpha: int, target_modules: list[str],
                            abstain_phrase: str = "not enough information", command: str = "") -> dict[str, Any]:

@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from awarl.agent.backends import Backend, make_backend
+from awarl.agent.backends import Backend, backend_kind, make_backend
 from awarl.agent.rollout import RolloutEngine, RolloutSettings, Trajectory
 from awarl.agent.templates import Template, abstention_phrases, render_prompt
 from awarl.config import MetricsConfig
@@ -121,7 +121,7 @@ class RolloutAdapter:
         if self.backend_factory is not None:
             yield self.backend_factory(trainer)
             return
-        if gen.backend == "scripted":
+        if backend_kind(gen.backend).replays_script:
             # Replay of written turns (CPU demos): the policy is still trained on them, off-policy.
             yield make_backend(gen, None, self.tokenizer)
             return

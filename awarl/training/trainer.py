@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from awarl.agent.backends.vllm import check_engine_can_start, engine_kwargs, vllm_cpu_build
 from awarl.config import AgentConfig, ConfigError, GenerationConfig, LoraConfig, RunConfig, TrainConfig
+from awarl.rewards.trl_reward import AwaRLReward
 from awarl.training import weight_sync
 from awarl.upstream import installed
 from awarl.upstream import transformers as upstream_transformers
@@ -214,7 +215,7 @@ def lora_config(lc: LoraConfig) -> Any:
                       task_type="CAUSAL_LM", bias="none")
 
 
-def build_trainer(cfg: TrainerSettings, *, model: Any, tokenizer: Any, train_dataset: Any, reward: Any,
+def build_trainer(cfg: TrainerSettings, *, model: Any, tokenizer: Any, train_dataset: Any, reward: AwaRLReward,
                   rollout_func: Callable, callbacks: list | None = None, args: Any = None) -> Any:
     """GRPOTrainer with our rollout function and reward. `model` is a hub id / path (TRL loads it, which
     lets DeepSpeed ZeRO-3 partition at load time) or an instantiated model (tests)."""

@@ -12,10 +12,11 @@
   `position_ids` and `logits_to_keep`), through a PEFT wrapper, and the one it takes the KV cache under:
   `past_key_values` up to 5.23, `cache` from 5.24 (`past_key_values` is deprecated there, gone in 5.40).
 - `trainer_loggers`: the `report_to` names the Trainer knows (`integration_utils.INTEGRATION_TO_CALLBACK`).
-- `transformers.logits_processors` (a probe only): every GenerationConfig field
-  `GenerationMixin._get_logits_processor` reads is one awarl's transformers-generate fallback resets or sets
-  (awarl.agent.backends.hf `_NEUTRAL_PROCESSORS`): a new processor a checkpoint can switch on would otherwise
-  make that path sample another distribution than the logprobs it records (`top_h` did, in 5.17).
+- `neutral_processors`: the GenerationConfig fields at the values that switch their logits processor off, which
+  awarl's transformers-generate fallback (awarl.agent.backends.hf) passes to every `generate`. Its probe
+  (`transformers.logits_processors`) checks that every field `GenerationMixin._get_logits_processor` reads is
+  one the fallback resets or sets: a new processor a checkpoint can switch on would otherwise make that path
+  sample another distribution than the logprobs it records (`top_h` did, in 5.17).
 - `commit_hash`: the hub revision a model was loaded from, for the eval manifest: `config._commit_hash` up
   to 5.17; from 5.18 the config no longer keeps it and the hub cache's snapshot folder tells.
 """
@@ -33,7 +34,7 @@ CHECKED = "5.17.0 and 5.24.0"
 
 
 # ------------------------------------------------------------------------------------------ the cache
-def cache_base() -> type:
+def cache_base() -> type[Any]:
     """transformers' `Cache`, the base class of awarl's slot cache."""
     from transformers.cache_utils import Cache
 
@@ -144,6 +145,40 @@ def _loggers_shape() -> str | None:
     return f"INTEGRATION_TO_CALLBACK lacks {sorted(missing)}" if missing else None
 
 
+# ------------------------------------------------------------------------------------------ GGUF
+def gguf_tensor_names(model: Any, architecture: str) -> dict[str, str] | None:
+    """GGUF tensor name -> parameter name of `model`, the map transformers' GGUF loader fills the model by
+    (`get_gguf_hf_weights_map` with the architecture's tensor processor; a file tensor it does not list is
+    dropped, a parameter no file tensor fills keeps its random initialisation). None for an architecture whose
+    processor renames or splits tensors on the way (MoE, T5, GPT-2, ...): its names cannot be checked one by
+    one."""
+    from transformers.modeling_gguf_pytorch_utils import (
+        TENSOR_PROCESSORS,
+        LlamaTensorProcessor,
+        TensorProcessor,
+        get_gguf_hf_weights_map,
+    )
+
+    processor = TENSOR_PROCESSORS.get(architecture, TensorProcessor)
+    if processor not in (TensorProcessor, LlamaTensorProcessor):
+        return None
+    return dict(get_gguf_hf_weights_map(model, processor(config=model.config.to_dict())))
+
+
+@shim("transformers.gguf_tensor_names", dist="transformers", checked="5.17.0",
+      reaches="modeling_gguf_pytorch_utils.get_gguf_hf_weights_map and TENSOR_PROCESSORS")
+def _gguf_map_shape() -> str | None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    with torch.device("meta"):
+        model = LlamaForCausalLM(LlamaConfig(hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                                             num_attention_heads=2, num_key_value_heads=2, vocab_size=16))
+    got = (gguf_tensor_names(model, "llama") or {}).get("blk.0.attn_q.weight")
+    want = "model.layers.0.self_attn.q_proj.weight"
+    return None if got == want else f"blk.0.attn_q.weight maps to {got!r}, not {want!r}"
+
+
 # ------------------------------------------------------------------------------------------ revision
 def commit_hash(model: Any, ref: str | None = None) -> str | None:
     """The hub commit the model was loaded from: its config's `_commit_hash` (transformers <= 5.17), else the
@@ -161,6 +196,35 @@ def commit_hash(model: Any, ref: str | None = None) -> str | None:
     return Path(cached).parent.name if isinstance(cached, str) else None
 
 
+# ------------------------------------------------------------------------------------------ logits processors
+# The GenerationConfig fields that add a logits processor or change the search, at values that switch them off
+# (transformers 5 names). A default GenerationConfig() holds None, "unset", for most of them, and an unset field
+# takes the checkpoint's value; min_new_tokens 0 takes precedence over a checkpoint's min_length.
+NEUTRAL_PROCESSORS: dict[str, Any] = {
+    "min_new_tokens": 0, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
+    "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0, "bad_words_ids": None, "renormalize_logits": False,
+    "forced_bos_token_id": None, "forced_eos_token_id": None, "remove_invalid_values": False,
+    "exponential_decay_length_penalty": None, "suppress_tokens": None, "begin_suppress_tokens": None,
+    "sequence_bias": None, "guidance_scale": None, "min_p": None, "num_beams": 1, "num_return_sequences": 1,
+    "top_h": None, "watermarking_config": None,
+}
+# The other fields transformers' logits-processor builder reads: set by every call (the sampling knobs), or no
+# processor of the sampled distribution (lengths and special tokens the call sets, the KV cache). The probe
+# `transformers.logits_processors` fails when the builder reads a field in none of the three.
+SET_PER_CALL = frozenset({"do_sample", "temperature", "top_k", "top_p"})
+NOT_A_PROCESSOR = frozenset({"_eos_token_tensor", "max_length", "min_length", "use_cache"})
+
+
+def neutral_processors() -> dict[str, Any]:
+    """NEUTRAL_PROCESSORS, the fields this transformers' GenerationConfig has: the generate keywords that keep
+    a checkpoint's generation_config from switching a logits processor on."""
+    from transformers import GenerationConfig
+
+    default = GenerationConfig()
+    return {name: v for name, v in NEUTRAL_PROCESSORS.items() if hasattr(default, name)}
+
+
 @shim("transformers.logits_processors", dist="transformers", checked="5.17.0",
       reaches="GenerationMixin._get_logits_processor's generation_config fields (read from its source)")
 def _logits_processor_fields() -> str | None:
@@ -168,15 +232,13 @@ def _logits_processor_fields() -> str | None:
 
     from transformers.generation.utils import GenerationMixin
 
-    from awarl.agent.backends import hf
-
     read = set(re.findall(r"generation_config\.(\w+)", inspect.getsource(GenerationMixin._get_logits_processor)))
     if not read:
         return "_get_logits_processor reads no generation_config field: its source changed shape"
-    unknown = read - set(hf._NEUTRAL_PROCESSORS) - hf._SET_PER_CALL - hf._NOT_A_PROCESSOR
+    unknown = read - set(NEUTRAL_PROCESSORS) - SET_PER_CALL - NOT_A_PROCESSOR
     if unknown:
         return (f"_get_logits_processor reads {sorted(unknown)}, which the transformers-generate fallback neither "
-                f"resets (hf._NEUTRAL_PROCESSORS) nor sets")
+                f"resets (NEUTRAL_PROCESSORS) nor sets")
     return None
 
 

@@ -32,7 +32,9 @@ def guarded_protocol(limits: Any, stats: Any, base: type | None = None) -> type:
     connection limit of `limits` (awarl.retrieval.connections.ConnectionLimits), counted into `stats`
     (ConnectionStats)."""
     if base is None:
-        from uvicorn.protocols.http.auto import AutoHTTPProtocol as base
+        from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+        base = AutoHTTPProtocol
     missing = [h for h in HOOKS if not callable(getattr(base, h, None))]
     if missing:
         raise changed("uvicorn.protocol_hooks", f"{base.__name__} has no {', '.join(missing)}")

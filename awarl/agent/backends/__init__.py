@@ -6,11 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from awarl.agent.backends.base import Backend, Generation
+from awarl.agent.backends.base import Backend, BackendKind, Generation
 from awarl.choices import BACKENDS
 from awarl.config import GenerationConfig
 
-__all__ = ["Backend", "Generation", "make_backend"]
+__all__ = ["Backend", "BackendKind", "Generation", "backend_kind", "make_backend"]
+
+
+def backend_kind(name: str) -> BackendKind:
+    """The registered backend `name` (ValueError naming the choices when there is none)."""
+    return BACKENDS.load(name, BackendKind)
 
 
 def make_backend(gen_cfg: GenerationConfig, model_path_or_obj: Any, tokenizer: Any, *, kind: str | None = None,
@@ -20,5 +25,5 @@ def make_backend(gen_cfg: GenerationConfig, model_path_or_obj: Any, tokenizer: A
     for `vllm`, e.g. TRL's colocated engine); ignored by `scripted`, which replays `gen_cfg.script`.
     `generation_config`: the policy's, for its eos ids, when the engine object does not carry it (a vLLM
     engine)."""
-    build = BACKENDS.load(kind or gen_cfg.backend)
-    return build(gen_cfg, model_path_or_obj, tokenizer, generation_config=generation_config)
+    return backend_kind(kind or gen_cfg.backend)(gen_cfg, model_path_or_obj, tokenizer,
+                                                 generation_config=generation_config)

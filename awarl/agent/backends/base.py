@@ -13,9 +13,12 @@ each at its own pace); the rollout engine then uses it instead of one `generate`
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, overload
+from typing import TYPE_CHECKING, Any, Protocol, overload
+
+if TYPE_CHECKING:
+    from awarl.config import GenerationConfig
 
 
 @dataclass
@@ -29,6 +32,26 @@ class Backend(Protocol):
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
                  top_p: float, stop_strings: Sequence[str], seed: Seed) -> list[Generation]:
         ...
+
+
+@dataclass(frozen=True)
+class BackendKind:
+    """A registered generation backend (awarl.choices.BACKENDS; docs/extending.md): its factory, called as
+    `kind(gen_cfg, model_path_or_obj, tokenizer, generation_config=None)`, and what a run must know of it
+    without comparing its name.
+
+    `replays_script`: it replays the written turns of generation.script instead of running a model, so the
+    script is the policy (its hash identifies the run; a dry run checks the file; training trains on its turns
+    off-policy). `vllm_engine`: it starts a vLLM engine from the `generation:` options, which vLLM itself
+    checks before any launch."""
+
+    build: Callable[..., Backend]
+    replays_script: bool = False
+    vllm_engine: bool = False
+
+    def __call__(self, gen_cfg: GenerationConfig, model_path_or_obj: Any, tokenizer: Any,
+                 generation_config: Any = None) -> Backend:
+        return self.build(gen_cfg, model_path_or_obj, tokenizer, generation_config=generation_config)
 
 
 def eos_ids(tokenizer: Any, generation_config: Any = None) -> set[int]:

@@ -18,10 +18,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from awarl.agent.backends.base import Generation, Seed, Session, StopMatcher, eos_ids, finish, stream_seed
+from awarl.agent.backends.base import (
+    BackendKind,
+    Generation,
+    Seed,
+    Session,
+    StopMatcher,
+    eos_ids,
+    finish,
+    stream_seed,
+)
 from awarl.upstream import transformers as upstream_transformers
+
+if TYPE_CHECKING:
+    from awarl.config import GenerationConfig
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +44,20 @@ def resolve_dtype(dtype: str, device: str) -> Any:
     if dtype == "auto":
         return torch.bfloat16 if device.startswith("cuda") else torch.float32
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+
+
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def model_positions(model: Any) -> int | None:
+    """The positions a model's config says it was trained for (`max_position_embeddings` and the other names
+    configs use), or None when it names none."""
+    config = getattr(model, "config", None)
+    for key in POSITION_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 class HFBackend:
@@ -55,6 +81,9 @@ class HFBackend:
         self._static: Any = None      # the static-mode cache, kept across calls
         self._compiled: Any = None    # (cache, compiled decode step)
         self._support: tuple[str | None] | None = None   # (session_support(),) once worked out
+        # The model's context: the rollout keeps each trajectory (prompt + turns + blocks) inside it, as it keeps
+        # a vLLM request inside max_model_len (past it a model with rotary positions generated on, unwarned).
+        self.context_len: int | None = model_positions(model)
 
     @classmethod
     def for_model(cls, model: Any, tokenizer: Any, **kwargs: Any) -> HFBackend:
@@ -232,7 +261,7 @@ class HFBackend:
         # Plain sampling, as the slot-cache path and the recorded logprobs (raw logits / T) assume: the logits
         # processors a checkpoint's generation_config may switch on (repetition_penalty, no_repeat_ngram_size,
         # ...) are set back to transformers' neutral defaults, or this path would sample another distribution.
-        kwargs.update(_neutral_processors())
+        kwargs.update(upstream_transformers.neutral_processors())
         if sample:
             kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
         else:  # greedy: clear sampling knobs a checkpoint's generation_config may carry, to avoid warnings
@@ -252,40 +281,17 @@ class HFBackend:
                 for i in range(len(prompts))]
 
 
-# The GenerationConfig fields that add a logits processor or change the search, at values that switch them off
-# (transformers 5 names). A default GenerationConfig() holds None, "unset", for most of them, and an unset field
-# takes the checkpoint's value; min_new_tokens 0 takes precedence over a checkpoint's min_length.
-_NEUTRAL_PROCESSORS: dict[str, Any] = {
-    "min_new_tokens": 0, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
-    "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
-    "encoder_no_repeat_ngram_size": 0, "bad_words_ids": None, "renormalize_logits": False,
-    "forced_bos_token_id": None, "forced_eos_token_id": None, "remove_invalid_values": False,
-    "exponential_decay_length_penalty": None, "suppress_tokens": None, "begin_suppress_tokens": None,
-    "sequence_bias": None, "guidance_scale": None, "min_p": None, "num_beams": 1, "num_return_sequences": 1,
-    "top_h": None, "watermarking_config": None,
-}
-# The other fields transformers' logits-processor builder reads: set by every call (the sampling knobs), or no
-# processor of the sampled distribution (lengths and special tokens the call sets, the KV cache). The upstream
-# probe `transformers.logits_processors` fails when the builder reads a field in neither list.
-_SET_PER_CALL = frozenset({"do_sample", "temperature", "top_k", "top_p"})
-_NOT_A_PROCESSOR = frozenset({"_eos_token_tensor", "max_length", "min_length", "use_cache"})
-
-
-def _neutral_processors() -> dict[str, Any]:
-    """_NEUTRAL_PROCESSORS, the fields this transformers' GenerationConfig has."""
-    from transformers import GenerationConfig
-
-    default = GenerationConfig()
-    return {name: v for name, v in _NEUTRAL_PROCESSORS.items() if hasattr(default, name)}
-
-
-def build(gen_cfg: Any, model_path_or_obj: Any, tokenizer: Any, generation_config: Any = None) -> HFBackend:
+def build(gen_cfg: GenerationConfig, model_path_or_obj: Any, tokenizer: Any, generation_config: Any = None) -> HFBackend:
     """The registered factory (awarl.choices.BACKENDS `hf`): a path / hub id is loaded, a model object is used
     as it is (one backend per live model, so training's per-step backend keeps its caches)."""
-    opts = dict(static_cache=gen_cfg.static_cache, compile=gen_cfg.static_cache, batch_size=gen_cfg.batch_size)
+    opts: dict[str, Any] = dict(static_cache=gen_cfg.static_cache, compile=gen_cfg.static_cache,
+                               batch_size=gen_cfg.batch_size)
     if isinstance(model_path_or_obj, str):
         backend = HFBackend.from_pretrained(model_path_or_obj, gen_cfg.dtype, **opts)
         # The caller's tokenizer wins (it may carry a chat template override).
         backend.tokenizer = tokenizer if tokenizer is not None else backend.tokenizer
         return backend
     return HFBackend.for_model(model_path_or_obj, tokenizer, **opts)
+
+
+HF = BackendKind(build)  # awarl.choices.BACKENDS `hf`

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from awarl.agent.backends.base import Generation, Seed, finish
+from awarl.agent.backends.base import BackendKind, Generation, Seed, finish
 from awarl.io import DataError, iter_jsonl
+
+if TYPE_CHECKING:
+    from awarl.agent.templates import Template
+    from awarl.config import GenerationConfig
 
 
 class ScriptedBackend:
@@ -29,7 +33,7 @@ class ScriptedBackend:
         self.eos_id = int(tokenizer.eos_token_id)
         self.calls = 0
 
-    def use_template(self, template: Any) -> None:
+    def use_template(self, template: Template) -> None:
         """Count the information blocks by the template's closing tag (the engine calls this: a template that
         renames the tag, `tags: {information: documents}`, was replayed at turn 0 forever)."""
         self.turn_marker = template.tags.close("information")
@@ -79,9 +83,12 @@ class ScriptedBackend:
         return out
 
 
-def build(gen_cfg: Any, model_path_or_obj: Any, tokenizer: Any, generation_config: Any = None) -> ScriptedBackend:
+def build(gen_cfg: GenerationConfig, model_path_or_obj: Any, tokenizer: Any, generation_config: Any = None) -> ScriptedBackend:
     """The registered factory (awarl.choices.BACKENDS `scripted`): replays `generation.script`; the model is
     not used."""
     if not gen_cfg.script:
         raise ValueError("generation.backend=scripted needs generation.script (a JSONL of scripted turns)")
     return ScriptedBackend.from_jsonl(tokenizer, gen_cfg.script)
+
+
+SCRIPTED = BackendKind(build, replays_script=True)  # awarl.choices.BACKENDS `scripted`

@@ -50,6 +50,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
 from awarl.agent.backends.base import (
+    BackendKind,
     Generation,
     Seed,
     Session,
@@ -605,7 +606,7 @@ def _check_with_model_config(model: str, options: dict[str, tuple[str, Any]]) ->
             f"config.json of {model}")
 
 
-def build(gen_cfg: Any, model_path_or_obj: Any, tokenizer: Any, generation_config: Any = None) -> VLLMBackend:
+def build(gen_cfg: GenerationConfig, model_path_or_obj: Any, tokenizer: Any, generation_config: Any = None) -> VLLMBackend:
     """The registered factory (awarl.choices.BACKENDS `vllm`): a path / hub id starts an engine with the
     `generation:` options; an engine object (any `vllm.LLM`, e.g. TRL's colocated one) is used as it is, with
     the policy's `generation_config` for its eos ids."""
@@ -615,3 +616,6 @@ def build(gen_cfg: Any, model_path_or_obj: Any, tokenizer: Any, generation_confi
         backend.tokenizer = tokenizer if tokenizer is not None else backend.tokenizer
         return backend
     return VLLMBackend(model_path_or_obj, tokenizer, generation_config=generation_config)
+
+
+VLLM = BackendKind(build, vllm_engine=True)  # awarl.choices.BACKENDS `vllm`
