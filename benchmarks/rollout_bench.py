@@ -428,7 +428,7 @@ def measure(args: argparse.Namespace, tok: Any, model: Any, questions: list[str]
     from awarl.agent.backends.hf import HFBackend
 
     backend = HFBackend(model, tok, batch_size=args.batch, static_cache=args.static_cache,
-                        compile=args.static_cache)
+                        compile=args.static_cache, share_prompts=not args.no_shared_prefill)
     engine = make_engine(args, backend, tok, retriever)
 
     def agent() -> list[Any]:
@@ -628,6 +628,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--batch", type=int, default=32, help="questions (= slots of the agent, rows of plain)")
     ap.add_argument("--group", type=int, default=1, help="completions per question (GRPO's num_generations): "
                     "--batch / --group questions, each --group times")
+    ap.add_argument("--no-shared-prefill", action="store_true",
+                    help="the agent prefills each completion's prompt on its own (default: a --group's shared "
+                         "prompt once, the others copying its keys and values)")
     ap.add_argument("--turns", type=int, default=2, help="agent.max_turns")
     ap.add_argument("--turn-tokens", type=int, default=48, help="agent.max_new_tokens_per_turn")
     ap.add_argument("--trajectory-tokens", type=int, default=1024, help="agent.max_trajectory_tokens")
@@ -687,7 +690,7 @@ def main(argv: list[str] | None = None) -> int:
                           "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"},
               "shape": args.shape if not args.model or args.shape == "smollm2" else f"model {args.model}", "params": sum(p.numel() for p in model.parameters()),
               "vocab": model.get_output_embeddings().weight.shape[0],
-              "settings": {k: getattr(args, k) for k in ("batch", "group", "turns", "turn_tokens", "trajectory_tokens",
+              "settings": {k: getattr(args, k) for k in ("batch", "group", "no_shared_prefill", "turns", "turn_tokens", "trajectory_tokens",
                                                           "topk", "rates", "runs", "static_cache", "bias",
                                                           "search_lag", "search_delay_ms", "split")},
               **result, "summary": summary}

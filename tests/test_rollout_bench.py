@@ -102,6 +102,16 @@ def test_group_rolls_each_question_out_several_times_from_one_prefill(tmp_path, 
     eng = rep["engine"]
     assert rep["settings"]["group"] == 3 and eng["shared_prompt_tokens"] > 0
     assert eng["shared_prompt_tokens"] == 2 * rep["workload"]["prompt_tokens"] // 3   # 2 of each 3 prompts
+    # --no-shared-prefill: the same workload, every prompt prefilled (the baseline the sharing is measured by)
+    rc, own, lines = run(tmp_path, tiny_dir, shipped_bm25_dir, "--shape", "tiny", "--group", "3",
+                         "--no-shared-prefill", runs=1)
+    assert rc == 0 and own["settings"]["no_shared_prefill"]
+    check_report(own, lines, n=1)
+    assert own["engine"]["shared_prompt_tokens"] == 0
+    # (float32: a twin's copied logits may differ in the last bit from its own prefill's, so the trajectories,
+    # and the passages prefilled after the prompts, need not match token for token; test_rollout_continuous
+    # checks that in float64)
+    assert own["engine"]["prefill_tokens"] >= eng["shared_prompt_tokens"] + rep["workload"]["prompt_tokens"] // 3
 
 
 def test_group_must_divide_the_batch(capsys):

@@ -54,10 +54,10 @@ def retriever(shipped_bm25_dir):
     return load_index(shipped_bm25_dir)
 
 
-def engine(model, tok, retriever, slots=None, lag=1, **agent):
+def engine(model, tok, retriever, slots=None, lag=1, share_prompts=True, **agent):
     cfg = AgentConfig(**{"max_turns": 2, "max_new_tokens_per_turn": 24, "max_trajectory_tokens": 700, **agent})
-    return RolloutEngine(HFBackend(model, tok, batch_size=slots), tok, retriever, load_template("awarl"), cfg, topk=2,
-                         search_lag_steps=lag)
+    return RolloutEngine(HFBackend(model, tok, batch_size=slots, share_prompts=share_prompts), tok, retriever,
+                         load_template("awarl"), cfg, topk=2, search_lag_steps=lag)
 
 
 def ids(trajs):
@@ -128,6 +128,11 @@ def test_a_groups_shared_prompt_is_prefilled_once(model, tok, retriever, questio
         alone_prefill += eng.last_stats["prefill_tokens"]
     # what was not computed was copied: the same tokens as six rollouts alone
     assert st["prefill_tokens"] + st["shared_prompt_tokens"] == alone_prefill
+    # share_prompts off (what the benchmark's --no-shared-prefill measures against): each prompt prefilled
+    # on its own, the same trajectories
+    own = engine(model, tok, retriever, share_prompts=False)
+    assert ids(own.run(group, temperature=1.0, seed=seeds)) == ids(trajs)
+    assert own.last_stats["shared_prompt_tokens"] == 0 and own.last_stats["prefill_tokens"] == alone_prefill
 
 
 class PerTurn:

@@ -216,6 +216,7 @@ class SlotSession:
         self.matcher = backend.stop_matcher(stop_strings)
         self.eos, self.pad_id = backend.eos, backend.pad_id
         self.prefill_tokens = backend.prefill_chunk_tokens
+        self.share_prompts = bool(getattr(backend, "share_prompts", True))
         self.temperature, self.top_p = float(temperature), float(top_p)
         self.seqs: list[_Seq | None] = [None] * self.slots
         self.where: dict[int, int] = {}
@@ -322,7 +323,7 @@ class SlotSession:
         first: dict[tuple[int, ...], _Seq] = {}
         computed = []
         for s in sorted(waiting, key=lambda s: len(s.pending)):
-            lead = first.setdefault(tuple(s.pending), s) if s.cached == 0 else s
+            lead = first.setdefault(tuple(s.pending), s) if s.cached == 0 and self.share_prompts else s
             if lead is s:
                 computed.append(s)
             else:
