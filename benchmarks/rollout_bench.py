@@ -36,7 +36,8 @@ lengths. Ids the tokenizer lacks (the big shapes have Qwen's 152k-wide output) a
   (generation.static_cache) and plain `generate` uses transformers' static cache (compiled on CUDA).
   `--vllm` adds vLLM rows when vllm imports (CUDA, or vLLM's CPU build in process): the agent through
   awarl's VLLMBackend per turn (one `LLM.generate` a turn) and as a session (each trajectory its own request,
-  resubmitted when its search returns), on one engine, and a plain `LLM.generate` of the prompts.
+  resubmitted when its search returns), on one engine, and plain `LLM.generate` of the same tokens (the
+  contexts of plain `generate`) and of the prompts alone, the prefix cache emptied before each timed call.
 
 On the H200 (the device tool copies the working tree; the image has torch and transformers; awarl needs
 pydantic, pyyaml, bm25s: see benchmarks/grpo_step_bench.py for carrying wheels):
@@ -207,6 +208,76 @@ def timed_run(fn: Any, device: str) -> tuple[float, float | None, Any]:
     return dt, mem.mib, out
 
 
+class TimeSplit:
+    """`--split`: where a run's time goes, forward by forward. The agent (the transformers backend's slot
+    session): its decode steps, its prefill forwards (prompts, then the information blocks of returned
+    searches) with their padded width, the sampling, the time the search lag made it wait (the engine's
+    `search_wait_s`), and the rest: the rollout loop's own Python (stop test, cache bookkeeping, tokenizing
+    the blocks). Plain `generate`: its first forward (the whole context), its decode forwards, and the rest
+    (transformers' loop and sampling). Each forward is timed on its own (synchronized on CUDA)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, int, float]] = []   # (kind, rows, width, seconds)
+
+    def _timed(self, fn: Any, kind: Any) -> Any:
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            _sync()
+            t = time.perf_counter()
+            out = fn(*a, **kw)
+            _sync()
+            self.calls.append((*kind(a, kw), time.perf_counter() - t))
+            return out
+        return wrapper
+
+    @contextlib.contextmanager
+    def agent(self) -> Iterator[None]:
+        from awarl.agent.backends import hf_slots
+
+        cls = hf_slots.SlotSession
+        forward, sample = cls._forward, cls._sample
+
+        def kind(a: tuple, kw: dict) -> tuple[str, int, int]:
+            ids, rows = a[1], a[4] if len(a) > 4 else kw.get("rows")
+            return ("decode" if ids.shape[1] == 1 and rows is None else "prefill", ids.shape[0], ids.shape[1])
+
+        cls._forward = self._timed(forward, kind)  # type: ignore[method-assign]
+        cls._sample = self._timed(sample, lambda a, kw: ("sample", 0, 0))  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            cls._forward, cls._sample = forward, sample  # type: ignore[method-assign]
+
+    @contextlib.contextmanager
+    def plain(self, model: Any) -> Iterator[None]:
+        def kind(a: tuple, kw: dict) -> tuple[str, int, int]:
+            ids = kw["input_ids"]
+            return ("decode" if ids.shape[1] == 1 else "prefill", ids.shape[0], ids.shape[1])
+
+        own = model.__dict__.get("forward")   # an instance's own forward (a hook's), else the class's
+        model.forward = self._timed(model.forward, kind)
+        try:
+            yield
+        finally:
+            if own is None:
+                del model.forward
+            else:
+                model.forward = own
+
+    def take(self, total: float, search_wait_s: float = 0.0) -> dict[str, float]:
+        """The split of the run just timed (and a fresh record for the next)."""
+        calls, self.calls = self.calls, []
+        out: dict[str, float] = {"seconds": round(total, 4)}
+        for k in ("decode", "prefill", "sample"):
+            mine = [c for c in calls if c[0] == k]
+            out[f"{k}_s"] = round(sum(c[3] for c in mine), 4)
+            if k != "sample":
+                out[f"{k}_forwards"] = len(mine)
+                out[f"{k}_row_tokens"] = sum(c[1] * c[2] for c in mine)   # rows x width, pads included
+        out["search_wait_s"] = round(search_wait_s, 4)
+        out["other_s"] = round(total - sum(c[3] for c in calls) - search_wait_s, 4)
+        return out
+
+
 # ------------------------------------------------------------------------------------ workload
 def _lag(text: str) -> int | None:
     return None if text.lower() in ("none", "null") else int(text)
@@ -335,7 +406,9 @@ def setup(args: argparse.Namespace, work: Path) -> tuple[Any, Any, list[str], An
     index = Path(args.index) if args.index else work / "bm25"
     if not (index / "index_meta.json").exists():
         build_index(shipped_closed_corpus(work / "corpus.jsonl"), "bm25", index, show_progress=False)
-    questions = [ex.question for ex in load_shipped("hotpotqa", limit=args.batch, seed=0)]
+    # --group N: each question N times in a row (a GRPO group's completions, sampled apart)
+    questions = [ex.question for ex in load_shipped("hotpotqa", limit=args.batch // args.group, seed=0)
+                 for _ in range(args.group)]
     if args.model:   # a trained policy follows the protocol on its own: no steering
         from transformers import AutoModelForCausalLM
 
@@ -348,12 +421,14 @@ def setup(args: argparse.Namespace, work: Path) -> tuple[Any, Any, list[str], An
     return tok, model, questions, load_index(index)
 
 
-def measure(args: argparse.Namespace, tok: Any, model: Any, questions: list[str], retriever: Any) -> dict:
-    """Warm-up, then `--runs` alternating runs of the agent and both plain generates."""
+def measure(args: argparse.Namespace, tok: Any, model: Any, questions: list[str],
+            retriever: Any) -> tuple[dict, list[list[int]]]:
+    """Warm-up, then `--runs` alternating runs of the agent and both plain generates. Also returns the plain
+    run's contexts (the vLLM rows read the same)."""
     from awarl.agent.backends.hf import HFBackend
 
     backend = HFBackend(model, tok, batch_size=args.batch, static_cache=args.static_cache,
-                        compile=args.static_cache)
+                        compile=args.static_cache, share_prompts=not args.no_shared_prefill)
     engine = make_engine(args, backend, tok, retriever)
 
     def agent() -> list[Any]:
@@ -370,16 +445,24 @@ def measure(args: argparse.Namespace, tok: Any, model: Any, questions: list[str]
              "plain_prompt_only": lambda: plain_generate(model, prompts, new, backend.pad_id, args.static_cache)}
     for fn in plain.values():
         fn()   # warm-up (and compile, with a static cache on CUDA)
+    split = TimeSplit() if args.split else None
+    splits: dict[str, list[dict]] = {k: [] for k in runs}
     for r in range(args.runs):
         log.info("run %d/%d", r + 1, args.runs)
-        dt, mib, out = timed_run(agent, args.device)
+        with split.agent() if split else contextlib.nullcontext():
+            dt, mib, out = timed_run(agent, args.device)
         _record(runs["agent"], dt, mib, workload(out)["model_tokens"])
+        if split:
+            splits["agent"].append(split.take(dt, engine.last_stats.get("search_wait_s", 0.0)))
         for name, fn in plain.items():
-            dt, mib, made = timed_run(fn, args.device)
+            with split.plain(model) if split else contextlib.nullcontext():
+                dt, mib, made = timed_run(fn, args.device)
             _record(runs[name], dt, mib, made)
+            if split:
+                splits[name].append(split.take(dt))
     stats = getattr(engine, "last_stats", {}) or {}
     return {"workload": work, "plain_new_tokens": new, "plain_context_tokens": len(contexts[0]),
-            "runs": runs, "engine": stats}
+            "runs": runs, "engine": stats, **({"split": splits} if split else {})}, contexts
 
 
 def _record(into: dict[str, list], seconds: float, mib: float | None, tokens: int) -> None:
@@ -388,27 +471,42 @@ def _record(into: dict[str, list], seconds: float, mib: float | None, tokens: in
     into["tokens"].append(tokens)
 
 
+def paired_ratio(a: list[float], b: list[float]) -> float | None:
+    """The median of a_i / b_i over runs (pure): each pair ran back to back, so on shared cores whose load
+    changes from minute to minute it compares runs under the same load, where the medians' ratio can pair a
+    quiet run of one with a busy run of the other."""
+    pairs = [x / y for x, y in zip(a, b, strict=True) if y > 0]
+    return statistics.median(pairs) if pairs else None
+
+
 def summarize(result: dict) -> dict[str, Any]:
     """Medians, the ratio and the engine's step counts (pure)."""
     runs, work, eng = result["runs"], result["workload"], result["engine"]
     med = {k: median(v["seconds"]) for k, v in runs.items()}
     peaks = {k: median([m for m in v["peak_mib"] if m is not None]) for k, v in runs.items()}
     steps = eng.get("decode_steps")
-    return {"median_seconds": med, "median_peak_mib": peaks,
+    split = {k: {f: median([run[f] for run in v]) for f in v[0]} for k, v in result.get("split", {}).items() if v}
+    return {"median_seconds": med, "median_peak_mib": peaks, "median_split": split or None,
             "ratio": med["agent"] / med["plain"] if med["agent"] and med["plain"] else None,
             "ratio_prompt_only": (med["agent"] / med["plain_prompt_only"]
                                   if med["agent"] and med["plain_prompt_only"] else None),
+            "paired_ratio": paired_ratio(runs["agent"]["seconds"], runs["plain"]["seconds"]),
             "decode_steps": steps, "mean_model_tokens": work["mean_model_tokens"],
             "decode_steps_per_mean_tokens": steps / work["mean_model_tokens"] if steps else None,
-            "slot_use": eng.get("slot_use"), "engine": eng.get("engine", "turns (an engine without stats)")}
+            "slot_use": eng.get("slot_use"), "shared_prompt_tokens": eng.get("shared_prompt_tokens"),
+            "engine": eng.get("engine", "turns (an engine without stats)")}
 
 
 def vllm_rows(args: argparse.Namespace, tok: Any, model: Any, questions: list[str], retriever: Any,
-              work: Path, plain_new: int) -> dict[str, Any]:
+              work: Path, plain_new: int, contexts: list[list[int]]) -> dict[str, Any]:
     """The agent through awarl's VLLMBackend two ways on one engine, alternating after a warm-up pair: the
     per-turn path (`continuous=False`: one `LLM.generate` per turn, a barrier per turn) and the session
-    (each trajectory its own request, resubmitted with its history when its search returns), plus a plain
-    `LLM.generate` of the prompts sampling the agent's mean model tokens. On CUDA bf16; on CPU (vLLM's CPU
+    (each trajectory its own request, resubmitted with its history when its search returns), plus plain
+    `LLM.generate` sampling the agent's mean model tokens (eos ignored) after the same `contexts` as the
+    transformers rows' plain `generate` (`plain`: the same tokens read and written) and after the prompts
+    alone (`plain_prompt_only`). The prefix cache is emptied before every timed call, as the weight sync
+    empties it before every training step: a run reuses only what it computed itself (the session's
+    resubmitted histories), never the previous run's prompts. On CUDA bf16; on CPU (vLLM's CPU
     build, in process as the vLLM test tier runs it) float32 and eager. vLLM loads the model without the
     output bias, so the bias goes in as `logit_bias` (and `allowed_token_ids` where the output is wider than
     the tokenizer). At `--vllm-temperature 0` both
@@ -449,49 +547,77 @@ def vllm_rows(args: argparse.Namespace, tok: Any, model: Any, questions: list[st
                "session": make_engine(args, VLLMBackend(llm, tok, sampling_params_cls=params), tok, retriever)}
     steps = _count_steps(llm)
     plain = params(n=1, max_tokens=plain_new, min_tokens=plain_new, ignore_eos=True, temperature=1.0)
-    rows: dict[str, dict[str, list]] = {k: {"seconds": [], "model_tokens": [], "engine_steps": []}
-                                        for k in (*engines, "plain_prompt_only")}
+    reads = {"plain": contexts, "plain_prompt_only": prompts}
+    rows: dict[str, dict[str, list]] = {k: {"seconds": [], "model_tokens": [], "engine_steps": [], "step_seconds": [],
+                                            "steps_by_running": []} for k in (*engines, *reads)}
     same, stats = [], {}
+    cached: dict[str, list[int]] = {name: [] for name in engines}   # prefix-cache hits per round, warm-up included
     for r in range(args.runs + 1):   # the first round warms up
         trajs = {}
         for name, engine in engines.items():
-            steps["n"] = 0
+            _restart(steps)
+            llm.reset_prefix_cache()
             t = time.perf_counter()
             trajs[name] = engine.run(questions, temperature=args.vllm_temperature, seed=r)
             if r:
-                _record_vllm(rows[name], time.perf_counter() - t, workload(trajs[name])["model_tokens"], steps["n"])
+                _record_vllm(rows[name], time.perf_counter() - t, workload(trajs[name])["model_tokens"], steps)
             stats[name] = engine.last_stats
+            cached[name].append(int(stats[name].get("prefix_cached_tokens", -1)))
         same.append([t.completion_ids for t in trajs["per_turn"]] == [t.completion_ids for t in trajs["session"]])
-        steps["n"] = 0
-        t = time.perf_counter()
-        llm.generate([{"prompt_token_ids": p} for p in prompts], sampling_params=plain, use_tqdm=False)
-        if r:
-            _record_vllm(rows["plain_prompt_only"], time.perf_counter() - t, plain_new * len(prompts), steps["n"])
+        for name, read in reads.items():
+            _restart(steps)
+            llm.reset_prefix_cache()
+            t = time.perf_counter()
+            llm.generate([{"prompt_token_ids": p} for p in read], sampling_params=plain, use_tqdm=False)
+            if r:
+                _record_vllm(rows[name], time.perf_counter() - t, plain_new * len(read), steps)
     med = {k: median(v["seconds"]) for k, v in rows.items()}
     return {"engine": "cuda bf16" if cuda else "cpu float32 eager (vLLM's CPU build, in process)",
             "vllm": getattr(vllm, "__version__", "?"), "temperature": args.vllm_temperature,
             "runs": rows, "median_seconds": med, "same_trajectories": all(same[1:]),
-            "session_stats": stats["session"],
+            "session_stats": stats["session"], "prefix_cached_tokens_by_round": cached,
             "per_turn_over_session": _ratio(med["per_turn"], med["session"]),
+            "session_over_plain": _ratio(med["session"], med["plain"]),
+            "session_over_plain_paired": paired_ratio(rows["session"]["seconds"], rows["plain"]["seconds"]),
             "session_over_plain_prompt_only": _ratio(med["session"], med["plain_prompt_only"])}
 
 
-def _count_steps(llm: Any) -> dict[str, int]:
-    """Count the engine's steps (both paths step the same engine: `LLM.generate` loops over them)."""
-    count, inner = {"n": 0}, llm.llm_engine.step
+def _count_steps(llm: Any) -> dict[str, Any]:
+    """Count and time the engine's steps (both paths step the same engine: `LLM.generate` loops over them),
+    by the requests in flight at each step (a session's paused trajectories hold none)."""
+    count: dict[str, Any] = {}
+    engine = llm.llm_engine
+    inner, in_flight = engine.step, engine.get_num_unfinished_requests
 
     def step() -> Any:
+        k = in_flight()
+        t = time.perf_counter()
+        out = inner()
+        dt = time.perf_counter() - t
         count["n"] += 1
-        return inner()
+        count["seconds"] += dt
+        slot = count["by_running"].setdefault(k, [0, 0.0])
+        slot[0] += 1
+        slot[1] += dt
+        return out
 
-    llm.llm_engine.step = step
+    engine.step = step
+    _restart(count)
     return count
 
 
-def _record_vllm(into: dict[str, list], seconds: float, tokens: int, steps: int) -> None:
+def _restart(count: dict[str, Any]) -> None:
+    count.update(n=0, seconds=0.0, by_running={})
+
+
+def _record_vllm(into: dict[str, list], seconds: float, tokens: int, steps: dict[str, Any]) -> None:
     into["seconds"].append(round(seconds, 4))
     into["model_tokens"].append(tokens)
-    into["engine_steps"].append(steps)
+    into["engine_steps"].append(steps["n"])
+    # time inside engine steps (the rest: awarl's loop, retrieval, tokenizing), and [steps, seconds] by the
+    # requests in flight at the step
+    into["step_seconds"].append(round(steps["seconds"], 4))
+    into["steps_by_running"].append({k: [n, round(sec, 4)] for k, (n, sec) in sorted(steps["by_running"].items())})
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -500,6 +626,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", help="write the figures as JSON here")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--batch", type=int, default=32, help="questions (= slots of the agent, rows of plain)")
+    ap.add_argument("--group", type=int, default=1, help="completions per question (GRPO's num_generations): "
+                    "--batch / --group questions, each --group times")
+    ap.add_argument("--no-shared-prefill", action="store_true",
+                    help="the agent prefills each completion's prompt on its own (default: a --group's shared "
+                         "prompt once, the others copying its keys and values)")
     ap.add_argument("--turns", type=int, default=2, help="agent.max_turns")
     ap.add_argument("--turn-tokens", type=int, default=48, help="agent.max_new_tokens_per_turn")
     ap.add_argument("--trajectory-tokens", type=int, default=1024, help="agent.max_trajectory_tokens")
@@ -512,6 +643,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--search-delay-ms", type=float, default=0.0, help="latency added to every search call "
                     "(a retrieval server's round trip)")
     ap.add_argument("--static-cache", action="store_true", help="static cache (+ compile on CUDA) for both")
+    ap.add_argument("--split", action="store_true", help="time every forward of the transformers rows: where "
+                    "the agent's time goes against plain generate's (decode steps, prefill forwards, sampling, "
+                    "search wait, the rest)")
     ap.add_argument("--vllm", action="store_true", help="also vLLM rows, per-turn path vs session (when vllm "
                     "imports: CUDA, or vLLM's CPU build in process)")
     ap.add_argument("--vllm-temperature", type=float, default=1.0, help="sampling temperature of the vLLM rows "
@@ -521,7 +655,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--tiny-dir", help="an existing tiny model folder (else built in --work)")
     ap.add_argument("--index", help="an existing BM25 index of the shipped closed corpus (else built)")
     ap.add_argument("--work", help="folder for the tiny model and the index (default: a temporary one)")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.group < 1 or args.batch % args.group:
+        ap.error(f"--batch ({args.batch}) must be a positive multiple of --group ({args.group})")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -537,11 +674,12 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         work = Path(args.work) if args.work else Path(stack.enter_context(tempfile.TemporaryDirectory()))
         tok, model, questions, retriever = setup(args, work)
-        result = measure(args, tok, model, questions, retriever)
+        result, contexts = measure(args, tok, model, questions, retriever)
         summary = summarize(result)
         if args.vllm:
             try:
-                result["vllm"] = vllm_rows(args, tok, model, questions, retriever, work, result["plain_new_tokens"])
+                result["vllm"] = vllm_rows(args, tok, model, questions, retriever, work, result["plain_new_tokens"],
+                                           contexts)
             except Exception as e:  # noqa: BLE001 - optional rows: the transformers figures still get written
                 log.exception("vLLM rows failed")
                 result["vllm"] = {"error": repr(e)}
@@ -552,9 +690,9 @@ def main(argv: list[str] | None = None) -> int:
                           "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"},
               "shape": args.shape if not args.model or args.shape == "smollm2" else f"model {args.model}", "params": sum(p.numel() for p in model.parameters()),
               "vocab": model.get_output_embeddings().weight.shape[0],
-              "settings": {k: getattr(args, k) for k in ("batch", "turns", "turn_tokens", "trajectory_tokens",
+              "settings": {k: getattr(args, k) for k in ("batch", "group", "no_shared_prefill", "turns", "turn_tokens", "trajectory_tokens",
                                                           "topk", "rates", "runs", "static_cache", "bias",
-                                                          "search_lag", "search_delay_ms")},
+                                                          "search_lag", "search_delay_ms", "split")},
               **result, "summary": summary}
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -574,11 +712,19 @@ def print_table(report: dict) -> None:
         print(f"  {name:<18} {sec:8.3f} s   peak +{'?' if peak is None else f'{peak:.1f}'} MiB")
     if s["decode_steps"] is not None:
         print(f"decode steps {s['decode_steps']} for a {s['mean_model_tokens']:.1f}-token mean "
-              f"({s['decode_steps_per_mean_tokens']:.2f}x), slot use {s['slot_use']:.2f}")
+              f"({s['decode_steps_per_mean_tokens']:.2f}x), slot use {s['slot_use']:.2f}"
+              + (f", {s['shared_prompt_tokens']} prompt tokens copied from a twin's prefill"
+                 if s.get("shared_prompt_tokens") else ""))
     print(f"a barrier per turn would run {w['barrier_decode_steps']} decode steps at slot use "
           f"{w['barrier_slot_use']:.2f}")
     if s["ratio_prompt_only"] is not None:
         print(f"agent / plain (prompt only) = {s['ratio_prompt_only']:.3f}")
+    if s["paired_ratio"] is not None:
+        print(f"agent / plain, median of the back-to-back pairs = {s['paired_ratio']:.3f}")
+    for name, sp in (s.get("median_split") or {}).items():
+        print(f"  split {name:<18} decode {sp['decode_forwards']:.0f} forwards {sp['decode_s']:.2f} s, prefill "
+              f"{sp['prefill_forwards']:.0f} forwards ({sp['prefill_row_tokens']:.0f} row-tokens) {sp['prefill_s']:.2f} s, "
+              f"sampling {sp['sample_s']:.2f} s, search wait {sp['search_wait_s']:.2f} s, rest {sp['other_s']:.2f} s")
     if "vllm" in report:
         print_vllm(report["vllm"])
     print(f"ratio={s['ratio']:.3f}")
@@ -592,11 +738,12 @@ def print_vllm(v: dict) -> None:
           f"{v['same_trajectories']}")
     for name, row in v["runs"].items():
         print(f"  {name:<18} {v['median_seconds'][name]:8.3f} s   {median(row['model_tokens']):.0f} model tokens, "
-              f"{median(row['engine_steps']):.0f} engine steps")
+              f"{median(row['engine_steps']):.0f} engine steps ({median(row['step_seconds']):.3f} s in them)")
     st = v["session_stats"]
     print(f"  session: {st['requests']} requests, prefix cache {st['prefix_cached_tokens']}/{st['prompt_tokens']} "
-          f"prompt tokens; per-turn / session = {v['per_turn_over_session']:.3f}, session / plain (prompt only) = "
-          f"{v['session_over_plain_prompt_only']:.3f}")
+          f"prompt tokens; per-turn / session = {v['per_turn_over_session']:.3f}, session / plain (same tokens) = "
+          f"{v['session_over_plain']:.3f} (back-to-back pairs: {v['session_over_plain_paired']:.3f}), session / plain "
+          f"(prompt only) = {v['session_over_plain_prompt_only']:.3f}")
 
 
 if __name__ == "__main__":

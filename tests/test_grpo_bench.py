@@ -79,6 +79,23 @@ def test_rates_are_tokens_over_seconds_of_the_measured_steps(ran):
 
 
 @pytest.mark.slow
+def test_awarl_steps_are_split_into_parts_that_add_up(ran):
+    """The awarl run's steps split into PARTS: generation is the timed rollout, the parts sum to the step, and
+    with transformers generation there is no weight sync and no no-grad log-prob forward (TRL computes one only
+    for vLLM's importance correction); plain TRL records no split."""
+    r = ran["rows"]["awarl"]
+    assert len(r["step_parts"]) == STEPS and list(r["median_parts_s"]) == list(bench.PARTS)
+    for parts, step, gen in zip(r["step_parts"], r["step_seconds"], r["gen_seconds"], strict=True):
+        assert sum(parts.values()) == pytest.approx(step, abs=1e-3)
+        assert parts["generation"] == pytest.approx(gen, abs=1e-3)
+        assert parts["sync"] == 0 and parts["old_logps"] == 0
+        assert min(parts[k] for k in ("reward", "loss_forward", "backward")) > 0
+        assert min(parts.values()) >= -1e-3   # differences of nested timers, never a negative share
+    assert r["use_vllm"] is False and r["vllm_importance_sampling_correction"] is False
+    assert ran["rows"]["trl"]["step_parts"] == [] and ran["rows"]["trl"]["median_parts_s"] is None
+
+
+@pytest.mark.slow
 def test_token_counts_agree_with_what_trl_logged(ran):
     # TRL logs the mean model-token length of the step's completions (env tokens excluded via env_mask)
     for r in ran["rows"].values():
@@ -136,6 +153,51 @@ def test_spent_budget_skips_runs_not_started(tmp_path, tiny_dir, capsys):
     (row,) = [json.loads(x) for x in (tmp_path / bench.RESULTS_FILE).read_text().splitlines()]
     assert row["run"] == "trl" and row["status"] == "skipped_for_time" and "step_seconds" not in row
     assert "skipped_for_time" in capsys.readouterr().out
+
+
+def test_config_gives_the_awarl_run_its_settings(tmp_path):
+    """--config: the step's shape comes from the run config (the study's: 1 question x 4 completions, a
+    1,024-token trajectory, LoRA r 8, no KL), and the awarl run keeps the config's agent, critic, reward and
+    generation settings with only the bench's model, index, p_i file and scratch folder put in; awarl-vllm
+    adds TRL's colocated engine (float32, eager on CPU)."""
+    from pathlib import Path
+
+    study = Path(__file__).resolve().parents[1] / "configs" / "study" / "real_smollm2.yaml"
+    args = bench.parse_args(["--config", str(study), "--completions", "64", "--lora", "0"])
+    assert (args.completions, args.num_generations, args.max_new_tokens) == (4, 4, 1024)
+    assert (args.lora, args.kl_beta, args.learning_rate) == (8, 0.0, 5e-5)
+    b = bench.Bench(shape="smollm2", model_dir=tmp_path / "model", model_info={}, index_dir=tmp_path / "bm25",
+                    examples=[], steps=3, completions=4, num_generations=4, max_new_tokens=1024, kl_beta=0.0,
+                    learning_rate=5e-5, gradient_checkpointing=False, seed=0, work=tmp_path, deadline=None,
+                    config=study)
+    cfg = bench.awarl_config(b)
+    assert (cfg.agent.max_turns, cfg.agent.max_new_tokens_per_turn, cfg.agent.max_trajectory_tokens) == (2, 64, 1024)
+    assert cfg.critic.judge == "gold" and cfg.retrieval.topk == 2 and cfg.generation.dtype == "float32"
+    assert cfg.train.lora.enabled and cfg.train.lora.r == 8 and cfg.train.per_device_train_batch_size == 4
+    assert cfg.train.model == str(tmp_path / "model") and cfg.retrieval.index_dir == str(tmp_path / "bm25")
+    assert cfg.train.max_steps == 3 and cfg.run.out_dir == str(tmp_path / "awarl_run") and not cfg.train.use_vllm
+    v = bench.awarl_config(b, vllm=True)
+    assert v.train.use_vllm and v.train.vllm_mode == "colocate"
+    assert v.generation.enforce_eager and v.generation.dtype == "float32"
+    assert v.train.vllm_importance_sampling_correction   # TRL's default
+    # --set: overrides of the awarl runs, after the bench's own
+    args = bench.parse_args(["--config", str(study), "--set", "train.vllm_importance_sampling_correction=false",
+                             "--set", "agent.max_turns=3"])
+    assert args.overrides == ["train.vllm_importance_sampling_correction=false", "agent.max_turns=3"]
+    v = bench.awarl_config(bench.Bench(**{**b.__dict__, "overrides": tuple(args.overrides)}), vllm=True)
+    assert not v.train.vllm_importance_sampling_correction and v.agent.max_turns == 3 and v.train.use_vllm
+    # without --config: the bench's own settings, the same fixed keys
+    own = bench.awarl_config(bench.Bench(**{**b.__dict__, "config": None, "max_new_tokens": 48}))
+    assert own.critic.judge == "lexical" and own.agent.max_trajectory_tokens == 48 and own.train.max_steps == 3
+
+
+def test_a_config_that_does_not_load_is_a_usage_error(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  no_such_key: 1\n")
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--config", str(bad)])
+    err = capsys.readouterr().err
+    assert "--config" in err and "no_such_key" in err
 
 
 @pytest.mark.parametrize("argv, message", [

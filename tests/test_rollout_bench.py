@@ -32,6 +32,8 @@ def check_report(rep, lines, n=2):
     runs = rep["runs"]
     assert all(len(v["seconds"]) == n and min(v["seconds"]) > 0 for v in runs.values())
     assert s["ratio"] == pytest.approx(bench.median(runs["agent"]["seconds"]) / bench.median(runs["plain"]["seconds"]))
+    pairs = [a / b for a, b in zip(runs["agent"]["seconds"], runs["plain"]["seconds"], strict=True)]
+    assert s["paired_ratio"] == pytest.approx(bench.median(pairs))
     # plain generates exactly the agent's mean model tokens per row, over the agent's mean context
     assert rep["plain_new_tokens"] == round(w["mean_model_tokens"])
     assert runs["plain"]["tokens"] == [6 * rep["plain_new_tokens"]] * n
@@ -62,6 +64,70 @@ def test_static_cache_path_at_qwen_output_width(tmp_path, tiny_dir, shipped_bm25
     assert rc == 0
     check_report(rep, lines, n=1)
     assert rep["vocab"] == 151936 and rep["engine"]["static"] and rep["engine"]["cache_length"] % 256 == 0
+
+
+@pytest.mark.slow
+def test_split_accounts_for_every_forward(tmp_path, tiny_dir, shipped_bm25_dir):
+    """--split: the agent's forwards are the engine's decode steps and prefill forwards (padded widths
+    included), plain's are one prefill and a decode step per token after the first, and each run's parts add
+    up to its time."""
+    rc, rep, lines = run(tmp_path, tiny_dir, shipped_bm25_dir, "--shape", "tiny", "--split", runs=1)
+    assert rc == 0
+    check_report(rep, lines, n=1)
+    eng, split = rep["engine"], rep["split"]
+    (agent,) = split["agent"]
+    assert agent["decode_forwards"] == eng["decode_steps"] and agent["prefill_forwards"] == eng["prefill_forwards"]
+    assert agent["prefill_row_tokens"] == eng["prefill_padded_tokens"]
+    # a decode step runs only the decoding rows: their sum is what the slot use counts
+    assert agent["decode_row_tokens"] == pytest.approx(eng["slot_use"] * eng["decode_steps"] * eng["slots"])
+    for name in ("plain", "plain_prompt_only"):
+        (plain,) = split[name]
+        assert plain["prefill_forwards"] == 1 and plain["decode_forwards"] == rep["plain_new_tokens"] - 1
+        assert plain["decode_row_tokens"] == 6 * (rep["plain_new_tokens"] - 1)
+    for runs in split.values():
+        for r in runs:
+            parts = r["decode_s"] + r["prefill_s"] + r["sample_s"] + r["search_wait_s"] + r["other_s"]
+            assert parts == pytest.approx(r["seconds"], abs=1e-3) and min(r.values()) >= 0
+    assert rep["summary"]["median_split"]["agent"]["decode_forwards"] == eng["decode_steps"]
+    assert any(ln.startswith("  split agent") for ln in lines)
+
+
+@pytest.mark.slow
+def test_group_rolls_each_question_out_several_times_from_one_prefill(tmp_path, tiny_dir, shipped_bm25_dir):
+    """--group 3: two questions, three completions each (a GRPO step's shape): each prompt is prefilled once
+    and copied to its two twins; the plain rows still read and write the same tokens."""
+    rc, rep, lines = run(tmp_path, tiny_dir, shipped_bm25_dir, "--shape", "tiny", "--group", "3", runs=1)
+    assert rc == 0
+    check_report(rep, lines, n=1)
+    eng = rep["engine"]
+    assert rep["settings"]["group"] == 3 and eng["shared_prompt_tokens"] > 0
+    assert eng["shared_prompt_tokens"] == 2 * rep["workload"]["prompt_tokens"] // 3   # 2 of each 3 prompts
+    # --no-shared-prefill: the same workload, every prompt prefilled (the baseline the sharing is measured by)
+    rc, own, lines = run(tmp_path, tiny_dir, shipped_bm25_dir, "--shape", "tiny", "--group", "3",
+                         "--no-shared-prefill", runs=1)
+    assert rc == 0 and own["settings"]["no_shared_prefill"]
+    check_report(own, lines, n=1)
+    assert own["engine"]["shared_prompt_tokens"] == 0
+    # (float32: a twin's copied logits may differ in the last bit from its own prefill's, so the trajectories,
+    # and the passages prefilled after the prompts, need not match token for token; test_rollout_continuous
+    # checks that in float64)
+    assert own["engine"]["prefill_tokens"] >= eng["shared_prompt_tokens"] + rep["workload"]["prompt_tokens"] // 3
+
+
+def test_group_must_divide_the_batch(capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--batch", "8", "--group", "3"])
+    assert "multiple of --group" in capsys.readouterr().err
+
+
+def test_paired_ratio_compares_runs_made_back_to_back():
+    assert bench.paired_ratio([1.1, 4.4, 1.1], [1.0, 4.0, 1.0]) == pytest.approx(1.1)
+    # the load went up 8x during the second agent run and stayed: two of three pairs ran under the same load
+    # (ratio 1), while the medians' ratio pairs the agent's busy runs with plain's quiet one (8)
+    agent, plain = [1.0, 8.0, 8.0], [1.0, 1.0, 8.0]
+    assert bench.paired_ratio(agent, plain) == pytest.approx(1.0)
+    assert bench.median(agent) / bench.median(plain) == pytest.approx(8.0)
+    assert bench.paired_ratio([], []) is None
 
 
 def test_plain_contexts_and_workload_are_the_agents_tokens():

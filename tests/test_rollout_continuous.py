@@ -54,10 +54,10 @@ def retriever(shipped_bm25_dir):
     return load_index(shipped_bm25_dir)
 
 
-def engine(model, tok, retriever, slots=None, lag=1, **agent):
+def engine(model, tok, retriever, slots=None, lag=1, share_prompts=True, **agent):
     cfg = AgentConfig(**{"max_turns": 2, "max_new_tokens_per_turn": 24, "max_trajectory_tokens": 700, **agent})
-    return RolloutEngine(HFBackend(model, tok, batch_size=slots), tok, retriever, load_template("awarl"), cfg, topk=2,
-                         search_lag_steps=lag)
+    return RolloutEngine(HFBackend(model, tok, batch_size=slots, share_prompts=share_prompts), tok, retriever,
+                         load_template("awarl"), cfg, topk=2, search_lag_steps=lag)
 
 
 def ids(trajs):
@@ -104,6 +104,35 @@ def test_per_question_seeds_make_a_trajectory_independent_of_its_batch_and_posit
     turns = RolloutEngine(PerTurn(model, tok), tok, retriever, load_template("awarl"), eng.cfg, topk=2)
     per_turn = turns.run(questions[:6], temperature=1.0, seed=[seeds[q] for q in questions[:6]])
     assert ids(turns.run([questions[2]], temperature=1.0, seed=[seeds[questions[2]]])) == ids(per_turn)[2:3]
+
+
+def test_a_groups_shared_prompt_is_prefilled_once(model, tok, retriever, questions):
+    """GRPO rolls out each question several times in one call: the prompt is prefilled once, the other
+    completions start from a copy of its keys and values, and each still samples from its own stream, as it
+    would alone (float64: a batch's composition cannot move a sample)."""
+    from awarl.agent.backends.base import question_seed
+
+    eng = engine(model, tok, retriever)
+    group = [questions[3]] * 4 + [questions[5]] * 2
+    seeds = [question_seed(7, "hotpotqa", f"s{i}") for i in range(len(group))]
+    trajs = eng.run(group, temperature=1.0, seed=seeds)
+    prompt = render_prompt(load_template("awarl"), questions[3], tok)
+    other = render_prompt(load_template("awarl"), questions[5], tok)
+    st = eng.last_stats
+    assert st["shared_prompt_tokens"] == 3 * len(prompt) + len(other)
+    assert len({tuple(t.completion_ids) for t in trajs[:4]}) == 4   # one prompt, four different completions
+    alone_prefill = 0
+    for i, q in enumerate(group):
+        assert ids(eng.run([q], temperature=1.0, seed=[seeds[i]])) == ids(trajs)[i:i + 1]
+        assert eng.last_stats["shared_prompt_tokens"] == 0
+        alone_prefill += eng.last_stats["prefill_tokens"]
+    # what was not computed was copied: the same tokens as six rollouts alone
+    assert st["prefill_tokens"] + st["shared_prompt_tokens"] == alone_prefill
+    # share_prompts off (what the benchmark's --no-shared-prefill measures against): each prompt prefilled
+    # on its own, the same trajectories
+    own = engine(model, tok, retriever, share_prompts=False)
+    assert ids(own.run(group, temperature=1.0, seed=seeds)) == ids(trajs)
+    assert own.last_stats["shared_prompt_tokens"] == 0 and own.last_stats["prefill_tokens"] == alone_prefill
 
 
 class PerTurn:

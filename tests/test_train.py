@@ -682,6 +682,18 @@ def test_a_live_policy_that_blows_up_raises_the_alarms_at_the_logged_steps(tmp_p
     assert f"step {expected['invalid']}: invalid trajectories (awarl/share_invalid mean" in msg
 
 
+def test_vllm_importance_sampling_correction_reaches_trls_grpo_config(tmp_path):
+    from awarl.training.trainer import grpo_config
+
+    for value in (True, False):
+        cfg = config_from_dict({"run": {"out_dir": str(tmp_path)},
+                                "train": {"use_vllm": True, "bf16": False, "report_to": ["none"],
+                                          "vllm_importance_sampling_correction": value}})
+        args = grpo_config(cfg, cpu=False)   # the GPU path: use_vllm kept
+        assert args.use_vllm and args.vllm_importance_sampling_correction is value
+    assert config_from_dict({}).train.vllm_importance_sampling_correction is True   # TRL's default
+
+
 def test_scale_rewards_reaches_trls_grpo_config(tmp_path):
     from awarl.config import ConfigError
     from awarl.training.trainer import grpo_config

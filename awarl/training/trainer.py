@@ -161,7 +161,8 @@ def grpo_config(cfg: TrainerSettings, *, cpu: bool | None = None, output_dir: st
         dataloader_num_workers=0,
     )
     if eff["use_vllm"]:
-        kwargs.update(vllm_mode=t.vllm_mode, vllm_gpu_memory_utilization=g.gpu_memory_utilization)
+        kwargs.update(vllm_mode=t.vllm_mode, vllm_gpu_memory_utilization=g.gpu_memory_utilization,
+                      vllm_importance_sampling_correction=t.vllm_importance_sampling_correction)
         if t.vllm_mode == "server":
             kwargs.update(vllm_server_host=t.vllm_server_host, vllm_server_port=t.vllm_server_port)
         else:

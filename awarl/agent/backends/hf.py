@@ -63,16 +63,19 @@ def model_positions(model: Any) -> int | None:
 class HFBackend:
     """`batch_size`: sequences decoded together (the slot count; default: all of a call's). `static_cache`:
     fixed-shape slot cache, decode steps over all slots, compiled on CUDA when `compile` (see hf_slots).
-    `prefill_chunk_tokens`: the most rows x width one prefill forward takes (bounds its activations)."""
+    `prefill_chunk_tokens`: the most rows x width one prefill forward takes (bounds its activations).
+    `share_prompts`: new sequences with the same prompt (a GRPO group's) are prefilled once (off: each its
+    own prefill, the same tokens at the same seeds; for measuring what sharing saves)."""
 
     def __init__(self, model: Any, tokenizer: Any, *, static_cache: bool = False, compile: bool = False,
-                 batch_size: int | None = None, prefill_chunk_tokens: int = 8192) -> None:
+                 batch_size: int | None = None, prefill_chunk_tokens: int = 8192, share_prompts: bool = True) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.static_cache = static_cache
         self.compile = compile
         self.batch_size = batch_size
         self.prefill_chunk_tokens = int(prefill_chunk_tokens)
+        self.share_prompts = bool(share_prompts)
         self.eos = eos_ids(tokenizer, getattr(model, "generation_config", None))
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else next(iter(self.eos)))

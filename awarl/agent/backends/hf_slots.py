@@ -12,6 +12,8 @@ Two kinds of forward:
 - a prefill runs rows with several new tokens, right-aligned: pads come first and write their keys to a
   scratch column that is never read, so every row's last real token is the last position and
   `logits_to_keep=1` reads one logits row per sequence. Nothing keeps [batch x tokens x vocab] logits.
+  New sequences with the same prompt (the completions of a GRPO group) are prefilled once: the others get
+  a copy of its keys and values and its logits row, then sample from their own streams.
 
 Sampling: greedy at temperature 0; otherwise inverse-CDF sampling of softmax(logits / T), top-p truncated as
 transformers' TopPLogitsWarper does, with uniforms from the sequence's own stream (`sequence_seed(seed, key)`)
@@ -99,6 +101,13 @@ class SlotCache(upstream_transformers.cache_base()):  # type: ignore[misc]  # tr
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.view
 
+    def copy(self, src: int, dst: int, used: int) -> None:
+        """Copy the first `used` positions of slot src into slot dst (every layer)."""
+        if src == dst or used <= 0:
+            return
+        for t in (*self.keys, *self.values):
+            t[dst, :, :used] = t[src, :, :used]
+
     def swap(self, a: int, b: int, used: int) -> None:
         """Exchange the first `used` positions of slots a and b (every layer)."""
         if a == b or used <= 0:
@@ -173,6 +182,7 @@ class _Stats:
     prefill_forwards: int = 0
     prefill_tokens: int = 0             # real tokens prefilled
     prefill_padded: int = 0             # rows x width of the prefill forwards
+    shared_prompt_tokens: int = 0       # prompt tokens copied from a twin's prefill instead of computed
     model_tokens: int = 0
 
 
@@ -206,6 +216,7 @@ class SlotSession:
         self.matcher = backend.stop_matcher(stop_strings)
         self.eos, self.pad_id = backend.eos, backend.pad_id
         self.prefill_tokens = backend.prefill_chunk_tokens
+        self.share_prompts = bool(getattr(backend, "share_prompts", True))
         self.temperature, self.top_p = float(temperature), float(top_p)
         self.seqs: list[_Seq | None] = [None] * self.slots
         self.where: dict[int, int] = {}
@@ -276,6 +287,7 @@ class SlotSession:
         return {"slots": self.slots, "cache_length": self.cache.capacity, "static": self.static,
                 "decode_steps": st.decode_steps, "prefill_forwards": st.prefill_forwards,
                 "prefill_tokens": st.prefill_tokens, "prefill_padded_tokens": st.prefill_padded,
+                "shared_prompt_tokens": st.shared_prompt_tokens,
                 "model_tokens": st.model_tokens,
                 "slot_use": st.decode_rows / (st.decode_steps * self.slots) if st.decode_steps else 0.0}
 
@@ -303,18 +315,28 @@ class SlotSession:
 
     def _prefill(self, waiting: list[_Seq]) -> list[TurnEnd]:
         """Prefill in forwards of at most `prefill_tokens` rows x width (sorted by length, so rows of a
-        forward pad little); each row's last position samples the first token of its turn."""
+        forward pad little); each row's last position samples the first token of its turn. New sequences with
+        the same prompt (a GRPO group's completions) are prefilled once: the others get a copy of its keys
+        and values and sample from its logits, each from its own stream."""
         ends: list[TurnEnd] = []
-        waiting = sorted(waiting, key=lambda s: len(s.pending))
-        while waiting:
+        twins: dict[int, list[_Seq]] = {}
+        first: dict[tuple[int, ...], _Seq] = {}
+        computed = []
+        for s in sorted(waiting, key=lambda s: len(s.pending)):
+            lead = first.setdefault(tuple(s.pending), s) if s.cached == 0 and self.share_prompts else s
+            if lead is s:
+                computed.append(s)
+            else:
+                twins.setdefault(lead.key, []).append(s)
+        while computed:
             n = 1
-            while n < len(waiting) and (n + 1) * len(waiting[n].pending) <= self.prefill_tokens:
+            while n < len(computed) and (n + 1) * len(computed[n].pending) <= self.prefill_tokens:
                 n += 1
-            chunk, waiting = waiting[:n], waiting[n:]
-            ends += self._prefill_chunk(chunk)
+            chunk, computed = computed[:n], computed[n:]
+            ends += self._prefill_chunk(chunk, twins)
         return ends
 
-    def _prefill_chunk(self, chunk: list[_Seq]) -> list[TurnEnd]:
+    def _prefill_chunk(self, chunk: list[_Seq], twins: dict[int, list[_Seq]]) -> list[TurnEnd]:
         width = max(len(s.pending) for s in chunk)
         view = max(s.cached + len(s.pending) for s in chunk)
         scratch = self.cache.reserve(view)
@@ -333,11 +355,28 @@ class SlotSession:
         st.prefill_padded += width * len(chunk)
         for s in chunk:
             s.cached += len(s.pending)
+        if any(s.key in twins for s in chunk):
+            chunk, logits = self._copy_twins(chunk, twins, logits)
         ends = self._advance(chunk, logits)
         for s in chunk:
             if s.running:
                 self._join(s.key)
         return ends
+
+    def _copy_twins(self, chunk: list[_Seq], twins: dict[int, list[_Seq]],
+                    logits: torch.Tensor) -> tuple[list[_Seq], torch.Tensor]:
+        """The chunk with each prefilled prompt's twins after it (their cache rows copied from it), and the
+        logits row of each."""
+        rows, members = [], []
+        for i, s in enumerate(chunk):
+            for m in (s, *twins.get(s.key, ())):
+                if m is not s:
+                    self.cache.copy(self.where[s.key], self.where[m.key], s.cached)
+                    m.cached = s.cached
+                    self.stats.shared_prompt_tokens += s.cached
+                rows.append(i)
+                members.append(m)
+        return members, logits[torch.tensor(rows, device=logits.device)]
 
     def _decode(self) -> list[TurnEnd]:
         active = cast(list[_Seq], self.seqs[: self.n_dec])   # slots [0, n_dec) always hold a sequence
