@@ -78,3 +78,33 @@ def test_the_repair_merges_as_sentencepiece_bpe_keeps_ids_and_adds_bos(tmp_path)
 ])
 def test_repairs_apply_only_where_the_file_calls_for_them(meta, want):
     assert repairs_for(meta) == want
+
+
+def test_a_conversion_made_before_the_repairs_is_converted_and_exported_again(tmp_path):
+    """A GGUF file that asks for <bos> (`tokenizer.ggml.add_bos_token`): its conversion adds it and records the
+    repair; a cached folder and an --out export whose records list no repairs (an older awarl's, which kept
+    transformers' tokenizer) are made again rather than handed out."""
+    pytest.importorskip("gguf")
+    import json
+
+    from test_pretrained_errors import write_model_gguf
+    from transformers import AutoTokenizer
+
+    from awarl.io import atomic_write_json
+    from awarl.models.pretrained import SOURCE_FILE, gguf_folder
+
+    f = write_model_gguf(tmp_path / "m.gguf", add_bos=True)
+    out = gguf_folder(f, tmp_path / "out", cache_root=tmp_path / "cache")
+    tok = AutoTokenizer.from_pretrained(out)
+    assert tok("ab")["input_ids"][0] == tok.bos_token_id == 1
+    cached = next((tmp_path / "cache").glob("gguf-*"))
+    for folder in (cached, out):   # the export's files are hard links to the cache's: replaced, not rewritten
+        rec = json.loads((folder / SOURCE_FILE).read_text())
+        assert rec["tokenizer_repairs"] == [ADD_BOS]
+        del rec["tokenizer_repairs"]   # as an awarl without the repairs wrote it
+        atomic_write_json(folder / SOURCE_FILE, rec)
+    before = (cached / "model.safetensors").stat().st_ino
+    assert gguf_folder(f, tmp_path / "out", cache_root=tmp_path / "cache") == out
+    assert (cached / "model.safetensors").stat().st_ino != before   # converted again
+    for folder in (cached, out):
+        assert json.loads((folder / SOURCE_FILE).read_text())["tokenizer_repairs"] == [ADD_BOS]

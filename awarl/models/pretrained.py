@@ -458,6 +458,8 @@ def _export_locked(src: Path, out: Path) -> Path:
     have = read_source(out)
     if have and have.get("sha256") == record.get("sha256"):
         problem = damaged(out, have)
+        if problem is None and have.get("tokenizer_repairs", []) != record.get("tokenizer_repairs", []):
+            problem = "exported before awarl repaired its tokenizer"
         if problem is None:
             return out
         log.warning("%s: not the conversion it was exported as (%s); exporting it again", out, problem)
