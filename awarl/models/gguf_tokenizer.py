@@ -47,6 +47,8 @@ def repair_tokenizer(tokenizer: Any, meta: dict[str, Any]) -> Any:
     Raises ValueError when the tokenizer is not what the repair expects (another converter's output)."""
     from tokenizers import Tokenizer
 
+    from awarl.upstream.transformers import set_backend_tokenizer
+
     repairs = repairs_for(meta)
     if not repairs:
         return tokenizer
@@ -56,7 +58,7 @@ def repair_tokenizer(tokenizer: Any, meta: dict[str, Any]) -> Any:
     if ADD_BOS in repairs:
         bos = tokenizer.convert_ids_to_tokens(int(meta["bos_token_id"]))
         spec["post_processor"] = _bos_first(bos, int(meta["bos_token_id"]))
-    tokenizer._tokenizer = Tokenizer.from_str(json.dumps(spec))
+    set_backend_tokenizer(tokenizer, Tokenizer.from_str(json.dumps(spec)))
     if ADD_BOS in repairs:
         # what the tokenizer's config records, so a reload keeps the post-processor's <bos>
         tokenizer.add_bos_token = True
