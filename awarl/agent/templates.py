@@ -237,15 +237,17 @@ def encode_environment(tokenizer: Any, text: str) -> list[int]:
 
 def render_prompt(template: Template, question: str, tokenizer: Any) -> list[int]:
     """Prompt token ids: through the tokenizer's chat template (with the generation prompt) when it has
-    one, else the plain text (system prompt, blank line, user message). The chat template is rendered as
+    one, else the plain text (system prompt, blank line, worked examples, user message, blank line) with the
+    tokenizer's own special tokens (a base model's <bos>). The chat template is rendered as
     `apply_chat_template` renders it, within a time and size bound (awarl.agent.chat_template: it is code
     that came with the model)."""
     if getattr(tokenizer, "chat_template", None):
         text = render_chat_template(tokenizer, template.messages(question), add_generation_prompt=True)
         return _as_ids(tokenizer(text, add_special_tokens=False)["input_ids"])
     text = "".join(f"{template.user_message(ex.question)}\n\n{ex.response}\n\n" for ex in template.examples)
-    # laid out as the worked examples are: the response starts after a blank line
-    text += template.user_message(question) + ("\n\n" if template.examples else "")
+    # The response starts after a blank line, as in the worked examples: a base model (no chat template, no
+    # turn markers) given a prompt that ends on the question continues the question's text instead.
+    text += template.user_message(question) + "\n\n"
     if template.system_prompt:
         text = f"{template.system_prompt}\n\n{text}"
     return _as_ids(tokenizer(text, add_special_tokens=True)["input_ids"])

