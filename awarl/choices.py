@@ -10,25 +10,19 @@ awarl add their lines from their own modules, named in $AWARL_PLUGINS (imported 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import Any
 
 from awarl.registry import PLUGINS_ENV, Registry, load_plugins
 
-if TYPE_CHECKING:  # each registry's kind, for the type of what `load` returns (imported by `load` at run time)
-    from awarl.agent.backends.base import BackendKind
-    from awarl.critic.schema import JudgeKind
-    from awarl.data.formats import DataFormat
-    from awarl.metrics import CorrectnessRule
-    from awarl.research.planner import PlannerKind
-    from awarl.retrieval.kinds import RetrievalKind
-    from awarl.rewards.abstention import Reading
-    from awarl.rewards.strategies import Strategy
-    from awarl.stages.eval_agents import EvalAgentKind
+# A registry's kind is named by its `kind=` string, imported and checked by `load` at run time; the annotations
+# below say Registry[Any] on purpose: naming the kinds' classes here would have this, the lowest of the run's
+# modules (the config imports it), import every room above it. Typed access lives with each kind
+# (`retrieval_kind`, `make_backend`, ...), whose module names its own class.
 
 # ------------------------------------------------------------------------------ dataset formats
 # Target: an `awarl.data.formats.DataFormat` (convert one record, recognise one, default dataset name).
 # `auto` tries each format's `sniff` in this order; the first that accepts the first record wins.
-FORMATS: Registry[DataFormat] = Registry(
+FORMATS: Registry[Any] = Registry(
     "dataset format", "data.*.format",
     "an awarl.data.formats.DataFormat: convert(record, dataset, notes) -> QAExample, sniff(record) -> bool, "
     "dataset(path) -> default dataset name or None",
@@ -59,7 +53,7 @@ DEV_SETS.add("musique", "musique/musique_ans_v1.0_dev.sample200.jsonl", "200 MuS
 # ----------------------------------------------------------------------------- citation judges
 # Target: an `awarl.critic.schema.JudgeKind`: the factory (CriticConfig, cache_dir) -> Judge, and what the run must
 # know of the judge without comparing its name (an oracle, an endpoint to check, the settings it depends on).
-JUDGES: Registry[JudgeKind] = Registry(
+JUDGES: Registry[Any] = Registry(
     "citation judge", "critic.judge / research.judge",
     "an awarl.critic.schema.JudgeKind: its factory (cfg: CriticConfig, cache_dir: Path | None) -> an "
     "awarl.critic.schema.Judge, and oracle / endpoint / settings",
@@ -75,7 +69,7 @@ JUDGES.add("openai", "awarl.critic.openai_judge:OPENAI", "an LLM behind an OpenA
 
 # ------------------------------------------------------------------- refusal-reward strategies
 # Target: an `awarl.rewards.strategies.Strategy` (what an abstention earns, and what state it needs).
-STRATEGIES: Registry[Strategy] = Registry(
+STRATEGIES: Registry[Any] = Registry(
     "refusal-reward strategy", "reward.strategy",
     "an awarl.rewards.strategies.Strategy: abstain_reward(cfg: RewardConfig, r_ref, group_any_correct) -> float, "
     "uses_r_ref, uses_group", kind="awarl.rewards.strategies:Strategy")
@@ -90,7 +84,7 @@ STRATEGIES.add("bapo", "awarl.rewards.strategies:BAPO", "BAPO's group rule: rewa
 # ------------------------------------------------------------------------ expected-rate readings
 # Target: an `awarl.rewards.abstention.Reading`, a pure function (p, n, cfg: RewardConfig) -> one completion's ρ̂
 # share, reading its constants from the run's reward settings.
-EXPECTED_RATES: Registry[Reading] = Registry(
+EXPECTED_RATES: Registry[Any] = Registry(
     "expected-rate reading", "reward.expected_rate",
     "an awarl.rewards.abstention.Reading: a pure function (p, n, cfg: RewardConfig) -> float in [0, 1], its "
     "docstring naming the step it computes", kind="awarl.rewards.abstention:Reading")
@@ -108,7 +102,7 @@ EXPECTED_RATES.add("posterior", "awarl.rewards.abstention:posterior_reading", "t
 # --------------------------------------------------------------------------------- correctness rules
 # Target: an `awarl.metrics.CorrectnessRule`: check(answer, golds, metrics: MetricsConfig, verdict) -> bool, and
 # what the run must know of it without comparing its name (graded: the LLM answer grader decides; settings).
-CORRECTNESS: Registry[CorrectnessRule] = Registry(
+CORRECTNESS: Registry[Any] = Registry(
     "correctness rule", "metrics.correctness",
     "an awarl.metrics.CorrectnessRule: check(answer, golds, metrics: MetricsConfig, verdict) -> bool, and "
     "graded / settings", kind="awarl.metrics:CorrectnessRule")
@@ -121,7 +115,7 @@ CORRECTNESS.add("judge", "awarl.metrics:JUDGE", "an LLM grader at critic.base_ur
 
 # ---------------------------------------------------------------------------------- research planners
 # Target: an `awarl.research.planner.PlannerKind`: the factory (cfg, cache_dir, check) -> Planner, and `endpoint`.
-PLANNERS: Registry[PlannerKind] = Registry(
+PLANNERS: Registry[Any] = Registry(
     "research planner", "research.planner",
     "an awarl.research.planner.PlannerKind: its factory (cfg: the run's config, cache_dir, check: bool) -> an "
     "awarl.research.planner.Planner (decompose, requery, synthesize; `name`), and endpoint",
@@ -134,7 +128,7 @@ PLANNERS.add("openai", "awarl.research.llm_planner:OPENAI", "an LLM at research.
 
 # ------------------------------------------------------------------------------- evaluation agents
 # Target: an `awarl.stages.eval_agents.EvalAgentKind`: rows(...) -> a batch's predictions lines, and research_loop.
-EVAL_AGENTS: Registry[EvalAgentKind] = Registry(
+EVAL_AGENTS: Registry[Any] = Registry(
     "evaluation agent", "eval.agent",
     "an awarl.stages.eval_agents.EvalAgentKind: rows(engine, judge, grader, batch, cfg, *, temperature, top_p, "
     "seed, planner, loop_judge) -> one predictions line per question, and research_loop",
@@ -146,7 +140,7 @@ EVAL_AGENTS.add("critic_loop", "awarl.stages.eval_agents:CRITIC_LOOP", "the crit
 # --------------------------------------------------------------------------- generation backends
 # Target: an `awarl.agent.backends.base.BackendKind`: the factory (gen_cfg, model path or object, tokenizer,
 # generation_config) -> Backend, and what the run must know of it (a scripted replay, a vLLM engine to check).
-BACKENDS: Registry[BackendKind] = Registry(
+BACKENDS: Registry[Any] = Registry(
     "generation backend", "generation.backend",
     "an awarl.agent.backends.base.BackendKind: its factory (gen_cfg: GenerationConfig, model_path_or_obj, "
     "tokenizer, generation_config=None) -> an awarl.agent.backends.base.Backend, and replays_script / vllm_engine",
@@ -160,12 +154,12 @@ BACKENDS.add("scripted", "awarl.agent.backends.scripted:SCRIPTED", "replays the 
 # ------------------------------------------------------------------------------------ retrieval kinds
 # Target: an `awarl.retrieval.kinds.RetrievalKind`: open(cfg: RetrievalConfig) -> Retriever, identity, and the
 # IndexKind that builds, checks and opens its index folder (None: remote, searched at retrieval.server_url).
-RETRIEVAL_KINDS: Registry[RetrievalKind] = Registry(
+RETRIEVAL_KINDS: Registry[Any] = Registry(
     "retrieval kind", "retrieval.kind",
     "an awarl.retrieval.kinds.RetrievalKind: open(cfg: RetrievalConfig) -> an awarl.retrieval.types.Retriever, "
     "identity, and index (an awarl.retrieval.kinds.IndexKind, or None for a remote kind)",
     kind="awarl.retrieval.kinds:RetrievalKind")
-RETRIEVAL_KINDS.add("bm25", "awarl.retrieval.bm25:KIND", "in-process BM25 (Lucene variant) index of "
+RETRIEVAL_KINDS.add("bm25", "awarl.retrieval.bm25_kind:KIND", "in-process BM25 (Lucene variant) index of "
                     "retrieval.index_dir, built from retrieval.corpus when absent")
 RETRIEVAL_KINDS.add("dense", "awarl.retrieval.dense:KIND", "in-process dense index (sentence-transformers + faiss, "
                     "retrieval.embedding_model) of retrieval.index_dir, built from retrieval.corpus when absent")

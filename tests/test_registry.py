@@ -240,7 +240,7 @@ from awarl.agent.backends.scripted import build as replay_build
 from awarl.critic.gold_judge import build as gold_build
 from awarl.critic.lexical_judge import build as lexical_build
 from awarl.critic.schema import JudgeKind
-from awarl.retrieval.bm25 import KIND as BM25
+from awarl.retrieval.bm25_kind import KIND as BM25
 from awarl.retrieval.index import open_index
 from awarl.retrieval.kinds import RetrievalKind
 from awarl.retrieval.types import Passage

@@ -21,7 +21,7 @@ from awarl.research.reduce import combine
 from awarl.research.schema import ExecutorResult, Plan, Reduce, SubQuestion
 
 if TYPE_CHECKING:
-    from awarl.research.records import CacheDir, LoopSettings
+    from awarl.research.planner import CacheDir, LoopSettings
 
 log = logging.getLogger(__name__)
 

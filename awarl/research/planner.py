@@ -12,6 +12,7 @@ three methods (awarl/research/llm_planner.py).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,20 @@ from awarl.research.reduce import combine
 from awarl.research.schema import ExecutorResult, Plan, Reduce, SubQuestion
 
 if TYPE_CHECKING:
-    from awarl.research.records import CacheDir, LoopSettings
+    from awarl.config import AgentConfig, CriticConfig, MetricsConfig, ResearchConfig, RewardConfig
+
+
+class LoopSettings(Protocol):
+    """The sections of a run config the critic loop reads; an AwarlConfig is one."""
+
+    research: ResearchConfig
+    critic: CriticConfig
+    agent: AgentConfig
+    reward: RewardConfig
+    metrics: MetricsConfig
+
+
+CacheDir = str | os.PathLike | None  # where a planner or judge keeps its cache (None: no cache)
 
 _HOP_REF = re.compile(r"#(\d+)")
 

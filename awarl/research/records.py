@@ -4,20 +4,16 @@ searches for the coverage-gap list), plus the loop's own record under "research"
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from awarl.agent.backends.base import question_seed
 from awarl.agent.rollout import RolloutEngine
 from awarl.choices import PLANNERS
 from awarl.config import (
-    AgentConfig,
-    CriticConfig,
     GenerationConfig,
     MetricsConfig,
     ResearchConfig,
-    RewardConfig,
 )
 from awarl.critic.correctness import AnswerGrader, Grade, answer_outcome, grade_answers, graded_fields
 from awarl.critic.gold_judge import compact_evidence
@@ -26,23 +22,10 @@ from awarl.data.evidence import gold_evidence
 from awarl.data.types import QAExample
 from awarl.research.critic import passage_refs
 from awarl.research.loop import ResearchRun, run_research
-from awarl.research.planner import Planner
+from awarl.research.planner import CacheDir, LoopSettings, Planner
 from awarl.research.provenance import provenance
 from awarl.research.schema import ResearchReport
 from awarl.rewards.citation import CitationJudgement, citation_reward, safe_verify
-
-
-class LoopSettings(Protocol):
-    """The sections of a run config the critic loop reads; an AwarlConfig is one."""
-
-    research: ResearchConfig
-    critic: CriticConfig
-    agent: AgentConfig
-    reward: RewardConfig
-    metrics: MetricsConfig
-
-
-CacheDir = str | os.PathLike | None
 
 
 def make_planner(cfg: LoopSettings, cache_dir: CacheDir = None, *, check: bool = False) -> Planner:
