@@ -1,5 +1,5 @@
 """House rules that no linter checks (docs/training.md "Tests"): a function short enough to read on one screen,
-and the type check over the whole package."""
+the type check over the whole package, and no module that imports itself through others."""
 
 from __future__ import annotations
 
@@ -52,3 +52,87 @@ def test_mypy_checks_the_whole_package_the_scripts_and_the_benchmarks():
     assert sorted(mypy["files"]) == ["awarl", "benchmarks", "scripts"]
     strict = {m for o in mypy.get("overrides", []) if o.get("disallow_any_generics") for m in o["module"]}
     assert {"awarl.rewards.*", "awarl.critic.*", "awarl.data.*", "awarl.metrics"} <= strict
+
+
+def import_edges(root: Path) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, every import counted (module level, inside a function, under
+    TYPE_CHECKING): each is a dependency a reader follows, and a circle of them has no floor to start from."""
+    pkg = root.name
+    files = {".".join(p.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in root.rglob("*.py")}
+
+    def module_of(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges: dict[str, set[str]] = {m: set() for m in files}
+    for mod, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom)
+                     and node.level == 0 and node.module else [a.name for a in node.names]
+                     if isinstance(node, ast.Import) else [])
+            for n in names:
+                target = module_of(n) if n.split(".")[0] == pkg else None
+                if target and target != mod:
+                    edges[mod].add(target)
+    return edges
+
+
+def import_circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    for start in sorted(edges):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on.add(start)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(edges[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_no_module_of_the_package_imports_itself_through_others():
+    """Registries that named their kinds' classes made 55 modules one circle (the config imports the registries,
+    the kinds import the config); a bm25 kind beside its search imported its build, which imported it back."""
+    assert import_circles(import_edges(repo_root() / "awarl")) == []
+
+
+def test_the_circle_rule_finds_a_circle_through_a_function_level_import(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg.b import f\n")
+    (pkg / "b.py").write_text("def f():\n    from pkg import c\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import x\n")
+    (pkg / "d.py").write_text("import pkg.a\n")
+    assert import_circles(import_edges(pkg)) == [["pkg.a", "pkg.b", "pkg.c"]]
