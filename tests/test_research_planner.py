@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from research_kit import build_claims_index, engine, research
 
-from awarl.research.decompose import offline_plan
+from awarl.decompose import offline_plan
 from awarl.research.planner import DecompositionPlanner
 from awarl.research.reduce import combine, read_date, read_number
 from awarl.research.schema import Reduce, SubQuestion

@@ -371,8 +371,8 @@ def _names_entity(claim: str, entity: str) -> bool:
 
 @lru_cache(maxsize=1024)
 def _plan(question: str):  # noqa: ANN202 - a Plan or None
-    """The planner's offline reading of the question's shape (awarl/research/decompose.py): one place for it."""
-    from awarl.research.decompose import offline_plan
+    """The planner's offline reading of the question's shape (awarl/decompose.py): one place for it."""
+    from awarl.decompose import offline_plan
 
     return offline_plan(question)
 

@@ -3,7 +3,7 @@ composes the final answer from the approved findings.
 
 `DecompositionPlanner` is the offline planner: MuSiQue's own `question_decomposition` where the record has
 one (its `#k` references become dependencies, filled with the EXECUTOR's answer for hop k, never the gold
-one); else the offline rules of awarl/research/decompose.py over the question text (comparison, bridge,
+one); else the offline rules of awarl/decompose.py over the question text (comparison, bridge,
 conjunction: HotpotQA, 2Wiki and free text alike); else the question itself. Its reduce combines the
 approved sub-answers by the plan's rule (awarl/research/reduce.py): a chain's last hop, a list joined, a
 comparison decided from its parts. An LLM planner behind an OpenAI-compatible endpoint implements the same
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from awarl.data.types import QAExample
-from awarl.research.decompose import offline_plan
+from awarl.decompose import offline_plan
 from awarl.research.reduce import combine
 from awarl.research.schema import ExecutorResult, Plan, Reduce, SubQuestion
 

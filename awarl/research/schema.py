@@ -12,45 +12,10 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from awarl.critic.schema import ClaimVerification
-
-
-class SubQuestion(BaseModel):
-    """One step of a research plan. `depends_on`: indexes of earlier steps whose answers it needs (a
-    multi-hop chain: MuSiQue's `#1` references), substituted into `text` before it is asked."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    index: int
-    text: str = Field(..., min_length=1)
-    depends_on: list[int] = Field(default_factory=list)
-
-
-class Reduce(BaseModel):
-    """How the planner combines the approved sub-answers into the final answer (awarl/research/reduce.py).
-
-    last: the last step answers the question (a chain's final hop, or a one-step plan); join: independent
-    parts listed ("Paris and Rome"); pick: the entity whose part (a date or a number) is the smallest
-    (`order: min`) or largest (`max`); pick_yes: the one entity whose part answered yes; all_yes: yes when
-    every part is yes, no when one is no; same: yes when the parts agree, else no; common: the answer the
-    parts share; llm: the LLM planner composes it."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["last", "join", "pick", "pick_yes", "all_yes", "same", "common", "llm"] = "last"
-    parts: list[int] = Field(default_factory=list, description="Step indexes whose answers are combined.")
-    entities: list[str] = Field(default_factory=list, description="pick / pick_yes: the entity of each part.")
-    value: Literal["date", "number"] | None = None
-    order: Literal["min", "max"] | None = None
-
-
-class Plan(BaseModel):
-    steps: list[SubQuestion] = Field(..., min_length=1)
-    reduce: Reduce = Field(default_factory=Reduce)
-    rule: str = Field("question", description="What made the plan: musique_decomposition, comparison, "
-                      "bridge, conjunction, question (asked as it is) or llm.")
+from awarl.decompose import Plan, Reduce, SubQuestion  # noqa: F401 - a plan's types, part of the loop's records
 
 
 class ExecutorResult(BaseModel):

@@ -1,4 +1,8 @@
-"""Offline decomposition rules (the `decomposition` planner for questions without a dataset decomposition):
+"""A question's research plan (`Plan`: its steps and how their answers combine) and the offline decomposition
+rules that read one from the question text. Below both of its users: the research planner (awarl/research/) and
+the lexical judge (awarl/critic/lexical_judge.py, which reads a question's shape from it).
+
+Offline decomposition rules (the `decomposition` planner for questions without a dataset decomposition):
 the question TEXT alone, never its answer or gold evidence, split by the shapes multi-hop datasets use.
 
 - several questions in one ("Is X found in Africa? And is Y found all over?"): one step each;
@@ -24,7 +28,43 @@ import re
 from collections.abc import Callable
 from typing import Literal
 
-from awarl.research.schema import Plan, Reduce, SubQuestion
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SubQuestion(BaseModel):
+    """One step of a research plan. `depends_on`: indexes of earlier steps whose answers it needs (a
+    multi-hop chain: MuSiQue's `#1` references), substituted into `text` before it is asked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int
+    text: str = Field(..., min_length=1)
+    depends_on: list[int] = Field(default_factory=list)
+
+
+class Reduce(BaseModel):
+    """How the planner combines the approved sub-answers into the final answer (awarl/research/reduce.py).
+
+    last: the last step answers the question (a chain's final hop, or a one-step plan); join: independent
+    parts listed ("Paris and Rome"); pick: the entity whose part (a date or a number) is the smallest
+    (`order: min`) or largest (`max`); pick_yes: the one entity whose part answered yes; all_yes: yes when
+    every part is yes, no when one is no; same: yes when the parts agree, else no; common: the answer the
+    parts share; llm: the LLM planner composes it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["last", "join", "pick", "pick_yes", "all_yes", "same", "common", "llm"] = "last"
+    parts: list[int] = Field(default_factory=list, description="Step indexes whose answers are combined.")
+    entities: list[str] = Field(default_factory=list, description="pick / pick_yes: the entity of each part.")
+    value: Literal["date", "number"] | None = None
+    order: Literal["min", "max"] | None = None
+
+
+class Plan(BaseModel):
+    steps: list[SubQuestion] = Field(..., min_length=1)
+    reduce: Reduce = Field(default_factory=Reduce)
+    rule: str = Field("question", description="What made the plan: musique_decomposition, comparison, "
+                      "bridge, conjunction, question (asked as it is) or llm.")
 
 
 def _words(text: str) -> frozenset[str]:
