@@ -163,6 +163,11 @@ def test_ctrl_c_after_a_checkpoint_advises_a_command_that_resumes(tmp_path, tiny
     train from step 0 over the run's checkpoints)."""
     out = tmp_path / "run"
     cfg = train_config(tmp_path, tiny_dir, shipped_bm25_dir, out)
+    # 30 steps, not 6: on a loaded machine this process saw checkpoint-1 only after the whole 6-step run had
+    # ended (exit 0, no Ctrl-C to test); the resume below finishes the rest
+    body = yaml.safe_load(cfg.read_text())
+    body["train"].update(max_steps=30, save_total_limit=2)
+    cfg.write_text(yaml.safe_dump(body))
     p = subprocess.Popen([sys.executable, "-m", "awarl.cli", "train", "--config", str(cfg)], env=ENV, cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
@@ -178,7 +183,7 @@ def test_ctrl_c_after_a_checkpoint_advises_a_command_that_resumes(tmp_path, tiny
     r = awarl(shlex.split(m.group(2))[1:])
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"resuming from {out / m.group(1)}" in r.stderr
-    assert json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())["global_step"] == 6
+    assert json.loads((out / "checkpoint-30" / "trainer_state.json").read_text())["global_step"] == 30
 
 
 @pytest.mark.slow
