@@ -140,11 +140,20 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 def load_benchmark(name: str):  # noqa: ANN201 - a module
     """benchmarks/NAME.py as a module (the scripts are not a package), loaded once per session: registered in
     sys.modules under its name, which dataclasses also need to resolve string annotations."""
+    return _load_file(name, BENCHMARKS / f"{name}.py")
+
+
+def load_script(name: str):  # noqa: ANN201 - a module
+    """scripts/NAME.py as a module, as `load_benchmark` loads a benchmark."""
+    return _load_file(name, BENCHMARKS.parent / "scripts" / f"{name}.py")
+
+
+def _load_file(name: str, path: Path):  # noqa: ANN202 - a module
     import sys
 
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     spec.loader.exec_module(mod)

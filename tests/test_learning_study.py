@@ -3,21 +3,12 @@ simulator config, and a selection that reads the tuning cells only, under the fi
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
-
-from awarl.io import repo_root
+from conftest import load_script
 
 
 def _study():
-    if "learning_study" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("learning_study", repo_root() / "scripts" / "learning_study.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["learning_study"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["learning_study"]
+    return load_script("learning_study")
 
 
 def test_populations_follow_the_documented_distribution_split_before_looking_and_load():
@@ -94,11 +85,7 @@ def test_the_held_out_verdict_names_ties():
 
 
 def _report():
-    spec = importlib.util.spec_from_file_location("learning_study_report",
-                                                  repo_root() / "scripts" / "learning_study_report.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("learning_study_report")
 
 
 def test_the_interim_report_reports_finished_stages_by_the_protocols_rule_and_counts_the_first_unfinished(tmp_path):

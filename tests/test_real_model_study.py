@@ -4,23 +4,17 @@ whole study's code path at test size (the tiny model, 2 steps, 3 runs: a real ad
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 
 import pytest
+from conftest import load_script
 
 from awarl.data.types import example_key
 from awarl.io import repo_root
 
 
 def _study():
-    if "real_model_study" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("real_model_study", repo_root() / "scripts" / "real_model_study.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["real_model_study"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["real_model_study"]
+    return load_script("real_model_study")
 
 
 def test_the_split_is_fixed_disjoint_and_holds_150_evaluation_questions_of_every_dataset():
@@ -98,10 +92,7 @@ def test_the_study_runs_end_to_end_at_test_size_and_keeps_out_of_docs(tmp_path):
     assert study["runs"]["static-s0"]["reward"]["strategy"] == "static"
     assert "awarl-s0 vs plain-s0" in study["deltas"] and (tmp_path / "r" / "curves.png").exists()
     assert [c["claim"][:2] for c in study["claims"]] == ["C2"]
-    spec = importlib.util.spec_from_file_location("real_model_study_report",
-                                                  repo_root() / "scripts" / "real_model_study_report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    report = load_script("real_model_study_report")
     tables = "\n".join(report.runs_table(study) + report.deltas_table(study) + report.claims_lines(study))
     assert "| static-s0 | static, seed 0 |" in tables and "| awarl-s0 vs plain-s0 |" in tables and "C2:" in tables
     # a rerun resumes: every stage is kept, nothing trains again

@@ -3,23 +3,17 @@ selection that only ever reads the tuning half."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 
 import pytest
+from conftest import load_script
 
 from awarl.config import load_config
 from awarl.io import repo_root
 
 
 def _study():
-    if "reconstruction_study" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("reconstruction_study",
-                                                      repo_root() / "scripts" / "reconstruction_study.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["reconstruction_study"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["reconstruction_study"]
+    return load_script("reconstruction_study")
 
 
 def test_populations_follow_the_documented_distribution_and_split_before_looking():
@@ -181,10 +175,7 @@ def test_oracle_pairing_measures_the_shipped_reading_on_paired_seeds(monkeypatch
     """scripts/late_sd_oracle_paired.py measures the shipped reading (the one configs/base.yaml runs), pairs each
     oracle's per-seed late sd with the rival's, and calls an oracle steadier only beyond 2 standard errors."""
     _study()
-    spec = importlib.util.spec_from_file_location("late_sd_oracle_paired",
-                                                  repo_root() / "scripts" / "late_sd_oracle_paired.py")
-    P = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(P)
+    P = load_script("late_sd_oracle_paired")
     S = sys.modules["reconstruction_study"]
     base = load_config(repo_root() / "configs" / "base.yaml").reward
     for key, value in S.VARIANTS[P.SHIPPED].items():
