@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -38,14 +37,12 @@ def progress(label: str, done: int, total: int) -> list[str]:
 
 def report(cells: Path) -> str:
     ls = protocol()
-    commit = subprocess.run(["git", "log", "--diff-filter=A", "--format=%h", "--", "scripts/learning_study.py"],
-                            cwd=repo_root(), capture_output=True, text=True, check=False).stdout.split()
     pops, filed = ls.draw_populations(), ls.filed_populations()
     tuning_pops = [p for p in pops if p["half"] == "tuning"]
     held_pops = [p for p in pops if p["half"] == "held-out"]
     norms = ls.NORMALISATIONS
-    lines = [f"# Round 4 of the reward study: results so far (protocol: scripts/learning_study.py, committed in "
-             f"{commit[-1] if commit else '?'} before any result)", ""]
+    lines = [f"# Round 4 of the reward study: results so far (protocol: scripts/learning_study.py at "
+             f"{ls.protocol_commit()[:7]})", ""]
     main, total = load_stage(cells, tuning_pops + filed, "main", norms)
     if len(main) < total:
         return "\n".join(lines + progress("Main stage (step 5)", len(main), total))
