@@ -356,6 +356,16 @@ class RewardConfig(Section):
     p_prior_weight: float = Field(1.0, ge=0.0, le=1.0, description="p_online=group: weight λ of the pre-RL "
                                   "samples beside the group's: p = (λ·c + c_g) / (λ·K + a_g). 1: a pre-RL sample "
                                   "counts as much as one of this step; 0: the group alone. (R)")
+    refusal_gate: Literal["off", "any_correct"] = Field(
+        "off", description="strategy=awarl: any_correct = an abstention earns r_wrong, not r_ref, when a rollout of "
+        "its own GRPO group is correct (BAPO's group rule in front of AWA-RL's r_ref): the group has just shown "
+        "the query answerable now, whatever the pre-RL p_i said (docs/method.md \"Gating and warm-up\"). (R)")
+    refusal_warmup: float = Field(
+        0.0, ge=0.0, lt=1.0, description="strategy=awarl: over this share of the run's training steps (of "
+        "train.max_steps; of simulate.steps in the simulator) an abstention earns r_wrong, as in plain GRPO, and Ē "
+        "stays at 0; AWA-RL's r_ref and penalty start after it. For a policy whose skill grows from answering: "
+        "refusing before it has learned stops it learning (lazy refusal; docs/method.md \"Gating and "
+        "warm-up\"). 0 = off. (R)")
     r_clip: tuple[float, float] = Field((-1.0, 1.0), description="Clip range of r_ref. (R)")
     r_correct: float = Field(1.0, description="Outcome reward of a correct answer.")
     r_wrong: float = Field(0.0, description="Outcome reward of a wrong answer.")

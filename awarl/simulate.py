@@ -171,8 +171,9 @@ class _RewardRun:
     `AwaRLReward`'s order, with the run's Ē and online-p state."""
 
     def __init__(self, pop: Population, rc: RewardConfig, strategy: str, penalty: bool,
-                 frozen_e_bar: float | None, oracle: OracleReward | None) -> None:
+                 frozen_e_bar: float | None, oracle: OracleReward | None, steps: int) -> None:
         self.rc, self.strategy, self.penalty, self.frozen, self.oracle = rc, strategy, penalty, frozen_e_bar, oracle
+        self.warm_steps = A.warmup_steps(rc.refusal_warmup, steps)
         self.awarl = registered_strategy(strategy).uses_r_ref  # keeps Ē and applies P(Ē)
         self.model = _RewardModel(rc, pop.p_hat(rc.p_definition), pop.p_samples(rc.p_definition))
         self.r_max = A.refusal_cap(rc.r_correct, rc.r_ref_margin)
@@ -206,6 +207,12 @@ class _RewardRun:
         correct_g, answered_g = batch.per_query(batch.correct), batch.per_query(~batch.abstain)
         p_used, r_base, exp_ab = self._per_query(idx, correct_g, answered_g)
         out = _Scored(p=p_used, rho_hat=float(exp_ab.mean()), abstain_rewards=[], group_penalties=[0.0] * len(idx))
+        warm = self.awarl and A.warming_up(self.updates, self.warm_steps)
+        if warm:  # as AwaRLReward: plain GRPO's abstention reward, Ē held at its start, the step still counted
+            self.updates += 1
+            out.e, out.e_bar = A.excess(float(batch.abstain.mean()), out.rho_hat), 0.0
+            out.abstain_rewards = [float(rc.r_wrong)] * len(idx)
+            return out
         if self.awarl:
             out.e = A.excess(float(batch.abstain.mean()), out.rho_hat)
             self.e_ema, self.updates = A.ema(self.e_ema, out.e, rc.beta), self.updates + 1
@@ -257,7 +264,7 @@ def simulate_run(pop: Population, sc: SimulateConfig, rc: RewardConfig, strategy
     rng = np.random.default_rng(seed)
     rc = rc.model_copy(update={"strategy": strategy, "gamma": gamma,
                                **({"static_value": static_value} if static_value is not None else {})})
-    run = _RewardRun(pop, rc, strategy, penalty, frozen_e_bar, oracle)
+    run = _RewardRun(pop, rc, strategy, penalty, frozen_e_bar, oracle, sc.steps)
     if oracle is not None and run.awarl:
         raise ValueError(f"an oracle reward is stationary: run it with a baseline strategy, not {strategy!r}")
     world = World(pop, sc, rng)
@@ -551,7 +558,7 @@ def plot_curves(results: Sequence[RunResult], path: str | os.PathLike) -> None:
 def options_line(rc: RewardConfig) -> str:
     """The reconstruction options of a reward config, in one line (docs/method.md "Reconstruction choices")."""
     return (f"expected_rate={rc.expected_rate}, p_definition={rc.p_definition}, ema_start={rc.ema_start}, "
-            f"r_ref_margin={rc.r_ref_margin}, r_ref_floor_margin={rc.r_ref_floor_margin}, p_online={rc.p_online}; "
+            f"r_ref_margin={rc.r_ref_margin}, r_ref_floor_margin={rc.r_ref_floor_margin}, p_online={rc.p_online}, refusal_gate={rc.refusal_gate}, refusal_warmup={rc.refusal_warmup:g}; "
             f"outcome rewards correct {rc.r_correct:g}, "
             f"wrong {rc.r_wrong:g}, invalid {rc.r_invalid:g}")
 

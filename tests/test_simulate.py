@@ -99,6 +99,11 @@ REPLAY_CASES = [
     {"_shipped": True, "p_online": "group", "p_prior_weight": 0.25},
     {"expected_rate": "threshold", "p_online": "group", "p_prior_weight": 0.0, "p_definition": "among_answered"},
     {"strategy": "bapo", "p_online": "group", "p_prior_weight": 0.5},
+    # round 5: AWA-RL behind BAPO's group rule, and a plain-GRPO warm-up before r_ref and the penalty start
+    {"_shipped": True, "refusal_gate": "any_correct"},
+    {"_shipped": True, "refusal_warmup": 0.4},
+    {"_shipped": True, "refusal_gate": "any_correct", "p_online": "group", "p_prior_weight": 0.5,
+     "refusal_warmup": 0.25, "ema_start": "bias_corrected"},
 ]
 
 
@@ -115,7 +120,7 @@ def test_simulator_rewards_are_what_the_training_reward_gives_for_the_same_batch
     pop = make_population(sc, np.random.default_rng(3))
     batches: list[dict] = []
     simulate_run(pop, sc, rc, strategy, gamma=0.5, seed=5, on_batch=batches.append)
-    reward = AwaRLReward(rc.model_copy(update={"strategy": strategy, "gamma": 0.5}))
+    reward = AwaRLReward(rc.model_copy(update={"strategy": strategy, "gamma": 0.5}), total_steps=sc.steps)
     pre_rl, samples = pop.p_hat(rc.p_definition), pop.p_samples(rc.p_definition)
     for b in batches:
         qids = [str(i) for i in b["idx"] for _ in range(sc.group_size)]

@@ -152,3 +152,66 @@ def test_options_off_draw_nothing_so_earlier_populations_are_unchanged():
     a, b = make_population(base, np.random.default_rng(9)), make_population(off, np.random.default_rng(9))
     assert np.array_equal(a.counts, b.counts) and a.latent is None and a.held_out is None
     assert np.array_equal(Policy(0.3, -1.0).abstain(np.array([0.5])), sigmoid(0.3 * np.array([0.5]) - 1.0))
+
+
+# ------------------------------------------------------------------ round 5: the refusal gate and the warm-up
+def test_the_refusal_gate_pays_a_wrong_answers_reward_where_the_group_answered_right():
+    """`reward.refusal_gate: any_correct`: an abstention in a group with a correct answer earns r_wrong; in a group
+    without one, AWA-RL's r_ref as before."""
+    kw = dict(prompts=["p"] * 8, completions=["c"] * 8, qid=["a"] * 4 + ["b"] * 4, p_i=[0.0] * 8, p_n=[8] * 8,
+              outcome=["correct", "wrong", "abstain", "abstain", "wrong", "wrong", "abstain", "abstain"])
+    off, gated = AwaRLReward(RewardConfig(gamma=0.25)), AwaRLReward(RewardConfig(gamma=0.25, refusal_gate="any_correct"))
+    r_off, r_gated = off(**kw), gated(**kw)
+    assert r_off[2] > 0.1 and r_gated[2] == r_gated[3] == 0.0      # group a answered right: refusing pays r_wrong
+    assert r_gated[6:] == r_off[6:] and r_gated[6] > 0.1           # group b did not: r_ref, untouched
+    assert r_gated[:2] == r_off[:2]                                # answers are paid as before
+    assert gated.last_stats["rho_hat"] == off.last_stats["rho_hat"]  # ρ̂ and the penalty do not change
+
+
+def test_the_warm_up_is_plain_grpo_then_awarl_and_survives_a_restart(tmp_path):
+    """`reward.refusal_warmup: 0.2` of a 10-step run: the first two training steps pay an abstention r_wrong with Ē held at 0;
+    the third pays r_ref and moves Ē; evaluation batches do not count as steps; a reloaded state keeps the count."""
+    from awarl.rewards.trl_reward import load_reward_state, save_reward_state
+
+    kw = dict(prompts=["p"] * 4, completions=["c"] * 4, qid=["q"] * 4, p_i=[0.0] * 4, p_n=[8] * 4,
+              outcome=["abstain", "abstain", "abstain", "wrong"])
+    reward = AwaRLReward(RewardConfig(gamma=0.25, refusal_warmup=0.2), total_steps=10)
+    first = reward(**kw)
+    assert first[0] == 0.0 and reward.e_bar == 0.0 and reward.last_stats["penalty"] == 0.0
+    reward(**kw, training=False)                      # an evaluation batch: no step counted
+    reward(**kw)
+    assert reward.e_bar == 0.0 and reward.updates == 2
+    save_reward_state(reward, tmp_path)
+    fresh = AwaRLReward(RewardConfig(gamma=0.25, refusal_warmup=0.2), total_steps=10)
+    load_reward_state(fresh, tmp_path)
+    third = fresh(**kw)
+    assert third[0] > 0.1 and fresh.e_bar != 0.0      # r_ref now, and Ē moves (E = 0.75 − ρ̂)
+
+
+def test_a_warm_up_as_long_as_the_run_is_plain_grpo_step_for_step():
+    sc = SimulateConfig(n_queries=200, batch_queries=8, group_size=4, steps=30, init_abstain_rate=0.3)
+    pop = make_population(sc, np.random.default_rng(1))
+    warm = simulate_run(pop, sc, RewardConfig(refusal_warmup=0.999), "awarl", gamma=0.25, seed=4)
+    plain = simulate_run(pop, sc, RewardConfig(), "none", gamma=0.25, seed=4)
+    assert warm.history["refusal_rate"] == plain.history["refusal_rate"]
+    assert set(warm.history["E_bar"]) == {0.0}
+    short = simulate_run(pop, sc, RewardConfig(refusal_warmup=1 / 3), "awarl", gamma=0.25, seed=4)
+    assert short.history["refusal_rate"][:11] == plain.history["refusal_rate"][:11]
+    assert short.history["refusal_rate"][-1] != plain.history["refusal_rate"][-1]
+
+
+def test_the_warm_up_is_a_share_of_the_run_read_from_the_trainer_when_not_given():
+    class State:
+        max_steps = 20
+
+    kw = dict(prompts=["p"] * 2, completions=["c"] * 2, qid=["q"] * 2, p_i=[0.0] * 2, p_n=[8] * 2,
+              outcome=["abstain", "wrong"])
+    reward = AwaRLReward(RewardConfig(gamma=0.25, refusal_warmup=0.1))
+    for _ in range(2):
+        assert reward(**kw, trainer_state=State())[0] == 0.0     # 2 of 20 steps: warm-up
+    assert reward(**kw, trainer_state=State())[0] > 0.0
+    with pytest.raises(ValueError, match="refusal_warmup"):
+        AwaRLReward(RewardConfig(refusal_warmup=0.1))(**kw)      # no run length anywhere: a clear error
+    assert A.warmup_steps(0.6, 1000) == 600 and A.warmup_steps(0.0, 50) == 0
+    with pytest.raises(ValueError):
+        A.warmup_steps(1.0, 10)

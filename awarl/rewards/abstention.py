@@ -369,6 +369,21 @@ def clip(x: float, lo: float, hi: float) -> float:
     return min(max(float(x), lo), hi)
 
 
+def warmup_steps(share: float, total_steps: int) -> int:
+    """`reward.refusal_warmup`: how many of a run's `total_steps` training steps are warm-up, round(share · total)."""
+    if not 0.0 <= share < 1.0:
+        raise ValueError(f"refusal_warmup must be a share of the run in [0, 1), got {share!r}")
+    if total_steps < 0:
+        raise ValueError(f"a run's step count must be >= 0, got {total_steps!r}")
+    return int(round(float(share) * int(total_steps)))
+
+
+def warming_up(step: int, warm_steps: int) -> bool:
+    """Whether training step `step` (0-based, the reward's own count of training batches) is still in the warm-up
+    of `warm_steps` steps (`warmup_steps`), where AWA-RL pays an abstention r_wrong and Ē does not move."""
+    return int(step) < int(warm_steps)
+
+
 def refusal_cap(r_correct: float, margin: float | None) -> float | None:
     """Step 8 option `reward.r_ref_margin`: the most an abstention may pay, r_correct − margin (None: no cap).
     The guard against lazy refusal: a correct answer always beats refusing."""

@@ -1,7 +1,8 @@
 """Refusal-reward strategies: AWA-RL and the baselines the paper compares against (`reward.strategy`,
 registered in `awarl.choices.STRATEGIES`).
 
-- `awarl`:  the dynamic r_ref of section 4 (computed by the caller, passed in);
+- `awarl`:  the dynamic r_ref of section 4 (computed by the caller, passed in), behind BAPO's group rule when
+            `reward.refusal_gate: any_correct`;
 - `none`:   plain GRPO, an abstention is worth exactly a wrong answer (r_wrong);
 - `static`: a constant (`static_value`, e.g. 0.05, reported to collapse into near-total refusal);
 - `bapo`:   BAPO's group rule: `bapo_value` for an abstention only when no rollout of the query's group
@@ -39,8 +40,17 @@ class Strategy:
 
 
 def awarl_reward(cfg: RewardConfig, r_ref: float, group_any_correct: bool) -> float:
-    """Step 8: the dynamic r_ref itself."""
+    """Step 8: the dynamic r_ref itself; r_wrong instead when `reward.refusal_gate: any_correct` and a rollout
+    of the group is correct."""
+    if cfg.refusal_gate == "any_correct" and group_any_correct:
+        return float(cfg.r_wrong)
     return float(r_ref)
+
+
+def needs_group_counts(cfg: RewardConfig) -> bool:
+    """Whether the reward needs each query's group outcomes: the strategy's own rule, an online p from the group,
+    or AWA-RL's refusal gate."""
+    return strategy(cfg.strategy).uses_group or cfg.p_online != "off" or cfg.refusal_gate != "off"
 
 
 def wrong_answer_reward(cfg: RewardConfig, r_ref: float, group_any_correct: bool) -> float:

@@ -42,7 +42,7 @@ from awarl.io import atomic_write_json, loads_json
 from awarl.metrics import Outcome
 from awarl.rewards import abstention as A
 from awarl.rewards.citation import CitationItem, judge_citations, judged
-from awarl.rewards.strategies import abstain_reward, strategy
+from awarl.rewards.strategies import abstain_reward, needs_group_counts, strategy
 
 log = logging.getLogger(__name__)
 
@@ -105,14 +105,16 @@ class AwaRLReward:
 
     `judge`: any object with `verify(list[CriticInput]) -> list[CriticOutput | None]` (see awarl.critic), or
     None for no citation reward. `p_table`: qid -> p_i from `awarl estimate`, used when the rollout passes
-    `p_i=None`; `n_table`: qid -> the samples that p_i rests on (expected_rate=posterior).
+    `p_i=None`; `n_table`: qid -> the samples that p_i rests on (expected_rate=posterior); `total_steps`: the run's
+    training steps, of which `reward.refusal_warmup` is a share (else the trainer_state TRL passes says).
     """
 
     __name__ = "awarl_reward"
 
     def __init__(self, cfg: RewardConfig, judge: Judge | None = None, p_table: dict[str, float] | None = None,
-                 n_table: dict[str, float] | None = None) -> None:
+                 n_table: dict[str, float] | None = None, total_steps: int | None = None) -> None:
         self.cfg = cfg
+        self.total_steps = total_steps  # the run's training steps (reward.refusal_warmup is a share of them)
         self.judge = judge
         self.p_table = {str(k): A.check_prob(f"p_table[{k!r}]", v) for k, v in (p_table or {}).items()}
         self.n_table = {str(k): _sample_count(f"n_table[{k!r}]", v) for k, v in (n_table or {}).items()}
@@ -141,6 +143,19 @@ class AwaRLReward:
             got = len(col) if isinstance(col, (list, tuple)) else type(col).__name__
             raise ValueError(f"AwaRLReward: `{key}` must be a list with one entry per completion ({n}), got {got}")
         return list(col)
+
+    def _warm_steps(self, kwargs: dict[str, Any]) -> int:
+        """The warm-up's length in training steps (`reward.refusal_warmup` of the run's steps): of `total_steps`
+        when given, else of the trainer's `max_steps` (TRL passes its `trainer_state`)."""
+        if self.cfg.refusal_warmup == 0:
+            return 0
+        total = self.total_steps
+        if total is None:
+            total = getattr(kwargs.get("trainer_state"), "max_steps", None)
+        if not isinstance(total, int) or total <= 0:
+            raise ValueError("reward.refusal_warmup is a share of the run's steps: give AwaRLReward total_steps "
+                             "(awarl train passes train.max_steps) or call it from a trainer that passes trainer_state")
+        return A.warmup_steps(self.cfg.refusal_warmup, total)
 
     def _should_update(self, kwargs: dict[str, Any]) -> bool:
         flags = kwargs.get("training")
@@ -177,10 +192,12 @@ class AwaRLReward:
         if cfg.p_online == "group":
             ps, ns = self._with_group_outcomes(qids, ps, ns, groups)
         rates = self._batch_rates(outcomes, ps, ns, unknown)
-        smoothing = self._smoothing(rates, update and bool(rates["n"]))
+        # reward.refusal_warmup: plain GRPO's abstention reward, and Ē held at its start, until it ends
+        warm = strategy(cfg.strategy).uses_r_ref and A.warming_up(self.updates, self._warm_steps(kwargs))
+        smoothing = self._smoothing(rates, update and bool(rates["n"]) and not warm)
         penalty = smoothing["penalty"] if smoothing else 0.0
-        penalties = self._group_penalties(qids, smoothing)
-        abstain_r = self._abstain_rewards(qids, ps, penalties, groups)
+        penalties = [0.0] * n if warm else self._group_penalties(qids, smoothing)
+        abstain_r = [float(cfg.r_wrong)] * n if warm else self._abstain_rewards(qids, ps, penalties, groups)
         r_cite, failures, cite_counts = self._citations(kwargs, outcomes, n)
         rewards = [A.total_reward(o, A.outcome_reward(o, r_ab, cfg.r_correct, cfg.r_wrong, cfg.r_invalid),
                                   rc, cfg.lambda_cite)
@@ -240,7 +257,7 @@ class AwaRLReward:
         """Per-query (correct, answered, completions, sum of the p used) over the whole generation batch
         (groups may straddle processes), so every rank derives the same BAPO rule and online p. Empty when
         unused."""
-        if not strategy(self.cfg.strategy).uses_group and self.cfg.p_online == "off":
+        if not needs_group_counts(self.cfg):
             return {}
         local: dict[str, list[float]] = {}
         for q, o, p in zip(qids, outcomes, ps, strict=True):

@@ -117,7 +117,7 @@ def build_reward(cfg: AwarlConfig, rows: list[dict[str, Any]]) -> AwaRLReward:
         if cfg.reward.lambda_cite > 0 else None
     p_table = {r["qid"]: r["p_i"] for r in rows if r["p_i"] is not None}
     n_table = {r["qid"]: r["p_n"] for r in rows if r["p_i"] is not None and r.get("p_n") is not None}
-    return AwaRLReward(cfg.reward, judge, p_table, n_table)
+    return AwaRLReward(cfg.reward, judge, p_table, n_table, total_steps=cfg.train.max_steps)
 
 
 def _train(cfg: AwarlConfig, plan: dict[str, Any], rows: list[dict[str, Any]], reward: AwaRLReward,
