@@ -37,7 +37,9 @@ targets) is round 4's, imported from scripts/learning_study.py, whose file is fr
    baselines, both normalisations; per cell the lead over the best baseline ± the larger seed sd, ahead (> 1 sd),
    tie (|lead| ≤ 1 sd), behind; counts per normalisation; every tie named.
 8. **The unflattering simulator**: the held-out populations again with all four options of docs/simulator.md on
-   (`learning_study.UNFLATTERING`), as step 7.
+   (`learning_study.UNFLATTERING`), as step 7; a population seeing each query once runs on 42,000 queries there,
+   as its distribution gives one with a held-out fifth (`unflattering`; amended in a later commit, when the first
+   run stopped on r5-05's 32,000, before any result of this step existed).
 9. **Round 4's held-out populations** (never looked at with these options: secondary evidence), both
    normalisations, as step 7.
 10. **Earlier populations.** Round 4's tuning populations (both normalisations) and the 29 of rounds 2-3 (group
@@ -91,6 +93,16 @@ TOP = 5
 def populations() -> list[dict]:
     """Step 1: 16 fresh populations of round 4's distribution, renamed r5-NN."""
     return [{**p, "name": p["name"].replace("learn", "r5-")} for p in L.draw_populations(16, ROUND5_SEED)]
+
+
+def unflattering(pop: dict) -> list[str]:
+    """Step 8's overrides for `pop`: all four options on; a population that sees each query once gets the 42,000
+    queries its distribution gives when the held-out fifth is drawn (32,000 cannot feed 1000 steps of 32 beside
+    it). Amended after the first run stopped on r5-05 with that error, before any step 8 result existed."""
+    extra = list(L.UNFLATTERING)
+    if pop["params"].get("query_schedule") == "once" and pop["params"]["n_queries"] < 42000:
+        extra.append("simulate.n_queries=42000")
+    return extra
 
 
 def judge(cell: dict, variant: str, gamma: float) -> dict:
@@ -167,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     both = tuple(sorted({g, CURRENT[1]}))
     held = L.run_jobs(grid(held_pops, SEEDS, "held-out", final, both), args.jobs, "held-out")
     verdicts = [judge(c, "chosen", g) for c in held]
-    unflat = L.run_jobs(grid(held_pops, SEEDS, "unflattering", final, both, L.UNFLATTERING), args.jobs,
-                        "unflattering")
+    unflat = L.run_jobs([job for p in held_pops for job in grid([p], SEEDS, "unflattering", final, both,
+                                                                 unflattering(p))], args.jobs, "unflattering")
     unflat_verdicts = [judge(c, "chosen", g) for c in unflat]
     r4 = L.draw_populations()
     r4_held = L.run_jobs(grid([p for p in r4 if p["half"] == "held-out"], SEEDS, "r4-held-out", final, both),
