@@ -308,9 +308,9 @@ class MetricsConfig(Section):
 class RewardConfig(Section):
     strategy: StrategyName = Field("awarl", description="Refusal reward, what an abstention earns: "
                                    + choices.STRATEGIES.describe() + ".")
-    gamma: float = Field(0.01, gt=0.0, le=1.0, description="Courage factor γ: p* = p̃^γ. Smaller = braver. (R; "
-                         "SPEC 0.5; round 4's tuning cells chose 0.01 over round 3's 0.02, on populations where the "
-                         "policy learns: docs/learning_study.md, docs/method.md \"Defaults chosen\")")
+    gamma: float = Field(0.1, gt=0.0, le=1.0, description="Courage factor γ: p* = p̃^γ. Smaller = braver. (R; "
+                         "SPEC 0.5; round 5's tuning cells chose 0.1 with the refusal gate, the group's p and the "
+                         "warm-up, round 4 0.01 without them: docs/learning_study.md, docs/method.md \"Defaults chosen\")")
     p_min: float = Field(0.1, ge=0.0, le=1.0, description="Lower clip of p_i, against premature abstention. (R)")
     beta: float = Field(0.9, ge=0.0, lt=1.0, description="EMA factor of the excess refusal rate Ē. (R)")
     penalty_steps: list[tuple[float, float]] = Field(
@@ -348,20 +348,20 @@ class RewardConfig(Section):
         "never pays less than a wrong answer, even under sustained over-refusal (P = +1): the guard against "
         "refusal collapse, the mirror of r_ref_margin. None = only r_clip (SPEC). (R)")
     p_online: Literal["off", "ema", "group"] = Field(
-        "off", description="p_i during training: off = the pre-RL estimate; ema = re-estimated per query from its "
+        "group", description="p_i during training: off = the pre-RL estimate; ema = re-estimated per query from its "
         "group after each step it is drawn in (correct / answered; the policy's own abstentions never count as "
         "failures); group = the current group's own answered outcomes join the pre-RL counts before the step's "
         "rewards are paid (abstention.group_estimate), which works when each query is seen once. (R)")
     p_online_beta: float = Field(0.9, ge=0.0, lt=1.0, description="p_online=ema: EMA factor per query.")
-    p_prior_weight: float = Field(1.0, ge=0.0, le=1.0, description="p_online=group: weight λ of the pre-RL "
+    p_prior_weight: float = Field(0.5, ge=0.0, le=1.0, description="p_online=group: weight λ of the pre-RL "
                                   "samples beside the group's: p = (λ·c + c_g) / (λ·K + a_g). 1: a pre-RL sample "
                                   "counts as much as one of this step; 0: the group alone. (R)")
     refusal_gate: Literal["off", "any_correct"] = Field(
-        "off", description="strategy=awarl: any_correct = an abstention earns r_wrong, not r_ref, when a rollout of "
+        "any_correct", description="strategy=awarl: any_correct = an abstention earns r_wrong, not r_ref, when a rollout of "
         "its own GRPO group is correct (BAPO's group rule in front of AWA-RL's r_ref): the group has just shown "
         "the query answerable now, whatever the pre-RL p_i said (docs/method.md \"Gating and warm-up\"). (R)")
     refusal_warmup: float = Field(
-        0.0, ge=0.0, lt=1.0, description="strategy=awarl: over this share of the run's training steps (of "
+        0.6, ge=0.0, lt=1.0, description="strategy=awarl: over this share of the run's training steps (of "
         "train.max_steps; of simulate.steps in the simulator) an abstention earns r_wrong, as in plain GRPO, and Ē "
         "stays at 0; AWA-RL's r_ref and penalty start after it. For a policy whose skill grows from answering: "
         "refusing before it has learned stops it learning (lazy refusal; docs/method.md \"Gating and "

@@ -370,6 +370,20 @@ def spec_reward(**overrides):
     return RewardConfig.model_validate({**spec.model_dump(), **overrides})
 
 
+# The shipped reward before round 5 of the study (docs/learning_study.md): p_i fixed before RL, no refusal gate, no
+# warm-up, γ 0.01. Tests of a mechanism that the default once exercised pin it, so that they test that mechanism
+# and not whatever the default is now.
+ROUND4_REWARD = {"gamma": 0.01, "p_online": "off", "p_prior_weight": 1.0, "refusal_gate": "off", "refusal_warmup": 0.0}
+ROUND4_OVERRIDES = [f"reward.{k}={v!r}" if isinstance(v, str) else f"reward.{k}={v}" for k, v in ROUND4_REWARD.items()]
+
+
+def round4_reward(**overrides):
+    """RewardConfig with `ROUND4_REWARD`, then `overrides`."""
+    from awarl.config import RewardConfig
+
+    return RewardConfig(**{**ROUND4_REWARD, **overrides})
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _vllm_engines_end_with_their_module() -> Iterator[None]:
     """A module's vLLM engine (a module-scoped fixture) is collected when its module ends, not whenever the

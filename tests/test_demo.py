@@ -141,6 +141,10 @@ def test_dynamics_come_from_the_log_and_the_replay_catches_a_wrong_value():
     base = trainer_dynamics([{k: v for k, v in _log(1, 0.2, 0.5, 0, 0, 0).items() if k[6:] not in ("E", "E_bar",
                                                                                                    "penalty")}])
     assert "E_bar" not in base and replay_error(base, rc) is None
+    # reward.refusal_warmup: the first steps hold Ē and P at 0 and feed no E to the EMA
+    warm = trainer_dynamics([_log(1, 0.9, 0.5, 0.4, 0.0, 0.0), _log(2, 0.0, 1.0, -1.0, -0.1, -0.2)])
+    assert replay_error(warm, rc, warm_steps=1) == pytest.approx(0.0, abs=1e-12)
+    assert replay_error(warm, rc, warm_steps=0) > 0.01
     assert "penalty" not in dynamics_words(base, {}, rc, None)
 
 

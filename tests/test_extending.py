@@ -121,11 +121,11 @@ out["research_judge"] = load_config(None, ["research.judge=containment"]).resear
 batch = dict(prompts=["p"] * 4, completions=["c"] * 4, completion_ids=[[1]] * 4,
              outcome=["abstain", "abstain", "correct", "abstain"], qid=["h", "h", "e", "e"], p_i=[0.04, 0.04, 0.81, 0.81])
 spec = ["reward.gamma=0.5", "reward.expected_rate=threshold", "reward.r_ref_margin=null", "reward.penalty_dither=0",
-        "reward.r_ref_floor_margin=null"]
+        "reward.r_ref_floor_margin=null", "reward.p_online=off", "reward.refusal_gate=off", "reward.refusal_warmup=0"]
 plain = AwaRLReward(load_config(None, spec + ["reward.strategy=awarl"]).reward)
 mixed = AwaRLReward(load_config(None, spec + ["reward.strategy=awarl_bapo"]).reward)
 out["strategy"] = [plain(**batch), mixed(**batch), sorted(mixed.last_stats)]
-reading = AwaRLReward(load_config(None, ["reward.expected_rate=failure_share"]).reward)
+reading = AwaRLReward(load_config(None, ["reward.expected_rate=failure_share", "reward.p_online=off"]).reward, total_steps=10)
 reading(**batch)
 out["reading"] = [A.expected_abstain(0.25, 0.5, 0.1, "failure_share"), reading.last_stats["rho_hat"],
                   "failure_share" in A.EXPECTED_RATES]

@@ -41,7 +41,7 @@ def test_two_ranks_agree_with_single_process(tmp_path):
     finally:
         sys.path.pop(0)
     for strategy in ("awarl", "bapo"):
-        single = AwaRLReward(RewardConfig(strategy=strategy, beta=0.5, p_online="ema"))
+        single = AwaRLReward(RewardConfig(strategy=strategy, beta=0.5, p_online="ema", refusal_warmup=0.0))
         for step in range(3):
             expected = single(prompts=["p"] * 8, completions=["c"] * 8, **FULL)
             a, b = r0[strategy][step], r1[strategy][step]

@@ -150,8 +150,10 @@ def test_outcome_and_total_reward():
 
 
 def test_strategies():
-    cfg = RewardConfig(static_value=0.05, bapo_value=0.5, r_wrong=0.0)
+    cfg = RewardConfig(static_value=0.05, bapo_value=0.5, r_wrong=0.0, refusal_gate="off")
     assert abstain_reward("awarl", cfg, 0.37, True) == 0.37
+    gated = cfg.model_copy(update={"refusal_gate": "any_correct"})   # round 5's gate: r_wrong where a rollout was right
+    assert abstain_reward("awarl", gated, 0.37, True) == 0.0 and abstain_reward("awarl", gated, 0.37, False) == 0.37
     assert abstain_reward("none", cfg, 0.37, False) == cfg.r_wrong
     assert abstain_reward("static", cfg, 0.37, True) == 0.05
     assert abstain_reward("bapo", cfg, 0.37, False) == 0.5

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import spec_reward
+from conftest import ROUND4_OVERRIDES, spec_reward
 
 from awarl.cli import main
 from awarl.config import RewardConfig, SimulateConfig
@@ -29,7 +29,8 @@ def test_simulate_penalty_pulls_toward_rho_hat_and_plateau_rises_with_gamma(tmp_
     # here; under the shipped posterior target the no-penalty runs already end inside it (the study's ablation).
     rc = main(["simulate", "--out", str(out), "--seed", "0", "--no-progress",
                "simulate.gammas=[0.25, 1.0]", "simulate.strategies=[none, static, awarl, awarl_no_penalty]",
-               "simulate.static_values=[0.05]", "reward.expected_rate=r_base_mean", "reward.r_ref_floor_margin=null"])
+               "simulate.static_values=[0.05]", "reward.expected_rate=r_base_mean", "reward.r_ref_floor_margin=null",
+               *ROUND4_OVERRIDES])
     assert rc == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["config"]["simulate"]["steps"] == 1000 and summary["config"]["simulate"]["seed"] == 0
@@ -268,7 +269,7 @@ def test_dithered_steps_hold_refusal_as_a_stationary_reward_would_where_one_step
     path = repo_root() / "configs" / "simulate" / "default.yaml"
     rows = {}
     for width in (0.0, 0.1):
-        cfg = load_config(path, [f"reward.penalty_dither={width}"])
+        cfg = load_config(path, [f"reward.penalty_dither={width}", *ROUND4_OVERRIDES])
         live, frozen = run_frozen_twins(cfg, 0.05)
         assert len(set(frozen[0].history["E_bar"])) == 1 and frozen[0].history["E"] != live[0].history["E"]
         rows[width] = summary_rows(live)[0], summary_rows(frozen)[0]
@@ -278,7 +279,8 @@ def test_dithered_steps_hold_refusal_as_a_stationary_reward_would_where_one_step
     assert dith["late_sd"] < 0.75 * plain["late_sd"] and dith["late_sd"] < 1.5 * dith_twin["late_sd"]
     # the live run is the study's cell: the same population, samples and reward as run_all's
     cell = summary_rows(run_all(load_config(path, ["simulate.strategies=[awarl]", "simulate.gammas=[0.05]",
-                                                   "reward.penalty_dither=0.1"]), progress=False))[0]
+                                                   "reward.penalty_dither=0.1", *ROUND4_OVERRIDES]),
+                                   progress=False))[0]
     assert cell["late_sd"] == dith["late_sd"] and cell["ra_f1"] == dith["ra_f1"]
 
 

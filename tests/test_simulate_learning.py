@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import round4_reward
 
 from awarl.config import ConfigError, RewardConfig, SimulateConfig, load_config
 from awarl.io import repo_root
@@ -43,13 +44,13 @@ def test_a_group_that_answers_correctly_takes_the_stale_zero_off_the_expected_re
     outcomes = ["correct", "correct", "wrong", "abstain"]
     kw = dict(prompts=["p"] * 4, completions=["c"] * 4, outcome=outcomes, qid=["q"] * 4, p_i=[0.0] * 4, p_n=[8] * 4)
     # at γ 0.02 (round 3's) the abstain line puts the stale zero's ρ̂ above one half; the shipped 0.01, just below
-    off, group = AwaRLReward(RewardConfig(gamma=0.02)), AwaRLReward(RewardConfig(gamma=0.02, p_online="group"))
+    off, group = AwaRLReward(round4_reward(gamma=0.02)), AwaRLReward(round4_reward(gamma=0.02, p_online="group"))
     r_off, r_group = off(**kw), group(**kw)
     assert off.last_stats["rho_hat"] > 0.5 > 0.05 > group.last_stats["rho_hat"]
     assert r_group[3] < r_off[3]  # the abstention in that group earns less
     assert r_group[:3] == r_off[:3]  # answers are paid as before
     # a group that fails every answer keeps ρ̂ high: the estimate follows the policy both ways
-    fail = AwaRLReward(RewardConfig(p_online="group"))
+    fail = AwaRLReward(round4_reward(p_online="group"))
     fail(**{**kw, "outcome": ["wrong", "wrong", "wrong", "abstain"]})
     assert fail.last_stats["rho_hat"] > 0.5
 
@@ -160,7 +161,7 @@ def test_the_refusal_gate_pays_a_wrong_answers_reward_where_the_group_answered_r
     without one, AWA-RL's r_ref as before."""
     kw = dict(prompts=["p"] * 8, completions=["c"] * 8, qid=["a"] * 4 + ["b"] * 4, p_i=[0.0] * 8, p_n=[8] * 8,
               outcome=["correct", "wrong", "abstain", "abstain", "wrong", "wrong", "abstain", "abstain"])
-    off, gated = AwaRLReward(RewardConfig(gamma=0.25)), AwaRLReward(RewardConfig(gamma=0.25, refusal_gate="any_correct"))
+    off, gated = AwaRLReward(round4_reward(gamma=0.25)), AwaRLReward(round4_reward(gamma=0.25, refusal_gate="any_correct"))
     r_off, r_gated = off(**kw), gated(**kw)
     assert r_off[2] > 0.1 and r_gated[2] == r_gated[3] == 0.0      # group a answered right: refusing pays r_wrong
     assert r_gated[6:] == r_off[6:] and r_gated[6] > 0.1           # group b did not: r_ref, untouched

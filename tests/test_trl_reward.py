@@ -6,10 +6,10 @@ import json
 import math
 
 import pytest
-from conftest import spec_reward
+from conftest import round4_reward, spec_reward
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
-from awarl.config import CriticConfig, RewardConfig
+from awarl.config import CriticConfig
 from awarl.critic.lexical_judge import LexicalJudge
 from awarl.rewards.trl_reward import STATE_FILE, AwaRLReward, load_reward_state
 from awarl.training.callbacks import RewardStateCallback
@@ -292,7 +292,7 @@ def test_p_online_ignores_the_policys_own_abstentions(definition):
 def test_posterior_target_reads_the_sample_counts_behind_each_p():
     from awarl.rewards import abstention as A
 
-    cfg = RewardConfig(gamma=0.5, expected_rate="posterior", posterior_samples=2, beta=0.0)
+    cfg = round4_reward(gamma=0.5, expected_rate="posterior", posterior_samples=2, beta=0.0)
     p = [0.04, 0.04, 0.81, 0.81]
     want = lambda ns: sum(A.posterior_abstain_probability(x, n, 0.5, 0.1) for x, n in zip(p, ns, strict=True)) / 4  # noqa: E731
     # the rollout's p_n column first
@@ -355,7 +355,7 @@ def test_dithered_penalty_gives_each_group_its_own_step_and_resumes(tmp_path):
 def test_an_online_p_of_a_query_without_an_estimate_keeps_the_prior_alone():
     """With p_online: ema, a query on reward.default_p counts 0 samples (the prior alone); after its first
     step its online p was read with reward.posterior_samples (8) behind it, so ρ̂ jumped (0.075 to 0)."""
-    reward = AwaRLReward(RewardConfig(p_online="ema", lambda_cite=0.0))
+    reward = AwaRLReward(round4_reward(p_online="ema", lambda_cite=0.0))
     kw = dict(prompts=["x"] * 2, completions=["c"] * 2, outcome=["abstain", "abstain"], qid=["q", "q"],
               p_i=[None, None])
     reward(**kw)
@@ -363,6 +363,6 @@ def test_an_online_p_of_a_query_without_an_estimate_keeps_the_prior_alone():
     assert "q" in reward.p_online and first > 0.05
     reward(**kw)
     assert reward.last_stats["rho_hat"] == pytest.approx(first)
-    known = AwaRLReward(RewardConfig(p_online="ema", lambda_cite=0.0), p_table={"q": 0.5}, n_table={"q": 8.0})
+    known = AwaRLReward(round4_reward(p_online="ema", lambda_cite=0.0), p_table={"q": 0.5}, n_table={"q": 8.0})
     known(**kw)
     assert known._resolve_p("q", None, None)[1] == 8.0  # a query with an estimate keeps its count

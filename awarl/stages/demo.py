@@ -38,6 +38,7 @@ from awarl.locks import folder_lock
 from awarl.models.tiny import build_tiny_model
 from awarl.retrieval import load_index
 from awarl.retrieval.types import Retriever
+from awarl.rewards import abstention as A
 from awarl.stages.compare import compare_runs, write_comparison
 from awarl.stages.demo_dynamics import write_dynamics
 from awarl.stages.estimate import run_estimate
@@ -105,11 +106,19 @@ def plan_text(cfg: AwarlConfig, out: Path) -> str:
         f"  2. closed corpus of the shipped dev samples + BM25 index\n"
         f"  3. supervised protocol warm-up: {d.warmup_steps} steps\n"
         f"  4. p_i estimate: {d.train_questions} training questions x K={cfg.estimate.k} trajectories\n"
-        f"  5. AWA-RL GRPO: {t.max_steps} steps, groups of {t.num_generations}, γ={cfg.reward.gamma}; its logged "
+        f"  5. AWA-RL GRPO: {t.max_steps} steps, groups of {t.num_generations}, γ={cfg.reward.gamma}"
+        f"{_warmup_words(cfg)}; its logged "
         f"ρ, ρ̂, Ē, P per step are plotted beside the simulator's prediction (dynamics.png)\n"
         f"  6. evaluation before and after RL: {n_eval} held-out questions per dataset "
         f"({', '.join(cfg.eval.datasets)})\n"
         f"  expected time: about 5-8 minutes on 2 idle CPU cores; everything is offline.\n")
+
+
+def _warmup_words(cfg: AwarlConfig) -> str:
+    """The refusal warm-up in the plan's words ("" when off)."""
+    warm = A.warmup_steps(cfg.reward.refusal_warmup, cfg.train.max_steps)
+    return f" (the first {warm} pay plain GRPO's refusal reward: reward.refusal_warmup {cfg.reward.refusal_warmup:g})" \
+        if warm and cfg.reward.strategy == "awarl" else ""
 
 
 def split_questions(cfg: AwarlConfig) -> tuple[list, list, list]:

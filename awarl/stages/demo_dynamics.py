@@ -49,13 +49,17 @@ def trainer_dynamics(log_history: Sequence[dict]) -> dict[str, list]:
     return out
 
 
-def replay_error(dyn: dict[str, list], rc: RewardConfig) -> float | None:
+def replay_error(dyn: dict[str, list], rc: RewardConfig, warm_steps: int = 0) -> float | None:
     """Largest difference between the logged Ē_t, P_t and those recomputed from the logged E_t through
-    abstention.ema / smoothed_excess / stepwise_penalty (None when the strategy has no penalty)."""
+    abstention.ema / smoothed_excess / stepwise_penalty (None when the strategy has no penalty). The first
+    `warm_steps` steps (`reward.refusal_warmup`) hold Ē and P at 0 and feed no E to the EMA."""
     if "E" not in dyn or "E_bar" not in dyn:
         return None
     m, worst = 0.0, 0.0
     for t, (e, e_bar, pen) in enumerate(zip(dyn["E"], dyn["E_bar"], dyn["penalty"], strict=True), start=1):
+        if A.warming_up(t - 1, warm_steps):
+            worst = max(worst, abs(e_bar), abs(pen))
+            continue
         m = A.ema(m, e, rc.beta)
         mine = A.smoothed_excess(m, t, rc.beta, rc.ema_start)
         worst = max(worst, abs(mine - e_bar))
@@ -200,6 +204,11 @@ def dynamics_words(dyn: dict[str, list], sim: dict[str, Any], rc: RewardConfig, 
                 if max(dyn["rho_hat"]) - min(dyn["rho_hat"]) < 0.02 else "") + "."]
     if targets:
         parts.append(target_words(targets))
+    if "E_bar" in dyn and rc.refusal_warmup > 0:
+        warm = A.warmup_steps(rc.refusal_warmup, n)
+        parts.append(f"The first {warm} steps were the refusal warm-up (reward.refusal_warmup {rc.refusal_warmup:g}): "
+                     "an abstention earned what a wrong answer earns, as in plain GRPO, and Ē_t stayed at 0; the "
+                     "refusal reward and its penalty ran from the next step.")
     if "E_bar" in dyn:
         dz = dead_zone(rc)
         out_at = next((s for s, e in zip(dyn["step"], dyn["E_bar"], strict=True) if abs(e) > dz), None)
@@ -246,7 +255,7 @@ def write_dynamics(out: Path, cfg: AwarlConfig, log_history: Sequence[dict], est
     """dynamics.json and dynamics.png in `out`; returns the json's content (with the words)."""
     dyn = trainer_dynamics(log_history)
     sim = simulator_prediction(cfg, estimate_rows, dyn.get("rho"), seeds) if estimate_rows else {}
-    replay = replay_error(dyn, cfg.reward)
+    replay = replay_error(dyn, cfg.reward, A.warmup_steps(cfg.reward.refusal_warmup, cfg.train.max_steps))
     targets = target_readings(estimate_rows, cfg.reward) if estimate_rows else {}
     words = dynamics_words(dyn, sim, cfg.reward, replay, targets)
     data = {"source": SOURCE, "trainer": dyn, "simulator": sim, "replay_max_abs_diff": replay, "targets": targets,

@@ -32,7 +32,7 @@ def main() -> None:
     sl = slice(rank * half, (rank + 1) * half)
     results = {}
     for strategy in ("awarl", "bapo"):
-        reward = AwaRLReward(RewardConfig(strategy=strategy, beta=0.5, p_online="ema"))
+        reward = AwaRLReward(RewardConfig(strategy=strategy, beta=0.5, p_online="ema", refusal_warmup=0.0))
         per_call = []
         for _ in range(3):  # three steps: Ē and the online p must stay identical on every rank
             kw = {k: v[sl] for k, v in FULL.items()}
