@@ -217,6 +217,10 @@ def protocol_commit() -> str:
                           check=True).stdout.strip()
 
 
+def _f(x: float) -> str:
+    return f"{x:.3f}".replace("-", "−")
+
+
 def filed_lines(filed: list[dict], variant: str, gamma: float) -> list[str]:
     out = ["| filed cell | plain GRPO | static 0.05 | BAPO | current default (γ 0.01) | chosen | target | met |",
            "|---|---|---|---|---|---|---|---|"]
@@ -225,7 +229,7 @@ def filed_lines(filed: list[dict], variant: str, gamma: float) -> list[str]:
         row, cur = L.row_at(c, variant, gamma), L.row_at(c, *CURRENT)
 
         def cell(r: dict) -> str:
-            return f"{L._f(r['ra_f1'])} ± {r['ra_f1_sd']:.3f} ({r['refusal_rate']:.2f})"
+            return f"{_f(r['ra_f1'])} ± {r['ra_f1_sd']:.3f} ({r['refusal_rate']:.2f})"
 
         target = "≥ plain − 1 sd" if c["population"].startswith("grow") else "≥ best baseline − 1 sd"
         out.append(f"| {c['population']} / {c['norm']} | {cell(b['none'])} | {cell(b['static'])} | {cell(b['bapo'])} | "
@@ -259,7 +263,7 @@ def report(study: dict, filed: list[dict], v: str, g: float) -> str:
               f"No worse than the current default (within 1 sd) in {sum(r['no_worse'] for r in study['earlier'])} "
               f"of {len(study['earlier'])}.", "", "| population | chosen | current default | sd | no worse |",
               "|---|---|---|---|---|"]
-    lines += [f"| {r['population']} / {r['norm']} | {L._f(r['new'])} | {L._f(r['old'])} | {r['sd']:.3f} | "
+    lines += [f"| {r['population']} / {r['norm']} | {_f(r['new'])} | {_f(r['old'])} | {r['sd']:.3f} | "
               f"{'yes' if r['no_worse'] else 'no'} |" for r in study["earlier"]]
     lines += ["", "## The filed cases (constraints of the selection, not evidence)", "", *filed_lines(filed, v, g), ""]
     return "\n".join(lines)

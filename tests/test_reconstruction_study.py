@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from conftest import load_script
+from conftest import ROUND4_OVERRIDES, load_script
 
 from awarl.config import load_config
 from awarl.io import repo_root
@@ -172,12 +172,13 @@ def test_precision_table_counts_each_verdict_and_names_the_oracle_only_where_the
 
 
 def test_oracle_pairing_measures_the_shipped_reading_on_paired_seeds(monkeypatch):
-    """scripts/late_sd_oracle_paired.py measures the shipped reading (the one configs/base.yaml runs), pairs each
-    oracle's per-seed late sd with the rival's, and calls an oracle steadier only beyond 2 standard errors."""
+    """scripts/late_sd_oracle_paired.py measures the reading round 3 shipped (configs/base.yaml until round 5 added
+    the gate, the group's p and the warm-up), pairs each oracle's per-seed late sd with the rival's, and calls an
+    oracle steadier only beyond 2 standard errors."""
     _study()
     P = load_script("late_sd_oracle_paired")
     S = sys.modules["reconstruction_study"]
-    base = load_config(repo_root() / "configs" / "base.yaml").reward
+    base = load_config(repo_root() / "configs" / "base.yaml", ROUND4_OVERRIDES).reward
     for key, value in S.VARIANTS[P.SHIPPED].items():
         if key.startswith("reward."):
             assert getattr(base, key.removeprefix("reward.")) == value, key

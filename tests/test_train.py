@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import ROUND4_REWARD
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -59,7 +60,9 @@ def make_cfg(tmp_path: Path, tiny_dir: Path, index: Path, **over) -> object:
         "retrieval": {"kind": "bm25", "index_dir": str(index), "topk": 2},
         "agent": {"max_turns": 2, "max_new_tokens_per_turn": 48, "max_trajectory_tokens": 700},
         "generation": {"temperature": 1.0, "batch_size": 16},
-        "reward": {"lambda_cite": 0.1},
+        # round 4's reward (conftest.ROUND4_REWARD): these tests replay its formulas call by call; the gate, the
+        # group's p and the warm-up have tests of their own, and test_demo trains with today's defaults
+        "reward": {"lambda_cite": 0.1, **ROUND4_REWARD},
         "critic": {"judge": "lexical"},
         "estimate": {"k": 2, "out": str(tmp_path / "p.jsonl")},
         "eval": {"limit": 2, "every_steps": 0},
