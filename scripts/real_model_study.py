@@ -478,7 +478,7 @@ def plot_curves(recs: dict[str, dict], path: Path) -> None:
               ("awarl/penalty", "P(Ē)"), ("awarl/share_correct", "correct share (sampled batch)"),
               ("awarl/share_invalid", "invalid share (sampled batch)")]
     fig, axes = plt.subplots(2, 3, figsize=(15, 8), sharex=True)
-    for name, rec in recs.items():
+    for k, (name, rec) in enumerate(recs.items()):
         c = rec.get("curves") or []
         if not c:
             continue
@@ -486,12 +486,14 @@ def plot_curves(recs: dict[str, dict], path: Path) -> None:
         for ax, (key, _) in zip(axes.flat, panels, strict=True):
             ys = [x.get(key) for x in c]
             if any(y is not None for y in ys):
-                # a moving mean over 5 steps: one question x 4 completions a step is a noisy estimate of each
-                ax.plot(steps, moving_mean(ys, 5), label=name, lw=1.3)
+                # a moving mean over 5 steps: one question x 4 completions a step is a noisy estimate of each;
+                # one colour per run in every panel (a panel skips the runs that do not log its series)
+                ax.plot(steps, moving_mean(ys, 5), label=name, lw=1.3, color=f"C{k % 10}")
     for ax, (_, title) in zip(axes.flat, panels, strict=True):
         ax.set_title(title)
         ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=8)
+        if ax.get_lines():
+            ax.legend(fontsize=7)
     for ax in axes[1]:
         ax.set_xlabel("GRPO step (5-step moving mean)")
     fig.tight_layout()
