@@ -317,7 +317,8 @@ def dynamics_section(cfg: AwarlConfig, dynamics: dict | None) -> list[str]:
     return ["## The AWA-RL mechanism, step by step", "",
             f"Reward: {r.strategy}, γ = {r.gamma:g}, expected_rate = {r.expected_rate}, p_definition = "
             f"{r.p_definition}, ema_start = {r.ema_start}, r_ref_margin = {r.r_ref_margin}, r_ref_floor_margin = "
-            f"{r.r_ref_floor_margin}. Points: the values the "
+            f"{r.r_ref_floor_margin}, p_online = {r.p_online} (λ {r.p_prior_weight:g}), refusal_gate = "
+            f"{r.refusal_gate}, refusal_warmup = {r.refusal_warmup:g}. Points: the values the "
             f"trainer logged ({dynamics['source']}); line and band: the simulator (`awarl simulate`'s model, "
             f"{dynamics['simulator'].get('seeds', 0)} seeds) on these training questions' own p_i estimates and "
             "this batch shape. The numbers are in `dynamics.json`.", "",
