@@ -207,14 +207,13 @@ class _RewardRun:
         correct_g, answered_g = batch.per_query(batch.correct), batch.per_query(~batch.abstain)
         p_used, r_base, exp_ab = self._per_query(idx, correct_g, answered_g)
         out = _Scored(p=p_used, rho_hat=float(exp_ab.mean()), abstain_rewards=[], group_penalties=[0.0] * len(idx))
-        warm = self.awarl and A.warming_up(self.updates, self.warm_steps)
-        if warm:  # as AwaRLReward: plain GRPO's abstention reward, Ē held at its start, the step still counted
-            self.updates += 1
-            out.e, out.e_bar = A.excess(float(batch.abstain.mean()), out.rho_hat), 0.0
-            out.abstain_rewards = [float(rc.r_wrong)] * len(idx)
-            return out
         if self.awarl:
             out.e = A.excess(float(batch.abstain.mean()), out.rho_hat)
+            if A.warming_up(self.updates, self.warm_steps):
+                # as AwaRLReward: plain GRPO's abstention reward, Ē held at its start, the step still counted
+                self.updates += 1
+                out.e_bar, out.abstain_rewards = 0.0, [float(rc.r_wrong)] * len(idx)
+                return out
             self.e_ema, self.updates = A.ema(self.e_ema, out.e, rc.beta), self.updates + 1
             out.e_bar = A.smoothed_excess(self.e_ema, self.updates, rc.beta, rc.ema_start) if self.frozen is None \
                 else float(self.frozen)
@@ -558,7 +557,8 @@ def plot_curves(results: Sequence[RunResult], path: str | os.PathLike) -> None:
 def options_line(rc: RewardConfig) -> str:
     """The reconstruction options of a reward config, in one line (docs/method.md "Reconstruction choices")."""
     return (f"expected_rate={rc.expected_rate}, p_definition={rc.p_definition}, ema_start={rc.ema_start}, "
-            f"r_ref_margin={rc.r_ref_margin}, r_ref_floor_margin={rc.r_ref_floor_margin}, p_online={rc.p_online}, refusal_gate={rc.refusal_gate}, refusal_warmup={rc.refusal_warmup:g}; "
+            f"r_ref_margin={rc.r_ref_margin}, r_ref_floor_margin={rc.r_ref_floor_margin}, p_online={rc.p_online}, "
+            f"refusal_gate={rc.refusal_gate}, refusal_warmup={rc.refusal_warmup:g}; "
             f"outcome rewards correct {rc.r_correct:g}, "
             f"wrong {rc.r_wrong:g}, invalid {rc.r_invalid:g}")
 

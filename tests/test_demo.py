@@ -145,6 +145,8 @@ def test_dynamics_come_from_the_log_and_the_replay_catches_a_wrong_value():
     warm = trainer_dynamics([_log(1, 0.9, 0.5, 0.4, 0.0, 0.0), _log(2, 0.0, 1.0, -1.0, -0.1, -0.2)])
     assert replay_error(warm, rc, warm_steps=1) == pytest.approx(0.0, abs=1e-12)
     assert replay_error(warm, rc, warm_steps=0) > 0.01
+    assert "The first 1 steps were the refusal warm-up" in dynamics_words(warm, {}, rc, 0.0, warm_steps=1)
+    assert "refusal warm-up" not in dynamics_words(warm, {}, rc, 0.0)
     assert "penalty" not in dynamics_words(base, {}, rc, None)
 
 

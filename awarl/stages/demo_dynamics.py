@@ -191,8 +191,8 @@ def target_words(targets: dict[str, Any]) -> str:
 
 
 def dynamics_words(dyn: dict[str, list], sim: dict[str, Any], rc: RewardConfig, replay: float | None,
-                   targets: dict[str, Any] | None = None) -> str:
-    """What moved, in words, with the numbers."""
+                   targets: dict[str, Any] | None = None, warm_steps: int = 0) -> str:
+    """What moved, in words, with the numbers; `warm_steps`: the refusal warm-up's length (as `replay_error`)."""
     if not dyn.get("step"):
         return "No reward statistics were logged (no training step ran)."
     n = len(dyn["step"])
@@ -204,9 +204,8 @@ def dynamics_words(dyn: dict[str, list], sim: dict[str, Any], rc: RewardConfig, 
                 if max(dyn["rho_hat"]) - min(dyn["rho_hat"]) < 0.02 else "") + "."]
     if targets:
         parts.append(target_words(targets))
-    if "E_bar" in dyn and rc.refusal_warmup > 0:
-        warm = A.warmup_steps(rc.refusal_warmup, n)
-        parts.append(f"The first {warm} steps were the refusal warm-up (reward.refusal_warmup {rc.refusal_warmup:g}): "
+    if "E_bar" in dyn and warm_steps:
+        parts.append(f"The first {warm_steps} steps were the refusal warm-up (reward.refusal_warmup {rc.refusal_warmup:g}): "
                      "an abstention earned what a wrong answer earns, as in plain GRPO, and Ē_t stayed at 0; the "
                      "refusal reward and its penalty ran from the next step.")
     if "E_bar" in dyn:
@@ -255,9 +254,10 @@ def write_dynamics(out: Path, cfg: AwarlConfig, log_history: Sequence[dict], est
     """dynamics.json and dynamics.png in `out`; returns the json's content (with the words)."""
     dyn = trainer_dynamics(log_history)
     sim = simulator_prediction(cfg, estimate_rows, dyn.get("rho"), seeds) if estimate_rows else {}
-    replay = replay_error(dyn, cfg.reward, A.warmup_steps(cfg.reward.refusal_warmup, cfg.train.max_steps))
+    warm = A.warmup_steps(cfg.reward.refusal_warmup, cfg.train.max_steps)  # one length for the replay and the words
+    replay = replay_error(dyn, cfg.reward, warm)
     targets = target_readings(estimate_rows, cfg.reward) if estimate_rows else {}
-    words = dynamics_words(dyn, sim, cfg.reward, replay, targets)
+    words = dynamics_words(dyn, sim, cfg.reward, replay, targets, warm)
     data = {"source": SOURCE, "trainer": dyn, "simulator": sim, "replay_max_abs_diff": replay, "targets": targets,
             "words": words}
     atomic_write_json(out / "dynamics.json", data)
