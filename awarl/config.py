@@ -356,6 +356,13 @@ class RewardConfig(Section):
     p_prior_weight: float = Field(0.5, ge=0.0, le=1.0, description="p_online=group: weight λ of the pre-RL "
                                   "samples beside the group's: p = (λ·c + c_g) / (λ·K + a_g). 1: a pre-RL sample "
                                   "counts as much as one of this step; 0: the group alone. (R)")
+    abstain_line: Literal["courage", "ra_f1"] = Field(
+        "courage", description="strategy=awarl: where the abstain line s* sits. courage = the paper's, per query "
+        "from p_i and γ (R_base = 1 − max(p_i, p_min)^γ); ra_f1 = the line that maximises RA-F1, s* = F̂/2 for "
+        "every query, F̂ the policy's running RA-F1 on its training batches (EMA, ra_f1_beta), R_base = r_wrong + "
+        "s*·(r_correct − r_wrong): γ is then unused and p_i serves ρ̂ only (docs/method.md \"The RA-F1 line\"). (R)")
+    ra_f1_beta: float = Field(0.9, ge=0.0, lt=1.0, description="abstain_line=ra_f1: EMA coefficient of the running "
+                              "RA-F1 F̂ (bias-corrected, so full size from the first step). (R)")
     refusal_gate: Literal["off", "any_correct"] = Field(
         "any_correct", description="strategy=awarl: any_correct = an abstention earns r_wrong, not r_ref, when a rollout of "
         "its own GRPO group is correct (BAPO's group rule in front of AWA-RL's r_ref): the group has just shown "

@@ -181,6 +181,9 @@ class _RewardRun:
         # Step 9 for the answered outcomes does not depend on r_ref: computed once.
         self.fixed = {o: A.outcome_reward(o, 0.0, rc.r_correct, rc.r_wrong, rc.r_invalid) for o in OUTCOMES}
         self.e_ema, self.updates = 0.0, 0
+        # reward.abstain_line=ra_f1: the running RA-F1's EMA and the step's line (None: courage γ's, per query)
+        self.f_ema: float = 0.0
+        self.line: float | None = None
 
     def population_rho_hat(self) -> float:
         return float(self.model.exp_ab.mean())
@@ -190,20 +193,35 @@ class _RewardRun:
         """(p, R_base, ρ̂ share) of the batch's queries: the table's, or with `p_online: group` the group's own
         answered outcomes joined to the pre-RL estimate (`abstention.group_estimate`)."""
         m, rc = self.model, self.rc
-        if rc.p_online != "group":
+        if rc.p_online != "group" and self.line is None:
             return m.p_est[idx], m.r_base[idx], m.exp_ab[idx]
         p_used, r_base, exp_ab = [], [], []
         for i, c, a in zip(idx, correct_g, answered_g, strict=True):
-            p, n = A.group_estimate(float(m.p_est[i]), float(m.n_est[i]), int(c), int(a), rc.p_prior_weight)
-            rb, ea = m.values(p, n)
+            p, n = float(m.p_est[i]), float(m.n_est[i])
+            if rc.p_online == "group":
+                p, n = A.group_estimate(p, n, int(c), int(a), rc.p_prior_weight)
+            rb, ea = m.values(p, n) if self.line is None else \
+                (A.base_reward(p, rc, self.line), A.expected_share(p, n, rc, self.line))
             p_used.append(p)
             r_base.append(rb)
             exp_ab.append(ea)
         return np.array(p_used), np.array(r_base), np.array(exp_ab)
 
+    def _track_ra_f1(self, batch: Batch) -> None:
+        """`reward.abstain_line: ra_f1`: the batch's RA-F1 joins the running F̂ (every step, the warm-up's too, as
+        `AwaRLReward`), and the step's line is F̂/2."""
+        rc = self.rc
+        if not (self.awarl and rc.abstain_line == "ra_f1"):
+            return
+        code = batch.code
+        f = A.ra_f1_of_counts(float((code == C).sum()), float((code != AB).sum()), float(len(code)))
+        self.f_ema = A.ema(self.f_ema, f, rc.ra_f1_beta)
+        self.line = A.ra_f1_line(A.bias_corrected(self.f_ema, self.updates + 1, rc.ra_f1_beta))
+
     def score(self, batch: Batch, s: np.ndarray) -> _Scored:
         """Steps 4-8 on this generation batch (equal groups: the mean over queries is the mean over completions)."""
         rc, idx = self.rc, batch.idx
+        self._track_ra_f1(batch)
         correct_g, answered_g = batch.per_query(batch.correct), batch.per_query(~batch.abstain)
         p_used, r_base, exp_ab = self._per_query(idx, correct_g, answered_g)
         out = _Scored(p=p_used, rho_hat=float(exp_ab.mean()), abstain_rewards=[], group_penalties=[0.0] * len(idx))

@@ -105,6 +105,13 @@ REPLAY_CASES = [
     {"_shipped": True, "refusal_warmup": 0.4},
     {"_shipped": True, "refusal_gate": "any_correct", "p_online": "group", "p_prior_weight": 0.5,
      "refusal_warmup": 0.25, "ema_start": "bias_corrected"},
+    # round 6: the RA-F1 line (F̂/2 for every query from the running RA-F1), with every reading of ρ̂
+    {"_shipped": True, "abstain_line": "ra_f1"},
+    {"_shipped": True, "abstain_line": "ra_f1", "p_online": "off", "refusal_gate": "off", "refusal_warmup": 0.0,
+     "ra_f1_beta": 0.5},
+    {"abstain_line": "ra_f1", "expected_rate": "threshold"},
+    {"abstain_line": "ra_f1", "expected_rate": "soft"},
+    {"abstain_line": "ra_f1", "expected_rate": "r_base_mean", "p_online": "ema"},
 ]
 
 

@@ -129,6 +129,46 @@ def abstain_line(p: float, gamma: float, p_min: float, r_correct: float = 1.0, r
     return (base_refusal_reward(p, gamma, p_min) - float(r_wrong)) / spread
 
 
+def ra_f1_of_counts(correct: float, answered: float, total: float) -> float:
+    """RA-F1 of a batch from its counts: the harmonic mean of precision C/A and accuracy C/N, which is 2C/(N + A)
+    (answered A counts invalid completions, as `awarl.metrics` does). 0 for an empty batch or no correct answer."""
+    if not 0 <= correct <= answered <= total:
+        raise ValueError(f"need 0 <= correct <= answered <= total, got {correct!r}, {answered!r}, {total!r}")
+    return 2.0 * float(correct) / (float(total) + float(answered)) if correct else 0.0
+
+
+def ra_f1_line(f_hat: float) -> float:
+    """`reward.abstain_line: ra_f1`: the abstain line s* = F̂/2 that maximises RA-F1.
+
+    RA-F1 = 2C/(N + A) is a ratio: answering one more query of true success s adds s to C and 1 to A, which
+    raises the ratio iff s > C/(N + A) = F/2. So the RA-F1-optimal policy answers exactly the queries with
+    s > F*/2, F* its own optimal RA-F1 (the F1 thresholding rule, Lipton et al. 2014), and paying an abstention
+    r_wrong + (F̂/2)·(r_correct − r_wrong) with F̂ the policy's running RA-F1 is Dinkelbach's iteration for
+    that ratio: each step's reward-maximiser has an RA-F1 at least F̂, so F̂ climbs to F* (tested)."""
+    return check_prob("the running RA-F1 F̂", f_hat) / 2.0
+
+
+def line_base_reward(line: float, r_correct: float = 1.0, r_wrong: float = 0.0) -> float:
+    """R_base of a query under a fixed abstain line s*: r_wrong + s*·(r_correct − r_wrong), the reward that ties
+    abstaining with answering at true success s* (`abstain_line` inverted)."""
+    return float(r_wrong) + check_prob("the abstain line", line) * (float(r_correct) - float(r_wrong))
+
+
+def base_reward(p: float, cfg: RewardConfig, line: float | None = None) -> float:
+    """Step 3 as a run computes it: R_base(p_i) from courage γ, or, given the step's `line`
+    (`reward.abstain_line: ra_f1`), the same R_base for every query, `line_base_reward`."""
+    if line is None:
+        return base_refusal_reward(p, cfg.gamma, cfg.p_min)
+    return line_base_reward(line, cfg.r_correct, cfg.r_wrong)
+
+
+def line_of(p: float, cfg: RewardConfig, line: float | None = None) -> float:
+    """Step 4's abstain line s* of a query: `abstain_line` from courage γ, or the step's `line` itself."""
+    if line is None:
+        return abstain_line(p, cfg.gamma, cfg.p_min, cfg.r_correct, cfg.r_wrong)
+    return check_prob("the abstain line", line)
+
+
 def beta_cdf(x: float, a: float, b: float) -> float:
     """The regularised incomplete beta function I_x(a, b): P(S <= x) for S ~ Beta(a, b), a, b > 0.
 
@@ -177,12 +217,18 @@ def posterior_abstain_probability(p: float, n: float, gamma: float, p_min: float
     ~1, where r_base_mean stops at 1 − p_min^γ; a query always solved counts ~0. It is continuous in γ (s*
     is), so ρ̂ moves with γ even between two K-sample values of p, where the threshold does not move at all.
     n = 0 (no estimate) gives the prior's P(s < s*)."""
+    return posterior_below(abstain_line(p, gamma, p_min, r_correct, r_wrong), p, n, prior)
+
+
+def posterior_below(line: float, p: float, n: float, prior: float = 0.5) -> float:
+    """P(s < line) for s ~ Beta(p·n + prior, (1 − p)·n + prior): what the n samples behind p say about a true
+    success below the abstain line (`posterior_abstain_probability` at a given line)."""
     p = check_prob("p_i", p)
     if n < 0 or math.isnan(n):
         raise ValueError(f"the sample count behind p_i must be >= 0, got {n!r}")
     if prior <= 0:
         raise ValueError(f"posterior_prior must be > 0, got {prior!r}")
-    return beta_cdf(abstain_line(p, gamma, p_min, r_correct, r_wrong), p * n + prior, (1.0 - p) * n + prior)
+    return beta_cdf(line, p * n + prior, (1.0 - p) * n + prior)
 
 
 def soft_abstain_probability(p: float, gamma: float, p_min: float, tau: float, r_correct: float = 1.0,
@@ -191,48 +237,62 @@ def soft_abstain_probability(p: float, gamma: float, p_min: float, tau: float, r
     crosses the line."""
     if tau <= 0:
         raise ValueError(f"soft_tau must be > 0, got {tau!r}")
-    gap = (base_refusal_reward(p, gamma, p_min) - answer_value(p, r_correct, r_wrong)) / tau
-    # Written in the overflow-safe form for both signs of the gap.
-    if gap >= 0:
-        return 1.0 / (1.0 + math.exp(-gap))
-    z = math.exp(gap)
+    return _sigmoid((base_refusal_reward(p, gamma, p_min) - answer_value(p, r_correct, r_wrong)) / tau)
+
+
+def _sigmoid(x: float) -> float:
+    """σ(x), in the overflow-safe form for both signs."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    z = math.exp(x)
     return z / (1.0 + z)
 
 
 # Step 4's readings (`reward.expected_rate`, registered in awarl.choices.EXPECTED_RATES): one completion's
-# contribution to ρ̂, all with one signature: p_i, the samples n behind it (None: unknown), and the run's reward
+# contribution to ρ̂, all with one signature: p_i, the samples n behind it (None: unknown), the run's reward
 # settings, from which each reads its own constants (a reading with a new one adds a RewardConfig field and
-# changes no caller).
+# changes no caller), and the step's abstain line when `reward.abstain_line: ra_f1` sets one for every query
+# (None: each query's own line from courage γ).
 @runtime_checkable
 class Reading(Protocol):
-    """What an expected-rate reading registers: a pure function (p, n, cfg: RewardConfig) -> float in [0, 1],
-    one completion's share of ρ̂ (its docstring names the step it computes; docs/extending.md)."""
+    """What an expected-rate reading registers: a pure function (p, n, cfg: RewardConfig, line=None) -> float in
+    [0, 1], one completion's share of ρ̂ (its docstring names the step it computes; docs/extending.md). `line` is
+    passed only under `reward.abstain_line: ra_f1`."""
 
-    def __call__(self, p: float, n: float | None, cfg: RewardConfig) -> float: ...
+    def __call__(self, p: float, n: float | None, cfg: RewardConfig, line: float | None = None) -> float: ...
 
 
-def threshold_reading(p: float, n: float | None, cfg: RewardConfig) -> float:
+def threshold_reading(p: float, n: float | None, cfg: RewardConfig, line: float | None = None) -> float:
     """Step 4, `threshold` (SPEC): 1 if abstaining pays more than the expected value of answering, else 0."""
-    return 1.0 if prefers_abstain(p, cfg.gamma, cfg.p_min, cfg.r_correct, cfg.r_wrong) else 0.0
+    if line is None:
+        return 1.0 if prefers_abstain(p, cfg.gamma, cfg.p_min, cfg.r_correct, cfg.r_wrong) else 0.0
+    return 1.0 if check_prob("p_i", p) < line_of(p, cfg, line) else 0.0
 
 
-def soft_reading(p: float, n: float | None, cfg: RewardConfig) -> float:
+def soft_reading(p: float, n: float | None, cfg: RewardConfig, line: float | None = None) -> float:
     """Step 4, `soft`: the sigmoid of that gap with temperature τ = soft_tau (`soft_abstain_probability`)."""
-    return soft_abstain_probability(p, cfg.gamma, cfg.p_min, cfg.soft_tau, cfg.r_correct, cfg.r_wrong)
+    if line is None:
+        return soft_abstain_probability(p, cfg.gamma, cfg.p_min, cfg.soft_tau, cfg.r_correct, cfg.r_wrong)
+    if cfg.soft_tau <= 0:
+        raise ValueError(f"soft_tau must be > 0, got {cfg.soft_tau!r}")
+    return _sigmoid((base_reward(p, cfg, line) - answer_value(p, cfg.r_correct, cfg.r_wrong)) / cfg.soft_tau)
 
 
-def r_base_mean_reading(p: float, n: float | None, cfg: RewardConfig) -> float:
+def r_base_mean_reading(p: float, n: float | None, cfg: RewardConfig, line: float | None = None) -> float:
     """Step 4, `r_base_mean`: R_base itself, so ρ̂ is the batch mean of R_base = 1 − p*: the failure share the
     courage-inflated confidence p* expects. Capped at 1 − p_min^γ per query, whatever the p_i say."""
-    return base_refusal_reward(p, cfg.gamma, cfg.p_min)
+    return base_reward(p, cfg, line)
 
 
-def posterior_reading(p: float, n: float | None, cfg: RewardConfig) -> float:
+def posterior_reading(p: float, n: float | None, cfg: RewardConfig, line: float | None = None) -> float:
     """Step 4, `posterior`: `posterior_abstain_probability` with the n samples behind p (required) and the
-    Beta(posterior_prior, posterior_prior) prior."""
+    Beta(posterior_prior, posterior_prior) prior; at the step's `line` when given (`posterior_below`)."""
     if n is None:
         raise ValueError("expected_rate=posterior needs the number of samples behind each p_i")
-    return posterior_abstain_probability(p, n, cfg.gamma, cfg.p_min, cfg.posterior_prior, cfg.r_correct, cfg.r_wrong)
+    if line is None:
+        return posterior_abstain_probability(p, n, cfg.gamma, cfg.p_min, cfg.posterior_prior, cfg.r_correct,
+                                             cfg.r_wrong)
+    return posterior_below(line_of(p, cfg, line), p, n, cfg.posterior_prior)
 
 
 def reading(name: str) -> Reading:
@@ -240,10 +300,14 @@ def reading(name: str) -> Reading:
     return choices.EXPECTED_RATES.load(name)
 
 
-def expected_share(p: float, n: float | None, cfg: RewardConfig) -> float:
+def expected_share(p: float, n: float | None, cfg: RewardConfig, line: float | None = None) -> float:
     """Step 4, one completion's contribution to ρ̂ under the run's reading (`cfg.expected_rate`; docs/method.md
-    "The penalty's target"), with the run's reward settings: what training and the simulator call."""
-    return reading(cfg.expected_rate)(p, n, cfg)
+    "The penalty's target"), with the run's reward settings and, under `reward.abstain_line: ra_f1`, the step's
+    line: what training and the simulator call. A reading registered without a `line` parameter still serves
+    the courage line (`line` is passed only when set)."""
+    if line is None:
+        return reading(cfg.expected_rate)(p, n, cfg)
+    return reading(cfg.expected_rate)(p, n, cfg, line=line)
 
 
 def batch_expected_rate(ps: Iterable[float], cfg: RewardConfig, ns: Iterable[float] | None = None) -> float:
@@ -297,6 +361,14 @@ def ema(prev: float, value: float, beta: float) -> float:
     return beta * float(prev) + (1.0 - beta) * float(value)
 
 
+def bias_corrected(m: float, updates: int, beta: float) -> float:
+    """An EMA m_t started at m_0 = 0, divided by 1 − β^t (as Adam's moments): the EMA-weighted average of the
+    values seen so far, full size from the first step; 0 before any step."""
+    if updates <= 0:
+        return 0.0
+    return float(m) / (1.0 - float(beta) ** int(updates))
+
+
 def smoothed_excess(e_ema: float, updates: int, beta: float, start: str = "zero") -> float:
     """Step 6, `reward.ema_start`: Ē_t from the running EMA m_t (m_0 = 0) after `updates` = t steps.
 
@@ -308,9 +380,7 @@ def smoothed_excess(e_ema: float, updates: int, beta: float, start: str = "zero"
     if start == "zero":
         return float(e_ema)
     if start == "bias_corrected":
-        if updates <= 0:
-            return 0.0
-        return float(e_ema) / (1.0 - float(beta) ** int(updates))
+        return bias_corrected(e_ema, updates, beta)
     raise ValueError(f"ema_start must be one of {EMA_STARTS}, got {start!r}")
 
 

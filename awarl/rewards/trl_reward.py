@@ -122,6 +122,7 @@ class AwaRLReward:
         self.e_ema = 0.0  # the running EMA m_t of the excess, m_0 = 0; Ē_t derives from it (reward.ema_start)
         self.e_bar = 0.0
         self.updates = 0
+        self.f_ema = 0.0  # reward.abstain_line=ra_f1: the running RA-F1's EMA (m_0 = 0, bias-corrected when read)
         self.p_online: dict[str, float] = {}
         self.judge_failures_total = 0
         self.unknown_p_total = 0
@@ -191,13 +192,14 @@ class AwaRLReward:
         groups = self._group_counts(qids, outcomes, ps)
         if cfg.p_online == "group":
             ps, ns = self._with_group_outcomes(qids, ps, ns, groups)
-        rates = self._batch_rates(outcomes, ps, ns, unknown)
+        rates = self._batch_rates(outcomes, ps, ns, unknown, update)
         # reward.refusal_warmup: plain GRPO's abstention reward, and Ē held at its start, until it ends
         warm = strategy(cfg.strategy).uses_r_ref and A.warming_up(self.updates, self._warm_steps(kwargs))
         smoothing = self._smoothing(rates, update and bool(rates["n"]) and not warm)
         penalty = smoothing["penalty"] if smoothing else 0.0
         penalties = [0.0] * n if warm else self._group_penalties(qids, smoothing)
-        abstain_r = [float(cfg.r_wrong)] * n if warm else self._abstain_rewards(qids, ps, penalties, groups)
+        abstain_r = [float(cfg.r_wrong)] * n if warm else \
+            self._abstain_rewards(qids, ps, penalties, groups, rates.get("line"))
         r_cite, failures, cite_counts = self._citations(kwargs, outcomes, n)
         rewards = [A.total_reward(o, A.outcome_reward(o, r_ab, cfg.r_correct, cfg.r_wrong, cfg.r_invalid),
                                   rc, cfg.lambda_cite)
@@ -208,12 +210,13 @@ class AwaRLReward:
             [sum(abstain_r), sum(penalties), sum(cite_vals), len(cite_vals), failures, n_judged,
              *cite_counts.values()])
         if update and rates["n"]:
-            self._update_state(smoothing, groups, fail_sum, rates["unknown_p"])
+            self._update_state(smoothing, groups, fail_sum, rates)
         tot = rates["n"]
         # E, Ē and P exist for AWA-RL only; ρ̂ is logged for every strategy as the reference refusal rate.
         stats = {"rho": rates["rho"], "rho_hat": rates["rho_hat"],
                  **({"E": rates["E"], "E_bar": smoothing["e_bar"], "penalty": penalty,
                      "penalty_applied": pen_sum / tot if tot else 0.0} if smoothing else {}),
+                 **({"ra_f1_hat": rates["ra_f1_hat"], "line": rates["line"]} if "line" in rates else {}),
                  "r_ref_mean": r_ref_sum / tot if tot else 0.0,
                  **{k: rates[k] for k in ("share_correct", "share_wrong", "share_abstain", "share_invalid")},
                  "r_cite_mean": cite_sum / cite_n if cite_n else 0.0, "judged": judged_sum,
@@ -277,16 +280,18 @@ class AwaRLReward:
         pairs = [A.group_estimate(p, n, groups[q][0], groups[q][1], lam) for q, p, n in zip(qids, ps, ns, strict=True)]
         return [p for p, _ in pairs], [n for _, n in pairs]
 
-    def _batch_rates(self, outcomes: list[Outcome], ps: list[float], ns: list[float],
-                     unknown: int) -> dict[str, float]:
-        """Steps 4-5 over the whole generation batch (counts summed across processes): ρ_t, ρ̂_t, E_t, and
-        the outcome shares."""
+    def _batch_rates(self, outcomes: list[Outcome], ps: list[float], ns: list[float], unknown: int,
+                     update: bool) -> dict[str, float]:
+        """Steps 4-5 over the whole generation batch (counts summed across processes): ρ_t, ρ̂_t, E_t, the outcome
+        shares, and under `reward.abstain_line: ra_f1` the step's line (`_ra_f1_line`), which ρ̂ reads."""
         cfg = self.cfg
-        exp_sum = sum(A.expected_share(p, c, cfg) for p, c in zip(ps, ns, strict=True))
-        counts = [float(len(outcomes)), exp_sum, float(unknown)] + [
+        counts = [float(len(outcomes)), float(unknown)] + [
             float(sum(o is kind for o in outcomes))
             for kind in (Outcome.ABSTAIN, Outcome.CORRECT, Outcome.WRONG, Outcome.INVALID)]
-        tot, tot_exp, tot_unknown, n_abs, n_c, n_w, n_inv = all_reduce_sum(counts)
+        tot, tot_unknown, n_abs, n_c, n_w, n_inv = all_reduce_sum(counts)
+        out = self._ra_f1_line(n_c, tot - n_abs, tot, update) if tot else {}
+        line = out.get("line")
+        (tot_exp,) = all_reduce_sum([sum(A.expected_share(p, c, cfg, line) for p, c in zip(ps, ns, strict=True))])
 
         def share(x: float) -> float:
             return x / tot if tot else 0.0
@@ -294,7 +299,22 @@ class AwaRLReward:
         rho, rho_hat = share(n_abs), share(tot_exp)
         return {"n": tot, "rho": rho, "rho_hat": rho_hat, "E": A.excess(rho, rho_hat), "unknown_p": tot_unknown,
                 "share_correct": share(n_c), "share_wrong": share(n_w), "share_abstain": rho,
-                "share_invalid": share(n_inv)}
+                "share_invalid": share(n_inv), **out}
+
+    def _ra_f1_line(self, correct: float, answered: float, total: float, update: bool) -> dict[str, float]:
+        """`reward.abstain_line: ra_f1` (AWA-RL only; empty otherwise): the running RA-F1 F̂ with this batch in it
+        (a training batch, the warm-up's too; an evaluation batch reads the state, or itself before any training
+        step) and the step's line F̂/2 (`abstention.ra_f1_line`)."""
+        cfg = self.cfg
+        if cfg.abstain_line != "ra_f1" or not strategy(cfg.strategy).uses_r_ref:
+            return {}
+        f = A.ra_f1_of_counts(correct, answered, total)
+        if update or not self.updates:
+            f_ema, t = A.ema(self.f_ema, f, cfg.ra_f1_beta), self.updates + 1
+        else:
+            f_ema, t = self.f_ema, self.updates
+        f_hat = A.bias_corrected(f_ema, t, cfg.ra_f1_beta)
+        return {"f_ema": f_ema, "ra_f1_hat": f_hat, "line": A.ra_f1_line(f_hat)}
 
     def _smoothing(self, rates: dict[str, float], update: bool) -> dict[str, float] | None:
         """Steps 6-7 for AWA-RL (None for the baselines, which have no penalty): the EMA m_t, Ē_t and P(Ē_t).
@@ -320,23 +340,26 @@ class AwaRLReward:
         return [by_query[q] for q in qids]
 
     def _abstain_rewards(self, qids: list[str], ps: list[float], penalties: list[float],
-                         groups: dict[str, tuple[float, ...]]) -> list[float]:
-        """What an abstention earns per completion under the strategy (step 8 for `awarl`)."""
+                         groups: dict[str, tuple[float, ...]], line: float | None = None) -> list[float]:
+        """What an abstention earns per completion under the strategy (step 8 for `awarl`; R_base at the step's
+        `line` under `reward.abstain_line: ra_f1`)."""
         cfg = self.cfg
         r_max = A.refusal_cap(cfg.r_correct, cfg.r_ref_margin)
         r_min = A.refusal_floor(cfg.r_wrong, cfg.r_ref_floor_margin)
         out = []
         for q, p, pen in zip(qids, ps, penalties, strict=True):
-            r_ref = A.refusal_reward(A.base_refusal_reward(p, cfg.gamma, cfg.p_min), pen, cfg.r_clip, r_max,
-                                     r_min)
+            r_ref = A.refusal_reward(A.base_reward(p, cfg, line), pen, cfg.r_clip, r_max, r_min)
             out.append(abstain_reward(cfg.strategy, cfg, r_ref, groups.get(q, (0.0,))[0] > 0))
         return out
 
     def _update_state(self, smoothing: dict[str, float] | None, groups: dict[str, tuple[float, ...]], failures: float,
-                      unknown: float) -> None:
-        """Advance Ē, the online p estimates and the counters by one training step."""
+                      rates: dict[str, float]) -> None:
+        """Advance Ē, the running RA-F1, the online p estimates and the counters by one training step."""
         if smoothing is not None:
             self.e_ema, self.e_bar = smoothing["e_ema"], smoothing["e_bar"]
+        if "f_ema" in rates:
+            self.f_ema = rates["f_ema"]
+        unknown = rates["unknown_p"]
         self.updates += 1
         if self.cfg.p_online == "ema":
             # The group's own outcomes do not change its own reward this step (p was read above): the
@@ -389,7 +412,8 @@ class AwaRLReward:
 
     # ------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        return {"format": STATE_FORMAT, "e_bar": self.e_bar, "e_ema": self.e_ema, "updates": self.updates,
+        return {"format": STATE_FORMAT, "e_bar": self.e_bar, "e_ema": self.e_ema, "f_ema": self.f_ema,
+                "updates": self.updates,
                 "p_online": dict(self.p_online), "judge_failures_total": self.judge_failures_total,
                 "unknown_p_total": self.unknown_p_total, "last_stats": dict(self.last_stats)}
 
@@ -399,6 +423,11 @@ class AwaRLReward:
         e_bar = _excess_value(source, "e_bar", state.get("e_bar"))
         # States written before reward.ema_start existed hold only Ē, which then equalled the EMA itself.
         e_ema = _excess_value(source, "e_ema", state.get("e_ema", e_bar))
+        # States written before reward.abstain_line existed have no running RA-F1: it starts again from 0.
+        f_ema = state.get("f_ema", 0.0)
+        if isinstance(f_ema, bool) or not isinstance(f_ema, (int, float)) or not 0.0 <= f_ema <= 1.0:
+            raise ValueError(f"{source}: key 'f_ema' must be a number in [0, 1] (an average of RA-F1 values), "
+                             f"got {f_ema!r:.40}")
         p_online = state.get("p_online") or {}
         if not isinstance(p_online, Mapping):
             raise ValueError(f"{source}: key 'p_online' must be a mapping qid -> p")
@@ -415,6 +444,7 @@ class AwaRLReward:
             raise ValueError(f"{source}: key 'last_stats' must be a mapping name -> number, got {last!r:.80}")
         self.e_bar = float(e_bar)
         self.e_ema = float(e_ema)
+        self.f_ema = float(f_ema)
         self.updates = counts["updates"]
         self.judge_failures_total = counts["judge_failures_total"]
         self.unknown_p_total = counts["unknown_p_total"]
