@@ -576,7 +576,7 @@ def options_line(rc: RewardConfig) -> str:
     """The reconstruction options of a reward config, in one line (docs/method.md "Reconstruction choices")."""
     return (f"expected_rate={rc.expected_rate}, p_definition={rc.p_definition}, ema_start={rc.ema_start}, "
             f"r_ref_margin={rc.r_ref_margin}, r_ref_floor_margin={rc.r_ref_floor_margin}, p_online={rc.p_online}, "
-            f"refusal_gate={rc.refusal_gate}, refusal_warmup={rc.refusal_warmup:g}; "
+            f"refusal_gate={rc.refusal_gate}, refusal_warmup={rc.refusal_warmup:g}, abstain_line={rc.abstain_line}; "
             f"outcome rewards correct {rc.r_correct:g}, "
             f"wrong {rc.r_wrong:g}, invalid {rc.r_invalid:g}")
 
