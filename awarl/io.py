@@ -72,6 +72,19 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
 
+def kept_json(path: str | os.PathLike, want: dict, compute: Callable[[], dict]) -> dict:
+    """The JSON object at `path` when it holds every key of `want` with that value (a finished piece of a long job:
+    a rerun resumes), else `compute()`, written there atomically. The study scripts' per-cell cache."""
+    path = Path(path)
+    if path.exists():
+        done = loads_json(path.read_text(encoding="utf-8"))
+        if isinstance(done, dict) and all(done.get(k) == v for k, v in want.items()):
+            return done
+    out = compute()
+    atomic_write_json(path, out)
+    return out
+
+
 def atomic_write_folder(out: str | os.PathLike, marker: str, fill: Callable[[Path], None]) -> None:
     """Write a folder atomically: `fill(tmp)` in a temporary sibling, renamed to `out`, so a kill never leaves
     half a model behind. An existing `out` is replaced only when it is empty or an earlier result of the same

@@ -59,7 +59,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from awarl.io import atomic_write_json, atomic_write_text, repo_root
+from awarl.io import atomic_write_json, atomic_write_text, kept_json, repo_root
 from awarl.simulate import run_all, summary_rows
 
 
@@ -117,7 +117,7 @@ def _job(args: tuple) -> dict:
     path = Path(out) / "cells" / f"{pop['name']}-{norm}-{tag}.json"
     want = {"overrides": pop["overrides"], "norm": norm, "seeds": list(seeds), "extra": extra,
             "candidates": {k: [v[0], list(v[1])] for k, v in candidates.items()}, "with_baselines": baselines}
-    return L._kept(path, want, lambda: {**run_cell(pop, norm, seeds, candidates, extra, baselines), **want})
+    return kept_json(path, want, lambda: {**run_cell(pop, norm, seeds, candidates, extra, baselines), **want})
 
 
 def run_jobs(jobs: list[tuple], workers: int, label: str) -> list[dict]:

@@ -103,8 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def f(x: float) -> str:
+    return f"{x:.3f}".replace("-", "−")
+
+
 def report(res: dict) -> str:
-    f = R6._f
     lines = [f"# Round 6, addendum: {res['candidate']} on round 6's evidence cells (protocol: "
              f"scripts/reward_study_round6_addendum.py at {res['protocol_commit']}; round 6 at "
              f"{res['round6_protocol_commit']})", "",

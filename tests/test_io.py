@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from awarl.io import DataError, iter_jsonl, pending_batches
@@ -161,3 +163,19 @@ def test_a_plot_rewrite_cut_short_leaves_the_earlier_picture(tmp_path):
         save_figure(fig, path)
     plt.close(fig)
     assert path.read_bytes() == good and [p.name for p in tmp_path.iterdir()] == ["compare.png"]
+
+
+def test_kept_json_computes_once_and_recomputes_when_what_it_holds_is_not_what_is_wanted(tmp_path):
+    from awarl.io import kept_json
+
+    calls = []
+
+    def compute() -> dict:
+        calls.append(1)
+        return {"seeds": [0, 1], "value": len(calls)}
+
+    path = tmp_path / "cell.json"
+    assert kept_json(path, {"seeds": [0, 1]}, compute) == {"seeds": [0, 1], "value": 1}
+    assert kept_json(path, {"seeds": [0, 1]}, compute)["value"] == 1 and len(calls) == 1  # resumed, not rerun
+    assert kept_json(path, {"seeds": [0, 1, 2]}, compute)["value"] == 2  # other settings: computed again
+    assert json.loads(path.read_text())["value"] == 2
