@@ -165,7 +165,9 @@ def test_every_registered_strategy_and_reading_has_its_registry_s_shape():
         assert isinstance(s, Strategy) and isinstance(s.abstain_reward(cfg, 0.3, False), float)
     for name in choices.EXPECTED_RATES.names:
         reading = choices.EXPECTED_RATES.load(name)
-        assert list(inspect.signature(reading).parameters) == ["p", "n", "cfg"], name
+        params = inspect.signature(reading).parameters
+        # (p, n, cfg), and the step's line under reward.abstain_line=ra_f1, None when courage γ sets it per query
+        assert list(params) == ["p", "n", "cfg", "line"] and params["line"].default is None, name
         assert "Step 4" in (reading.__doc__ or ""), f"{name}: its docstring names the formula step"
         values = [reading(p, 8.0, RewardConfig(gamma=0.5, p_min=0.1)) for p in (0.0, 0.3, 1.0)]
         assert all(0.0 <= v <= 1.0 for v in values) and values[0] >= values[-1], (name, values)

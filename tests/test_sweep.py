@@ -170,7 +170,7 @@ def test_shipped_gamma_sweep_crosses_gamma_with_every_expected_rate_reading(tmp_
 
 def test_shipped_dither_sweep_crosses_the_spec_step_with_the_shipped_dither(tmp_path, capsys):
     """configs/sweep_dither.yaml: the SPEC's batch-wide step (penalty_dither 0) against the shipped per-group draw,
-    at the shipped γ and the first round's; every run's resolved config carries its point."""
+    at the shipped γ and round 5's; every run's resolved config carries its point."""
     from awarl.cli import main
     from awarl.config import RewardConfig, load_config
     from awarl.io import repo_root
