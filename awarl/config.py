@@ -358,10 +358,11 @@ class RewardConfig(Section):
                                   "samples beside the group's: p = (λ·c + c_g) / (λ·K + a_g). 1: a pre-RL sample "
                                   "counts as much as one of this step; 0: the group alone. (R)")
     abstain_line: Literal["courage", "ra_f1"] = Field(
-        "courage", description="strategy=awarl: where the abstain line s* sits. courage = the paper's, per query "
+        "ra_f1", description="strategy=awarl: where the abstain line s* sits. courage = the paper's, per query "
         "from p_i and γ (R_base = 1 − max(p_i, p_min)^γ); ra_f1 = the line that maximises RA-F1, s* = F̂/2 for "
         "every query, F̂ the policy's running RA-F1 on its training batches (EMA, ra_f1_beta), R_base = r_wrong + "
-        "s*·(r_correct − r_wrong): γ is then unused and p_i serves ρ̂ only (docs/method.md \"The RA-F1 line\"). (R)")
+        "s*·(r_correct − r_wrong): γ is then unused and p_i serves ρ̂ only (docs/method.md \"The RA-F1 line\"). (R; "
+        "round 7 chose ra_f1, with refusal_warmup 0.9: docs/learning_study.md)")
     ra_f1_beta: float = Field(0.9, ge=0.0, lt=1.0, description="abstain_line=ra_f1: EMA coefficient of the running "
                               "RA-F1 F̂ (bias-corrected, so full size from the first step). (R)")
     refusal_gate: Literal["off", "any_correct"] = Field(
@@ -369,11 +370,12 @@ class RewardConfig(Section):
         "its own GRPO group is correct (BAPO's group rule in front of AWA-RL's r_ref): the group has just shown "
         "the query answerable now, whatever the pre-RL p_i said (docs/method.md \"Gating and warm-up\"). (R)")
     refusal_warmup: float = Field(
-        0.6, ge=0.0, lt=1.0, description="strategy=awarl: over this share of the run's training steps (of "
+        0.9, ge=0.0, lt=1.0, description="strategy=awarl: over this share of the run's training steps (of "
         "train.max_steps; of simulate.steps in the simulator) an abstention earns r_wrong, as in plain GRPO, and Ē "
         "stays at 0; AWA-RL's r_ref and penalty start after it. For a policy whose skill grows from answering: "
         "refusing before it has learned stops it learning (lazy refusal; docs/method.md \"Gating and "
-        "warm-up\"). 0 = off. (R)")
+        "warm-up\"). 0 = off; a warm start from a plain-GRPO checkpoint has had its warm-up. (R; round 7 chose 0.9 "
+        "with abstain_line ra_f1, round 5 0.6)")
     r_clip: tuple[float, float] = Field((-1.0, 1.0), description="Clip range of r_ref. (R)")
     r_correct: float = Field(1.0, description="Outcome reward of a correct answer.")
     r_wrong: float = Field(0.0, description="Outcome reward of a wrong answer.")

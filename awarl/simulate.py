@@ -339,11 +339,17 @@ def run_specs(cfg: AwarlConfig) -> list[dict]:
         elif strat == "static":
             specs += [{"strategy": "static", "gamma": rc.gamma, "static_value": v, "label": f"static {v:g}"}
                       for v in sc.static_values]
-        elif strat == "awarl":
-            specs += [{"strategy": "awarl", "gamma": g, "label": f"awarl γ={g:g}"} for g in sc.gammas]
-        elif strat == "awarl_no_penalty":
-            specs += [{"strategy": "awarl", "gamma": g, "penalty": False, "label": f"awarl γ={g:g} no penalty"}
-                      for g in sc.gammas]
+        elif strat in ("awarl", "awarl_no_penalty"):
+            penalty = {} if strat == "awarl" else {"penalty": False}
+            tail = "" if strat == "awarl" else " no penalty"
+            if rc.abstain_line == "ra_f1":
+                # γ does not enter the RA-F1 line: one run, not one per γ (its row keeps the grid's first γ, as the
+                # study scripts that run the line on a one-γ grid read it)
+                specs.append({"strategy": "awarl", "gamma": sc.gammas[0], **penalty,
+                              "label": f"awarl RA-F1 line{tail}"})
+            else:
+                specs += [{"strategy": "awarl", "gamma": g, **penalty, "label": f"awarl γ={g:g}{tail}"}
+                          for g in sc.gammas]
         else:  # any other registered strategy: one run at reward.gamma
             specs.append({"strategy": strat, "gamma": rc.gamma, "label": strat})
     return specs

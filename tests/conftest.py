@@ -373,7 +373,8 @@ def spec_reward(**overrides):
 # The shipped reward before round 5 of the study (docs/learning_study.md): p_i fixed before RL, no refusal gate, no
 # warm-up, γ 0.01. Tests of a mechanism that the default once exercised pin it, so that they test that mechanism
 # and not whatever the default is now.
-ROUND4_REWARD = {"gamma": 0.01, "p_online": "off", "p_prior_weight": 1.0, "refusal_gate": "off", "refusal_warmup": 0.0}
+ROUND4_REWARD = {"gamma": 0.01, "p_online": "off", "p_prior_weight": 1.0, "refusal_gate": "off", "refusal_warmup": 0.0,
+                 "abstain_line": "courage"}
 ROUND4_OVERRIDES = [f"reward.{k}={v!r}" if isinstance(v, str) else f"reward.{k}={v}" for k, v in ROUND4_REWARD.items()]
 
 

@@ -111,6 +111,6 @@ def test_an_evaluation_batch_reads_the_running_ra_f1_and_leaves_it_and_a_restart
 
 
 def test_the_courage_line_logs_no_ra_f1_and_is_unchanged():
-    reward = AwaRLReward(RewardConfig(refusal_gate="off", refusal_warmup=0.0))
+    reward = AwaRLReward(RewardConfig(abstain_line="courage", refusal_gate="off", refusal_warmup=0.0))
     call(reward, ["correct", "wrong", "abstain", "wrong"])
     assert "line" not in reward.last_stats and reward.f_ema == 0.0

@@ -29,10 +29,11 @@ def test_every_round5_variant_is_a_valid_reward_over_the_reward_its_protocol_com
         rc = load_config(repo_root() / "configs" / "base.yaml", ROUND4_OVERRIDES + R.L.variant_overrides(opts)).reward
         assert (rc == round4) == (name == R.CURRENT[0]), name
     assert round4.gamma == R.CURRENT[1] and R.CURRENT[1] in R.GAMMAS
-    # the choice, at its γ, is today's default but for γ, which round 6 moved to 0.2
+    # the choice, at its γ, is today's default but for γ (round 6 moved it to 0.2), the line and the warm-up (round 7)
     chosen = load_config(repo_root() / "configs" / "base.yaml", ROUND4_OVERRIDES + R.L.variant_overrides(
         R.VARIANTS["gate+group, warm-up 0.6"]) + ["reward.gamma=0.1"]).reward
-    assert chosen == load_config(repo_root() / "configs" / "base.yaml", ["reward.gamma=0.1"]).reward
+    assert chosen == load_config(repo_root() / "configs" / "base.yaml", ["reward.gamma=0.1", "reward.abstain_line=courage",
+                                                                        "reward.refusal_warmup=0.6"]).reward
 
 
 def test_candidate_cells_are_joined_per_population_and_normalisation():

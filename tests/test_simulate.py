@@ -71,7 +71,8 @@ SMALL = ["simulate.steps=60", "simulate.n_queries=200", "simulate.batch_queries=
 def test_every_reconstruction_option_runs_from_the_command_line(tmp_path, option):
     out = tmp_path / "sim"
     assert main(["simulate", "--out", str(out), "--no-progress", *SMALL, "simulate.seeds=2",
-                 "simulate.strategies=[none, awarl]", "simulate.gammas=[0.5, 1.0]", option]) == 0
+                 "simulate.strategies=[none, awarl]", "simulate.gammas=[0.5, 1.0]", "reward.abstain_line=courage",
+                 option]) == 0
     summary = json.loads((out / "summary.json").read_text())
     key, value = option.split("=")
     assert str(summary["config"]["reward"][key.split(".")[1]]) == value
@@ -80,6 +81,18 @@ def test_every_reconstruction_option_runs_from_the_command_line(tmp_path, option
     assert "refusal plateaus by γ" in md and "AWA-RL raises precision and RA-F1" in md
     runs = {r["label"]: r for r in summary["runs"]}
     assert runs["awarl γ=1"]["seeds"] == 2 and runs["awarl γ=1"]["refusal_rate_sd"] >= 0.0
+
+
+def test_the_ra_f1_line_runs_once_whatever_the_gamma_grid_and_skips_the_claims_about_gamma(tmp_path):
+    """γ does not enter the RA-F1 line (the shipped one): a γ grid would run the same reward once per γ, so the
+    simulator runs it once, and the paper's claim about γ (refusal rising with it) is not checked on one run."""
+    out = tmp_path / "sim"
+    assert main(["simulate", "--out", str(out), "--no-progress", *SMALL, "simulate.seeds=1",
+                 "simulate.strategies=[none, awarl, awarl_no_penalty]", "simulate.gammas=[0.5, 1.0]"]) == 0
+    labels = [r["label"] for r in json.loads((out / "summary.json").read_text())["runs"]]
+    assert labels == ["none (plain GRPO)", "awarl RA-F1 line", "awarl RA-F1 line no penalty"]
+    md = (out / "summary.md").read_text()
+    assert "abstain_line=ra_f1" in md and "refusal plateaus by γ" not in md and "AWA-RL raises precision" in md
 
 
 REPLAY_CASES = [

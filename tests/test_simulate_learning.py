@@ -176,14 +176,14 @@ def test_the_warm_up_is_plain_grpo_then_awarl_and_survives_a_restart(tmp_path):
 
     kw = dict(prompts=["p"] * 4, completions=["c"] * 4, qid=["q"] * 4, p_i=[0.0] * 4, p_n=[8] * 4,
               outcome=["abstain", "abstain", "abstain", "wrong"])
-    reward = AwaRLReward(RewardConfig(gamma=0.25, refusal_warmup=0.2), total_steps=10)
+    reward = AwaRLReward(RewardConfig(gamma=0.25, abstain_line="courage", refusal_warmup=0.2), total_steps=10)
     first = reward(**kw)
     assert first[0] == 0.0 and reward.e_bar == 0.0 and reward.last_stats["penalty"] == 0.0
     reward(**kw, training=False)                      # an evaluation batch: no step counted
     reward(**kw)
     assert reward.e_bar == 0.0 and reward.updates == 2
     save_reward_state(reward, tmp_path)
-    fresh = AwaRLReward(RewardConfig(gamma=0.25, refusal_warmup=0.2), total_steps=10)
+    fresh = AwaRLReward(RewardConfig(gamma=0.25, abstain_line="courage", refusal_warmup=0.2), total_steps=10)
     load_reward_state(fresh, tmp_path)
     third = fresh(**kw)
     assert third[0] > 0.1 and fresh.e_bar != 0.0      # r_ref now, and Ē moves (E = 0.75 − ρ̂)
@@ -207,7 +207,7 @@ def test_the_warm_up_is_a_share_of_the_run_read_from_the_trainer_when_not_given(
 
     kw = dict(prompts=["p"] * 2, completions=["c"] * 2, qid=["q"] * 2, p_i=[0.0] * 2, p_n=[8] * 2,
               outcome=["abstain", "wrong"])
-    reward = AwaRLReward(RewardConfig(gamma=0.25, refusal_warmup=0.1))
+    reward = AwaRLReward(RewardConfig(gamma=0.25, abstain_line="courage", refusal_warmup=0.1))
     for _ in range(2):
         assert reward(**kw, trainer_state=State())[0] == 0.0     # 2 of 20 steps: warm-up
     assert reward(**kw, trainer_state=State())[0] > 0.0
