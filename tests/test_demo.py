@@ -148,6 +148,14 @@ def test_dynamics_come_from_the_log_and_the_replay_catches_a_wrong_value():
     assert "The first 1 steps were the refusal warm-up" in dynamics_words(warm, {}, rc, 0.0, warm_steps=1)
     assert "refusal warm-up" not in dynamics_words(warm, {}, rc, 0.0)
     assert "penalty" not in dynamics_words(base, {}, rc, None)
+    # the RA-F1 line (shipped): ρ̂ reads F̂/2, logged as awarl/line, and the words say where the line went
+    lined = trainer_dynamics([_log(1, 0.2, 0.3, -0.1, -0.01, 0.0, **{"awarl/line": 0.1, "awarl/ra_f1_hat": 0.2}),
+                              _log(2, 0.2, 0.4, -0.2, -0.03, 0.0, **{"awarl/line": 0.15, "awarl/ra_f1_hat": 0.3})])
+    assert lined["line"] == [0.1, 0.15] and lined["ra_f1_hat"] == [0.2, 0.3]
+    said = dynamics_words(lined, {}, rc, 0.0)
+    assert "it reads the RA-F1 line F̂/2" in said and "0.100 -> 0.150" in said and "constant" not in said
+    assert "constant: it is a function of the batch's p_i only" in dynamics_words(
+        trainer_dynamics([_log(1, 0.2, 0.3, -0.1, -0.01, 0.0)]), {}, RewardConfig(abstain_line="courage"), 0.0)
 
 
 def test_report_names_the_rate_the_p_i_imply_under_every_reading():
@@ -166,7 +174,11 @@ def test_report_names_the_rate_the_p_i_imply_under_every_reading():
     assert t["rho_hat"]["r_base_mean"] == pytest.approx(1 - rc.p_min ** rc.gamma) == pytest.approx(t["r_base_mean_cap"])
     assert set(t["rho_hat"]) == set(A.EXPECTED_RATES)
     words = target_words(t)
-    assert "6 never solved in their 4 samples" in words and "posterior" in words and "(this run's)" in words
+    # the shipped RA-F1 line: these are the courage line's values, and the run's own ρ̂ read F̂/2 instead
+    assert "6 never solved in their 4 samples" in words and "posterior" in words and "(this run's)" not in words
+    assert f"at the courage line (γ = {rc.gamma:g}; this run's line is F̂/2 instead)" in words
+    courage = target_words(target_readings(rows, RewardConfig(abstain_line="courage")))
+    assert "posterior 0." in courage and "(this run's)" in courage and "courage line" not in courage
     # more samples behind the same p_i = 0: the posterior target moves towards the threshold's 1
     more = target_readings([{**r, "k": 16} for r in rows], rc)
     assert t["rho_hat"]["posterior"] < more["rho_hat"]["posterior"] < 1.0

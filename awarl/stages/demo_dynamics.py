@@ -25,7 +25,7 @@ from awarl.simulate import AB, INV, OUTCOMES, dead_zone, population_from_counts,
 from awarl.stages.p_report import rho_hat
 
 SERIES = ("rho", "rho_hat", "E", "E_bar", "penalty", "penalty_applied", "r_ref_mean", "share_correct", "share_wrong",
-          "share_abstain", "share_invalid")
+          "share_abstain", "share_invalid", "line", "ra_f1_hat")
 SIM_SERIES = {"rho": "batch_rho", "rho_hat": "batch_rho_hat", "E_bar": "E_bar", "penalty": "penalty",
               "penalty_applied": "penalty_applied"}
 # Float rounding of the logged values; a real difference of the formulas is orders of magnitude larger.
@@ -174,6 +174,7 @@ def target_readings(rows: Sequence[dict], rc: RewardConfig) -> dict[str, Any]:
     ns = [row_samples(r, rc.p_definition) for r in rows]
     return {"questions": len(ps), "never_solved": sum(p == 0 for p in ps),
             "samples": sorted({int(rc.posterior_samples if n is None else n) for n in ns}), "run": rc.expected_rate,
+            "abstain_line": rc.abstain_line, "gamma": rc.gamma,
             "r_base_mean_cap": 1.0 - rc.p_min ** rc.gamma,
             "rho_hat": {mode: rho_hat(rows, rc, mode, rc.gamma) for mode in A.EXPECTED_RATES}}
 
@@ -183,11 +184,24 @@ def target_words(targets: dict[str, Any]) -> str:
     if not targets.get("questions"):
         return ""
     k = "/".join(str(n) for n in targets["samples"])
-    each = ", ".join(f"{mode} {v:.2f}" + (" (this run's)" if mode == targets["run"] else "")
+    # under the RA-F1 line the run's ρ̂ reads F̂/2, not these courage-line values (older targets lack the key)
+    courage = targets.get("abstain_line", "courage") == "courage"
+    each = ", ".join(f"{mode} {v:.2f}" + (" (this run's)" if courage and mode == targets["run"] else "")
                      + (f" (capped at 1 − p_min^γ = {targets['r_base_mean_cap']:.2f})" if mode == "r_base_mean" else "")
                      for mode, v in targets["rho_hat"].items())
+    where = "" if courage else f" at the courage line (γ = {targets['gamma']:g}; this run's line is F̂/2 instead)"
     return (f"On these {targets['questions']} training questions ({targets['never_solved']} never solved in their "
-            f"{k} samples) the expected-rate readings give ρ̂: {each} (docs/method.md \"The penalty's target\").")
+            f"{k} samples) the expected-rate readings give ρ̂{where}: {each} (docs/method.md \"The penalty's "
+            "target\").")
+
+
+def line_words(dyn: dict[str, list], rc: RewardConfig, flat: bool) -> str:
+    """Why ρ̂_t moved or did not: the batch's p_i alone (courage line), or also the RA-F1 line F̂/2 it reads."""
+    if rc.abstain_line == "ra_f1" and dyn.get("line"):
+        l0, l1 = _span(dyn["line"])
+        return (f" (it reads the RA-F1 line F̂/2, F̂ the policy's running RA-F1 on its training batches: the line went "
+                f"{l0:.3f} -> {l1:.3f})")
+    return " (constant: it is a function of the batch's p_i only, and these barely differ)" if flat else ""
 
 
 def dynamics_words(dyn: dict[str, list], sim: dict[str, Any], rc: RewardConfig, replay: float | None,
@@ -200,8 +214,7 @@ def dynamics_words(dyn: dict[str, list], sim: dict[str, Any], rc: RewardConfig, 
     h0, h1 = _span(dyn["rho_hat"])
     parts = [f"Over {n} GRPO steps the observed refusal rate ρ_t went from {r0:.2f} (mean of the first quarter) "
              f"to {r1:.2f} (last quarter); the expected rate ρ̂_t from {h0:.2f} to {h1:.2f}"
-             + (" (constant: it is a function of the batch's p_i only, and these barely differ)"
-                if max(dyn["rho_hat"]) - min(dyn["rho_hat"]) < 0.02 else "") + "."]
+             + line_words(dyn, rc, max(dyn["rho_hat"]) - min(dyn["rho_hat"]) < 0.02) + "."]
     if targets:
         parts.append(target_words(targets))
     if "E_bar" in dyn and warm_steps:
@@ -238,7 +251,8 @@ def dynamics_words(dyn: dict[str, list], sim: dict[str, Any], rc: RewardConfig, 
                      + ("; the grid's lowest, so the policy's refusal barely moved at all" if
                         sim.get("learning_rate_fitted") and sim["assumed"]["learning_rate"] == LR_GRID[0] else "")
                      + ") stands for this model's speed, which the simulator does not know; ρ̂_t needs no fit "
-                     "(a function of the batch's p_i).")
+                     + ("(a function of the batch's p_i and, through F̂, of its outcomes)." if
+                        rc.abstain_line == "ra_f1" else "(a function of the batch's p_i)."))
     if replay is not None and replay <= REPLAY_TOLERANCE:
         parts.append(f"Recomputing Ē_t and P_t from the logged E_t with awarl.rewards.abstention reproduces the "
                      f"logged values to within {replay:.1e}: the trainer applied the formulas of docs/method.md.")
