@@ -196,12 +196,17 @@ class _RewardRun:
         if rc.p_online != "group" and self.line is None:
             return m.p_est[idx], m.r_base[idx], m.exp_ab[idx]
         p_used, r_base, exp_ab = [], [], []
+        at_line: dict[tuple[float, float], tuple[float, float]] = {}  # this step's line: few distinct (p, n)
         for i, c, a in zip(idx, correct_g, answered_g, strict=True):
             p, n = float(m.p_est[i]), float(m.n_est[i])
             if rc.p_online == "group":
                 p, n = A.group_estimate(p, n, int(c), int(a), rc.p_prior_weight)
-            rb, ea = m.values(p, n) if self.line is None else \
-                (A.base_reward(p, rc, self.line), A.expected_share(p, n, rc, self.line))
+            if self.line is None:
+                rb, ea = m.values(p, n)
+            else:
+                if (p, n) not in at_line:
+                    at_line[p, n] = (A.base_reward(p, rc, self.line), A.expected_share(p, n, rc, self.line))
+                rb, ea = at_line[p, n]
             p_used.append(p)
             r_base.append(rb)
             exp_ab.append(ea)
