@@ -220,8 +220,8 @@ class _RewardRun:
             return
         code = batch.code
         f = A.ra_f1_of_counts(float((code == C).sum()), float((code != AB).sum()), float(len(code)))
-        self.f_ema = A.ema(self.f_ema, f, rc.ra_f1_beta)
-        self.line = A.ra_f1_line(A.bias_corrected(self.f_ema, self.updates + 1, rc.ra_f1_beta))
+        self.f_ema, f_hat = A.running_ra_f1(self.f_ema, f, self.updates + 1, rc.ra_f1_beta)
+        self.line = A.ra_f1_line(f_hat)
 
     def score(self, batch: Batch, s: np.ndarray) -> _Scored:
         """Steps 4-8 on this generation batch (equal groups: the mean over queries is the mean over completions)."""

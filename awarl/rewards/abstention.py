@@ -137,6 +137,13 @@ def ra_f1_of_counts(correct: float, answered: float, total: float) -> float:
     return 2.0 * float(correct) / (float(total) + float(answered)) if correct else 0.0
 
 
+def running_ra_f1(f_ema: float, f: float, step: int, beta: float) -> tuple[float, float]:
+    """`reward.abstain_line: ra_f1`: after batch `step` (1-based) of RA-F1 `f`, the EMA m = β·f_ema + (1 − β)·f
+    (m_0 = 0) and F̂ = m / (1 − β^step), the bias-corrected running RA-F1 the line is drawn from."""
+    m = ema(f_ema, f, beta)
+    return m, bias_corrected(m, step, beta)
+
+
 def ra_f1_line(f_hat: float) -> float:
     """`reward.abstain_line: ra_f1`: the abstain line s* = F̂/2 that maximises RA-F1.
 
@@ -235,9 +242,14 @@ def soft_abstain_probability(p: float, gamma: float, p_min: float, tau: float, r
                              r_wrong: float = 0.0) -> float:
     """Step 4, `soft`: σ((R_base − V)/τ), V = `answer_value`. Smooth in p, so ρ̂ does not jump when one p_i
     crosses the line."""
+    return soft_at(base_refusal_reward(p, gamma, p_min), p, tau, r_correct, r_wrong)
+
+
+def soft_at(r_base: float, p: float, tau: float, r_correct: float = 1.0, r_wrong: float = 0.0) -> float:
+    """σ((R_base − V(p))/τ) for a given R_base: `soft_abstain_probability` at any line (courage γ's or the step's)."""
     if tau <= 0:
         raise ValueError(f"soft_tau must be > 0, got {tau!r}")
-    return _sigmoid((base_refusal_reward(p, gamma, p_min) - answer_value(p, r_correct, r_wrong)) / tau)
+    return _sigmoid((r_base - answer_value(p, r_correct, r_wrong)) / tau)
 
 
 def _sigmoid(x: float) -> float:
@@ -271,11 +283,7 @@ def threshold_reading(p: float, n: float | None, cfg: RewardConfig, line: float 
 
 def soft_reading(p: float, n: float | None, cfg: RewardConfig, line: float | None = None) -> float:
     """Step 4, `soft`: the sigmoid of that gap with temperature τ = soft_tau (`soft_abstain_probability`)."""
-    if line is None:
-        return soft_abstain_probability(p, cfg.gamma, cfg.p_min, cfg.soft_tau, cfg.r_correct, cfg.r_wrong)
-    if cfg.soft_tau <= 0:
-        raise ValueError(f"soft_tau must be > 0, got {cfg.soft_tau!r}")
-    return _sigmoid((base_reward(p, cfg, line) - answer_value(p, cfg.r_correct, cfg.r_wrong)) / cfg.soft_tau)
+    return soft_at(base_reward(p, cfg, line), p, cfg.soft_tau, cfg.r_correct, cfg.r_wrong)
 
 
 def r_base_mean_reading(p: float, n: float | None, cfg: RewardConfig, line: float | None = None) -> float:
@@ -289,9 +297,6 @@ def posterior_reading(p: float, n: float | None, cfg: RewardConfig, line: float 
     Beta(posterior_prior, posterior_prior) prior; at the step's `line` when given (`posterior_below`)."""
     if n is None:
         raise ValueError("expected_rate=posterior needs the number of samples behind each p_i")
-    if line is None:
-        return posterior_abstain_probability(p, n, cfg.gamma, cfg.p_min, cfg.posterior_prior, cfg.r_correct,
-                                             cfg.r_wrong)
     return posterior_below(line_of(p, cfg, line), p, n, cfg.posterior_prior)
 
 
@@ -323,7 +328,7 @@ def batch_expected_rate(ps: Iterable[float], cfg: RewardConfig, ns: Iterable[flo
 
 def _settings(gamma: float, p_min: float, mode: str, tau: float, r_correct: float, r_wrong: float,
               prior: float) -> RewardConfig:
-    # Not validated: the formulas check their own inputs (a tau <= 0 is refused by soft_abstain_probability).
+    # Not validated: the formulas check their own inputs (a tau <= 0 is refused by soft_at).
     return RewardConfig().model_copy(update={"gamma": gamma, "p_min": p_min, "expected_rate": mode, "soft_tau": tau,
                                              "r_correct": r_correct, "r_wrong": r_wrong, "posterior_prior": prior})
 

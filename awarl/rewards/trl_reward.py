@@ -310,10 +310,9 @@ class AwaRLReward:
             return {}
         f = A.ra_f1_of_counts(correct, answered, total)
         if update or not self.updates:
-            f_ema, t = A.ema(self.f_ema, f, cfg.ra_f1_beta), self.updates + 1
+            f_ema, f_hat = A.running_ra_f1(self.f_ema, f, self.updates + 1, cfg.ra_f1_beta)
         else:
-            f_ema, t = self.f_ema, self.updates
-        f_hat = A.bias_corrected(f_ema, t, cfg.ra_f1_beta)
+            f_ema, f_hat = self.f_ema, A.bias_corrected(self.f_ema, self.updates, cfg.ra_f1_beta)
         return {"f_ema": f_ema, "ra_f1_hat": f_hat, "line": A.ra_f1_line(f_hat)}
 
     def _smoothing(self, rates: dict[str, float], update: bool) -> dict[str, float] | None:

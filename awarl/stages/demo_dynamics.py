@@ -184,8 +184,8 @@ def target_words(targets: dict[str, Any]) -> str:
     if not targets.get("questions"):
         return ""
     k = "/".join(str(n) for n in targets["samples"])
-    # under the RA-F1 line the run's ρ̂ reads F̂/2, not these courage-line values (older targets lack the key)
-    courage = targets.get("abstain_line", "courage") == "courage"
+    # under the RA-F1 line the run's ρ̂ reads F̂/2, not these courage-line values
+    courage = targets["abstain_line"] == "courage"
     each = ", ".join(f"{mode} {v:.2f}" + (" (this run's)" if courage and mode == targets["run"] else "")
                      + (f" (capped at 1 − p_min^γ = {targets['r_base_mean_cap']:.2f})" if mode == "r_base_mean" else "")
                      for mode, v in targets["rho_hat"].items())
