@@ -549,10 +549,11 @@ class SimulateConfig(Section):
                                   "curves' refusal, precision, accuracy and RA-F1 are measured on them only.")
     invalid_rate: float = Field(0.0, ge=0, le=1, description="Share of answer attempts that end invalid.")
     learning_rate: float = Field(0.5, gt=0, description="Policy-gradient step size.")
-    lr_schedule: Literal["constant", "linear"] = Field("constant", description="Step size over the run: constant "
-                                                       "(the reconstruction study's yardstick), or decayed linearly "
-                                                       "to 0 as TRL's GRPOTrainer does by default, i.e. what `awarl "
-                                                       "train` runs (docs/simulator.md).")
+    lr_schedule: Literal["constant", "linear", "cosine"] = Field(
+        "constant", description="Step size over the run, as train.lr_scheduler_type without a warm-up: constant "
+        "(what `awarl train` runs by default, and the reward studies' yardstick), decayed linearly to 0 (TRL's "
+        "default), or a half cosine to 0. reward.refusal_warmup is a share of the run's learning under it "
+        "(docs/simulator.md).")
     advantage_scaling: Literal["group", "none"] = Field("group", description="GRPO advantages: divide by the "
                                                         "group's reward std (group, GRPO/TRL default) or only "
                                                         "subtract the group mean (none, Dr. GRPO).")
@@ -750,6 +751,11 @@ class TrainConfig(Section):
         "under another value is refused.")
     epsilon: float = Field(0.2, gt=0, description="PPO clip range.")
     warmup_ratio: float = Field(0.0, ge=0, le=1, description="LR warm-up share.")
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field(
+        "constant", description="Learning rate after its warm-up: constant (verl's and Search-R1's; the simulator's, "
+        "where the reward's defaults were chosen), linear decay to 0 (TRL's default), or a half cosine to 0. "
+        "reward.refusal_warmup is a share of the run's learning under this schedule, so under a decaying one it "
+        "ends earlier (docs/learning_study.md \"Round 8\"). A resume under another value is refused.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping.")
     bf16: bool = Field(True, description="bf16 training (forced off on CPU).")
     gradient_checkpointing: bool = Field(True, description="Activation checkpointing (forced off on CPU).")

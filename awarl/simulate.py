@@ -51,6 +51,7 @@ from awarl.simulate_env import (  # noqa: F401  (the world's names, re-exported 
     make_population,
     population_from_counts,
 )
+from awarl.training.lr_schedule import lr_multiplier, refusal_warmup_steps
 
 log = logging.getLogger(__name__)
 
@@ -130,10 +131,10 @@ class _RewardModel:
 
 def learning_rate_at(sc: SimulateConfig, step: int) -> float:
     """The policy-gradient step size at `step`: `simulate.learning_rate`, constant, or decayed linearly to 0 over
-    `simulate.steps` as TRL's GRPOTrainer does by default (`lr_scheduler_type: linear`, what `awarl train` runs)."""
-    if sc.lr_schedule == "linear":
-        return sc.learning_rate * (1.0 - step / sc.steps)
-    return sc.learning_rate
+    `simulate.steps` (`train.lr_scheduler_type` constant / linear, without a learning-rate warm-up)."""
+    if sc.lr_schedule == "constant":
+        return sc.learning_rate  # the exact value, not 1.0 · it
+    return sc.learning_rate * lr_multiplier(sc.lr_schedule, step, sc.steps)
 
 
 def _grpo_step(reward: np.ndarray, batch: Batch, G: int, sc: SimulateConfig, lr: float) -> tuple[float, float, float]:
@@ -171,9 +172,9 @@ class _RewardRun:
     `AwaRLReward`'s order, with the run's Ē and online-p state."""
 
     def __init__(self, pop: Population, rc: RewardConfig, strategy: str, penalty: bool,
-                 frozen_e_bar: float | None, oracle: OracleReward | None, steps: int) -> None:
+                 frozen_e_bar: float | None, oracle: OracleReward | None, steps: int, lr_schedule: str) -> None:
         self.rc, self.strategy, self.penalty, self.frozen, self.oracle = rc, strategy, penalty, frozen_e_bar, oracle
-        self.warm_steps = A.warmup_steps(rc.refusal_warmup, steps)
+        self.warm_steps = refusal_warmup_steps(rc.refusal_warmup, lr_schedule, steps)  # a share of the learning
         self.awarl = registered_strategy(strategy).uses_r_ref  # keeps Ē and applies P(Ē)
         self.model = _RewardModel(rc, pop.p_hat(rc.p_definition), pop.p_samples(rc.p_definition))
         self.r_max = A.refusal_cap(rc.r_correct, rc.r_ref_margin)
@@ -286,7 +287,7 @@ def simulate_run(pop: Population, sc: SimulateConfig, rc: RewardConfig, strategy
     rng = np.random.default_rng(seed)
     rc = rc.model_copy(update={"strategy": strategy, "gamma": gamma,
                                **({"static_value": static_value} if static_value is not None else {})})
-    run = _RewardRun(pop, rc, strategy, penalty, frozen_e_bar, oracle, sc.steps)
+    run = _RewardRun(pop, rc, strategy, penalty, frozen_e_bar, oracle, sc.steps, sc.lr_schedule)
     if oracle is not None and run.awarl:
         raise ValueError(f"an oracle reward is stationary: run it with a baseline strategy, not {strategy!r}")
     world = World(pop, sc, rng)

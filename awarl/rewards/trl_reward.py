@@ -112,9 +112,16 @@ class AwaRLReward:
     __name__ = "awarl_reward"
 
     def __init__(self, cfg: RewardConfig, judge: Judge | None = None, p_table: dict[str, float] | None = None,
-                 n_table: dict[str, float] | None = None, total_steps: int | None = None) -> None:
+                 n_table: dict[str, float] | None = None, total_steps: int | None = None,
+                 lr_multipliers: Sequence[float] | None = None) -> None:
         self.cfg = cfg
         self.total_steps = total_steps  # the run's training steps (reward.refusal_warmup is a share of them)
+        # each step's learning rate over the peak (awarl.training.lr_schedule; None: constant): the warm-up is a
+        # share of the run's learning, which a decaying schedule does early
+        self.lr_multipliers = None if lr_multipliers is None else [float(m) for m in lr_multipliers]
+        if self.lr_multipliers is not None and total_steps != len(self.lr_multipliers):
+            raise ValueError(f"AwaRLReward: {len(self.lr_multipliers)} learning-rate multipliers for a run of "
+                             f"total_steps={total_steps}")
         self.judge = judge
         self.p_table = {str(k): A.check_prob(f"p_table[{k!r}]", v) for k, v in (p_table or {}).items()}
         self.n_table = {str(k): _sample_count(f"n_table[{k!r}]", v) for k, v in (n_table or {}).items()}
@@ -146,8 +153,9 @@ class AwaRLReward:
         return list(col)
 
     def _warm_steps(self, kwargs: dict[str, Any]) -> int:
-        """The warm-up's length in training steps (`reward.refusal_warmup` of the run's steps): of `total_steps`
-        when given, else of the trainer's `max_steps` (TRL passes its `trainer_state`)."""
+        """The warm-up's length in training steps (`reward.refusal_warmup` of the run's learning): of `total_steps`
+        under `lr_multipliers` when given, else of the trainer's `max_steps` (TRL passes its `trainer_state`) at a
+        constant learning rate."""
         if self.cfg.refusal_warmup == 0:
             return 0
         total = self.total_steps
@@ -156,7 +164,8 @@ class AwaRLReward:
         if not isinstance(total, int) or total <= 0:
             raise ValueError("reward.refusal_warmup is a share of the run's steps: give AwaRLReward total_steps "
                              "(awarl train passes train.max_steps) or call it from a trainer that passes trainer_state")
-        return A.warmup_steps(self.cfg.refusal_warmup, total)
+        return A.warmup_steps(self.cfg.refusal_warmup, total,
+                              self.lr_multipliers if total == self.total_steps else None)
 
     def _should_update(self, kwargs: dict[str, Any]) -> bool:
         flags = kwargs.get("training")

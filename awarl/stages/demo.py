@@ -38,7 +38,6 @@ from awarl.locks import folder_lock
 from awarl.models.tiny import build_tiny_model
 from awarl.retrieval import load_index
 from awarl.retrieval.types import Retriever
-from awarl.rewards import abstention as A
 from awarl.stages.compare import compare_runs, write_comparison
 from awarl.stages.demo_dynamics import write_dynamics
 from awarl.stages.estimate import run_estimate
@@ -49,6 +48,7 @@ from awarl.stages.train import run_train
 from awarl.stages.train_preflight import check_enough_questions
 from awarl.training.alarms import report_lines
 from awarl.training.checkpoints import newest_complete
+from awarl.training.lr_schedule import refusal_warmup_steps
 from awarl.training.warmup import WARMUP_INFO, read_warmup, warmup_to_dir
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,8 @@ def plan_text(cfg: AwarlConfig, out: Path) -> str:
 
 def _warmup_words(cfg: AwarlConfig) -> str:
     """The refusal warm-up in the plan's words ("" when off)."""
-    warm = A.warmup_steps(cfg.reward.refusal_warmup, cfg.train.max_steps)
+    warm = refusal_warmup_steps(cfg.reward.refusal_warmup, cfg.train.lr_scheduler_type, cfg.train.max_steps,
+                                cfg.train.warmup_ratio)
     return f" (the first {warm} pay plain GRPO's refusal reward: reward.refusal_warmup {cfg.reward.refusal_warmup:g})" \
         if warm and cfg.reward.strategy == "awarl" else ""
 

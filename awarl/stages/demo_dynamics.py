@@ -23,6 +23,7 @@ from awarl.io import atomic_write_json, save_figure
 from awarl.rewards import abstention as A
 from awarl.simulate import AB, INV, OUTCOMES, dead_zone, population_from_counts, seed_pair, simulate_run
 from awarl.stages.p_report import rho_hat
+from awarl.training.lr_schedule import refusal_warmup_steps
 
 SERIES = ("rho", "rho_hat", "E", "E_bar", "penalty", "penalty_applied", "r_ref_mean", "share_correct", "share_wrong",
           "share_abstain", "share_invalid", "line", "ra_f1_hat")
@@ -268,7 +269,8 @@ def write_dynamics(out: Path, cfg: AwarlConfig, log_history: Sequence[dict], est
     """dynamics.json and dynamics.png in `out`; returns the json's content (with the words)."""
     dyn = trainer_dynamics(log_history)
     sim = simulator_prediction(cfg, estimate_rows, dyn.get("rho"), seeds) if estimate_rows else {}
-    warm = A.warmup_steps(cfg.reward.refusal_warmup, cfg.train.max_steps)  # one length for the replay and the words
+    warm = refusal_warmup_steps(cfg.reward.refusal_warmup, cfg.train.lr_scheduler_type, cfg.train.max_steps,
+                                cfg.train.warmup_ratio)  # one length for the replay and the words
     replay = replay_error(dyn, cfg.reward, warm)
     targets = target_readings(estimate_rows, cfg.reward) if estimate_rows else {}
     words = dynamics_words(dyn, sim, cfg.reward, replay, targets, warm)

@@ -51,6 +51,7 @@ from awarl.stages.train_run import (
 )
 from awarl.training.alarms import read_alarms
 from awarl.training.checkpoints import resolve_resume, reward_state_needed
+from awarl.training.lr_schedule import lr_multipliers
 from awarl.training.rollout_adapter import RolloutAdapter
 from awarl.training.trainer import build_trainer, grpo_config
 
@@ -117,7 +118,9 @@ def build_reward(cfg: AwarlConfig, rows: list[dict[str, Any]]) -> AwaRLReward:
         if cfg.reward.lambda_cite > 0 else None
     p_table = {r["qid"]: r["p_i"] for r in rows if r["p_i"] is not None}
     n_table = {r["qid"]: r["p_n"] for r in rows if r["p_i"] is not None and r.get("p_n") is not None}
-    return AwaRLReward(cfg.reward, judge, p_table, n_table, total_steps=cfg.train.max_steps)
+    t = cfg.train
+    return AwaRLReward(cfg.reward, judge, p_table, n_table, total_steps=t.max_steps,
+                       lr_multipliers=lr_multipliers(t.lr_scheduler_type, t.max_steps, t.warmup_ratio))
 
 
 def _train(cfg: AwarlConfig, plan: dict[str, Any], rows: list[dict[str, Any]], reward: AwaRLReward,

@@ -21,6 +21,7 @@ from awarl.retrieval.kinds import retrieval_kind
 from awarl.rewards.trl_reward import AwaRLReward
 from awarl.stages.train_data import build_dataset
 from awarl.training.alarms import ALARMS_FILE
+from awarl.training.lr_schedule import refusal_warmup_steps
 from awarl.training.trainer import check_report_to, colocate_max_model_len, effective_settings, on_cpu
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,7 @@ def make_plan(cfg: AwarlConfig, info: dict[str, Any], reward: AwaRLReward, *, cp
                   "num_generations (group size)": t.num_generations, "completions_per_step": completions_per_step},
         "optim": {"learning_rate": t.learning_rate, "loss_type": t.loss_type, "scale_rewards": t.scale_rewards,
                   "kl_beta": t.kl_beta,
-                  "epsilon": t.epsilon, "warmup_ratio": t.warmup_ratio},
+                  "epsilon": t.epsilon, "warmup_ratio": t.warmup_ratio, "lr_scheduler_type": t.lr_scheduler_type},
         "generation": {"backend": gen, "temperature": cfg.generation.temperature, "top_p": cfg.generation.top_p,
                        "template": cfg.agent.template, "max_turns": cfg.agent.max_turns,
                        "max_trajectory_tokens": cfg.agent.max_trajectory_tokens,
@@ -121,7 +122,11 @@ def make_plan(cfg: AwarlConfig, info: dict[str, Any], reward: AwaRLReward, *, cp
         "reward": {"strategy": r.strategy, "gamma": r.gamma, "p_min": r.p_min, "beta": r.beta,
                    "penalty_steps": [list(s) for s in r.penalty_steps], "penalty_max": r.penalty_max,
                    "expected_rate": r.expected_rate, "p_definition": r.p_definition, "ema_start": r.ema_start,
-                   "r_ref_margin": r.r_ref_margin, "p_online": r.p_online,
+                   "r_ref_margin": r.r_ref_margin, "p_online": r.p_online, "abstain_line": r.abstain_line,
+                   # the share of the run's learning under train.lr_scheduler_type, in steps
+                   "refusal_warmup": f"{r.refusal_warmup:g} of the learning = the first "
+                                     f"{refusal_warmup_steps(r.refusal_warmup, t.lr_scheduler_type, t.max_steps, t.warmup_ratio)}"
+                                     f" of {t.max_steps} steps",
                    "outcome_rewards": {"correct": r.r_correct, "wrong": r.r_wrong, "invalid": r.r_invalid},
                    "lambda_cite": r.lambda_cite,
                    "judge": type(reward.judge).__name__ if reward.judge is not None else "none",

@@ -28,32 +28,41 @@ log = logging.getLogger(__name__)
 
 def check_start(cfg: AwarlConfig, resume: str | None) -> None:
     """Refuse a launch that would overwrite or change a run (first: a dry run says it too, before anything is
-    loaded): a fresh start over a run folder that holds one, a resume under another advantage normalisation."""
+    loaded): a fresh start over a run folder that holds one, a resume under another advantage normalisation or
+    learning-rate schedule."""
     if resume is None:
         refuse_fresh_start_over(cfg.run.out_dir)
     else:
-        refuse_other_advantages(cfg)
+        refuse_other_objective(cfg)
 
 
-# What an awarl run before train.scale_rewards trained with: it passed nothing, and TRL's default is "group".
-SCALE_REWARDS_BEFORE_THE_KEY = "group"
+# Settings a resume must keep, with what an awarl run from before the key trained with (it passed nothing, and
+# TRL's defaults are "group" advantages and a linear learning-rate decay) and what changing it midway would do.
+KEPT_ON_RESUME: dict[str, tuple[str, str, str]] = {
+    "scale_rewards": ("group", "advantages", "would change the objective midway"),
+    "lr_scheduler_type": ("linear", "as its learning-rate schedule",
+                          "would change the step sizes and where reward.refusal_warmup ends midway"),
+}
 
 
-def refuse_other_advantages(cfg: AwarlConfig) -> None:
-    """ConfigError when resuming the run in run.out_dir under another train.scale_rewards than it trained with
-    (its resolved_config.yaml): the advantage normalisation is the objective, and a run that changes it midway
-    is neither run (a new γ or a longer max_steps only warns, keep_config_of_resumed_run). Nothing to compare
-    without the file."""
-    resolved = read_resolved(cfg.run.out_dir, "which advantages the run trained with")
+def refuse_other_objective(cfg: AwarlConfig) -> None:
+    """ConfigError when resuming the run in run.out_dir under another train.scale_rewards or
+    train.lr_scheduler_type than it trained with (its resolved_config.yaml): the advantage normalisation is the
+    objective and the schedule sets the refusal warm-up's end, and a run that changes either midway is neither
+    run (a new γ or a longer max_steps only warns, keep_config_of_resumed_run). Nothing to compare without the
+    file."""
+    resolved = read_resolved(cfg.run.out_dir, "which advantages and schedule the run trained with")
     if resolved is None or not isinstance(resolved[1], dict):
         return
     train = resolved[1].get("train")
-    before = (train.get("scale_rewards") if isinstance(train, dict) else None) or SCALE_REWARDS_BEFORE_THE_KEY
-    if before != cfg.train.scale_rewards:
-        raise ConfigError(
-            f"train.scale_rewards: the run in {cfg.run.out_dir} trained with {before!r} advantages (its "
-            f"resolved_config.yaml); resuming it under {cfg.train.scale_rewards!r} would change the objective "
-            f"midway. Resume with train.scale_rewards={before}, or start a new run (another run.out_dir)")
+    for key, (before_the_key, what, why) in KEPT_ON_RESUME.items():
+        before = (train.get(key) if isinstance(train, dict) else None) or before_the_key
+        now = getattr(cfg.train, key)
+        if before != now:
+            raise ConfigError(
+                f"train.{key}: the run in {cfg.run.out_dir} trained with {before!r} {what} (its "
+                f"resolved_config.yaml); resuming it under {now!r} {why}. Resume with train.{key}={before}, or "
+                f"start a new run (another run.out_dir)")
 
 
 def keep_config_of_resumed_run(out: Path, cfg: AwarlConfig, ckpt: Path) -> list[str]:

@@ -141,6 +141,8 @@ def grpo_config(cfg: TrainerSettings, *, cpu: bool | None = None, output_dir: st
         epsilon=t.epsilon,
         # transformers 5 reads a float in [0, 1) as a share of the steps (warmup_ratio is gone).
         warmup_steps=t.warmup_ratio if t.warmup_ratio < 1 else t.max_steps,
+        # transformers' "constant" ignores the warm-up; "constant_with_warmup" is the same schedule with it.
+        lr_scheduler_type="constant_with_warmup" if t.lr_scheduler_type == "constant" else t.lr_scheduler_type,
         max_grad_norm=t.max_grad_norm,
         bf16=eff["bf16"],
         use_cpu=eff["use_cpu"],
