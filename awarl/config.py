@@ -370,12 +370,14 @@ class RewardConfig(Section):
         "its own GRPO group is correct (BAPO's group rule in front of AWA-RL's r_ref): the group has just shown "
         "the query answerable now, whatever the pre-RL p_i said (docs/method.md \"Gating and warm-up\"). (R)")
     refusal_warmup: float = Field(
-        0.9, ge=0.0, lt=1.0, description="strategy=awarl: over this share of the run's training steps (of "
-        "train.max_steps; of simulate.steps in the simulator) an abstention earns r_wrong, as in plain GRPO, and Ē "
-        "stays at 0; AWA-RL's r_ref and penalty start after it. For a policy whose skill grows from answering: "
+        0.9, ge=0.0, lt=1.0, description="strategy=awarl: over this share of the run's learning (the steps of "
+        "train.max_steps weighted by their learning rate under train.lr_scheduler_type and train.warmup_ratio: "
+        "under the default constant schedule, this share of the steps; of simulate.steps under "
+        "simulate.lr_schedule in the simulator) an abstention earns r_wrong, as in plain GRPO, and Ē stays at 0; "
+        "AWA-RL's r_ref and penalty start after it. For a policy whose skill grows from answering: "
         "refusing before it has learned stops it learning (lazy refusal; docs/method.md \"Gating and "
         "warm-up\"). 0 = off; a warm start from a plain-GRPO checkpoint has had its warm-up. (R; round 7 chose 0.9 "
-        "with abstain_line ra_f1, round 5 0.6)")
+        "with abstain_line ra_f1, round 5 0.6; a share of the learning since round 8)")
     r_clip: tuple[float, float] = Field((-1.0, 1.0), description="Clip range of r_ref. (R)")
     r_correct: float = Field(1.0, description="Outcome reward of a correct answer.")
     r_wrong: float = Field(0.0, description="Outcome reward of a wrong answer.")

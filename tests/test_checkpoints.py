@@ -69,12 +69,13 @@ def test_a_named_checkpoint_without_reward_state_is_refused_with_the_override(tm
 
 @pytest.fixture(scope="module")
 def two_steps(tmp_path_factory, tiny_dir, closed_index, train_examples):
-    """Two real GRPO steps, a checkpoint after each."""
+    """Two real GRPO steps, a checkpoint after each, under linear decay (TRL's default; the shipped schedule is
+    constant): a decaying schedule is what extending a finished run must recompute."""
     from transformers import AutoTokenizer
 
     from awarl.stages.train import run_train
 
-    cfg = make_cfg(tmp_path_factory.mktemp("ckpt"), tiny_dir, closed_index)
+    cfg = make_cfg(tmp_path_factory.mktemp("ckpt"), tiny_dir, closed_index, train__lr_scheduler_type="linear")
     write_estimates(cfg, train_examples, [0.0, 0.9, 0.5, 0.2])
     tok = AutoTokenizer.from_pretrained(tiny_dir)
     backend = VariantBackend(tok, variants_for(train_examples))

@@ -20,7 +20,9 @@ from awarl.estimation import P_DEFINITIONS as P_DEFINITIONS
 from awarl.estimation import estimate_p as estimate_p
 from awarl.estimation import success_estimate as success_estimate
 from awarl.metrics import Outcome
-from awarl.training.lr_schedule import learning_share_step
+
+# reward.refusal_warmup's length in steps: a share of the run's learning under its learning-rate schedule
+from awarl.training.lr_schedule import warmup_steps as warmup_steps
 
 # The reconstruction options of docs/method.md "Reconstruction choices"; the first of each is the SPEC reading
 # (and estimation.P_DEFINITIONS). The expected-rate readings are registered (awarl.choices.EXPECTED_RATES -> the
@@ -443,21 +445,6 @@ def clip(x: float, lo: float, hi: float) -> float:
     if lo > hi:
         raise ValueError(f"clip range is empty: ({lo}, {hi})")
     return min(max(float(x), lo), hi)
-
-
-def warmup_steps(share: float, total_steps: int, lr_multipliers: Sequence[float] | None = None) -> int:
-    """`reward.refusal_warmup`: how many of a run's `total_steps` training steps are warm-up. The share is of the
-    run's learning: `lr_multipliers` (each step's learning rate over the peak, awarl.training.lr_schedule) say
-    how it is spread; None (a constant schedule) gives round(share · total), the share of the steps."""
-    if not 0.0 <= share < 1.0:
-        raise ValueError(f"refusal_warmup must be a share of the run in [0, 1), got {share!r}")
-    if total_steps < 0:
-        raise ValueError(f"a run's step count must be >= 0, got {total_steps!r}")
-    if lr_multipliers is None:
-        return int(round(float(share) * int(total_steps)))
-    if len(lr_multipliers) != total_steps:
-        raise ValueError(f"{len(lr_multipliers)} learning-rate multipliers for a run of {total_steps} steps")
-    return learning_share_step(share, lr_multipliers)
 
 
 def warming_up(step: int, warm_steps: int) -> bool:

@@ -72,10 +72,23 @@ def learning_share_step(share: float, multipliers: Sequence[float]) -> int:
     return len(multipliers)
 
 
+def warmup_steps(share: float, total_steps: int, lr_multipliers: Sequence[float] | None = None) -> int:
+    """`reward.refusal_warmup`: how many of a run's `total_steps` training steps are warm-up. The share is of the
+    run's learning: `lr_multipliers` (each step's learning rate over the peak) say how it is spread; None (a
+    constant schedule) gives round(share · total), the share of the steps. Also `awarl.rewards.abstention`'s."""
+    if not 0.0 <= share < 1.0:
+        raise ValueError(f"refusal_warmup must be a share of the run in [0, 1), got {share!r}")
+    if total_steps < 0:
+        raise ValueError(f"a run's step count must be >= 0, got {total_steps!r}")
+    if lr_multipliers is None:
+        return int(round(float(share) * int(total_steps)))
+    if len(lr_multipliers) != total_steps:
+        raise ValueError(f"{len(lr_multipliers)} learning-rate multipliers for a run of {total_steps} steps")
+    return learning_share_step(share, lr_multipliers)
+
+
 def refusal_warmup_steps(refusal_warmup: float, schedule: str, total_steps: int, warmup_ratio: float = 0.0) -> int:
     """How many of a run's steps `reward.refusal_warmup` holds the refusal reward off: that share of the run's
     learning under `train.lr_scheduler_type` and `train.warmup_ratio` (the one length the trainer's reward, the
     demo's replay and its words use)."""
-    from awarl.rewards.abstention import warmup_steps  # the reward's module imports this one
-
     return warmup_steps(refusal_warmup, total_steps, lr_multipliers(schedule, total_steps, warmup_ratio))
