@@ -32,6 +32,7 @@ import numpy as np
 
 from awarl.config import AwarlConfig, RewardConfig, SimulateConfig, save_resolved
 from awarl.io import atomic_write_json, atomic_write_text, save_figure
+from awarl.lr_schedule import lr_multiplier, refusal_warmup_steps
 from awarl.metrics import Outcome
 from awarl.rewards import abstention as A
 from awarl.rewards.strategies import abstain_reward
@@ -51,7 +52,6 @@ from awarl.simulate_env import (  # noqa: F401  (the world's names, re-exported 
     make_population,
     population_from_counts,
 )
-from awarl.training.lr_schedule import lr_multiplier, refusal_warmup_steps
 
 log = logging.getLogger(__name__)
 

@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from awarl.io import atomic_write_json, atomic_write_text, repo_root
-from awarl.training.lr_schedule import refusal_warmup_steps
+from awarl.lr_schedule import refusal_warmup_steps
 
 
 def _script(name: str):  # noqa: ANN202 - a module

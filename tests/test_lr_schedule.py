@@ -1,4 +1,4 @@
-"""awarl.training.lr_schedule: the schedules' multipliers are transformers' own, and `reward.refusal_warmup` is a
+"""awarl.lr_schedule: the schedules' multipliers are transformers' own, and `reward.refusal_warmup` is a
 share of the run's learning under them (round 8: a 90%-of-steps warm-up under linear decay left the refusal phase
 0.5% of the learning)."""
 
@@ -9,15 +9,15 @@ import math
 import pytest
 
 from awarl.config import RewardConfig, config_from_dict
-from awarl.rewards import abstention as A
-from awarl.rewards.trl_reward import AwaRLReward
-from awarl.training.lr_schedule import (
+from awarl.lr_schedule import (
     learning_share_step,
     lr_multiplier,
     lr_multipliers,
     refusal_warmup_steps,
     warmup_step_count,
 )
+from awarl.rewards import abstention as A
+from awarl.rewards.trl_reward import AwaRLReward
 
 
 @pytest.mark.parametrize("schedule", ["constant", "linear", "cosine"])

@@ -19,10 +19,10 @@ from awarl.config import RewardConfig
 from awarl.estimation import P_DEFINITIONS as P_DEFINITIONS
 from awarl.estimation import estimate_p as estimate_p
 from awarl.estimation import success_estimate as success_estimate
-from awarl.metrics import Outcome
 
 # reward.refusal_warmup's length in steps: a share of the run's learning under its learning-rate schedule
-from awarl.training.lr_schedule import warmup_steps as warmup_steps
+from awarl.lr_schedule import warmup_steps as warmup_steps
+from awarl.metrics import Outcome
 
 # The reconstruction options of docs/method.md "Reconstruction choices"; the first of each is the SPEC reading
 # (and estimation.P_DEFINITIONS). The expected-rate readings are registered (awarl.choices.EXPECTED_RATES -> the

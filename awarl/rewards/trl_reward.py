@@ -116,7 +116,7 @@ class AwaRLReward:
                  lr_multipliers: Sequence[float] | None = None) -> None:
         self.cfg = cfg
         self.total_steps = total_steps  # the run's training steps (reward.refusal_warmup is a share of them)
-        # each step's learning rate over the peak (awarl.training.lr_schedule; None: constant): the warm-up is a
+        # each step's learning rate over the peak (awarl.lr_schedule; None: constant): the warm-up is a
         # share of the run's learning, which a decaying schedule does early
         self.lr_multipliers = None if lr_multipliers is None else [float(m) for m in lr_multipliers]
         if self.lr_multipliers is not None and total_steps != len(self.lr_multipliers):

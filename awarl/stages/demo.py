@@ -35,6 +35,7 @@ from awarl.data.loaders import load_shipped
 from awarl.data.types import QAExample, example_key
 from awarl.io import atomic_write_text, loads_json, repo_root
 from awarl.locks import folder_lock
+from awarl.lr_schedule import refusal_warmup_steps
 from awarl.models.tiny import build_tiny_model
 from awarl.retrieval import load_index
 from awarl.retrieval.types import Retriever
@@ -48,7 +49,6 @@ from awarl.stages.train import run_train
 from awarl.stages.train_preflight import check_enough_questions
 from awarl.training.alarms import report_lines
 from awarl.training.checkpoints import newest_complete
-from awarl.training.lr_schedule import refusal_warmup_steps
 from awarl.training.warmup import WARMUP_INFO, read_warmup, warmup_to_dir
 
 log = logging.getLogger(__name__)

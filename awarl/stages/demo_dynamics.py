@@ -20,10 +20,10 @@ import numpy as np
 from awarl.config import AwarlConfig, RewardConfig
 from awarl.data.estimates import row_p, row_samples
 from awarl.io import atomic_write_json, save_figure
+from awarl.lr_schedule import refusal_warmup_steps
 from awarl.rewards import abstention as A
 from awarl.simulate import AB, INV, OUTCOMES, dead_zone, population_from_counts, seed_pair, simulate_run
 from awarl.stages.p_report import rho_hat
-from awarl.training.lr_schedule import refusal_warmup_steps
 
 SERIES = ("rho", "rho_hat", "E", "E_bar", "penalty", "penalty_applied", "r_ref_mean", "share_correct", "share_wrong",
           "share_abstain", "share_invalid", "line", "ra_f1_hat")

@@ -30,6 +30,7 @@ from awarl.critic import check_endpoints, critic_cache_dir, make_judge
 from awarl.critic.correctness import AnswerGrader, make_answer_grader
 from awarl.data.types import QAExample
 from awarl.locks import folder_lock, is_main_process
+from awarl.lr_schedule import lr_multipliers
 from awarl.models.loading import load_tokenizer
 from awarl.retrieval import load_retriever
 from awarl.retrieval.types import Retriever
@@ -51,7 +52,6 @@ from awarl.stages.train_run import (
 )
 from awarl.training.alarms import read_alarms
 from awarl.training.checkpoints import resolve_resume, reward_state_needed
-from awarl.training.lr_schedule import lr_multipliers
 from awarl.training.rollout_adapter import RolloutAdapter
 from awarl.training.trainer import build_trainer, grpo_config
 

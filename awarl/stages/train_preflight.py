@@ -16,12 +16,12 @@ from awarl.agent.backends.vllm import check_engine_options, engine_kwargs
 from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig, ConfigError, TrainConfig
 from awarl.critic import critic_cache_dir, judge_kind
+from awarl.lr_schedule import refusal_warmup_steps
 from awarl.metrics import correctness_rule
 from awarl.retrieval.kinds import retrieval_kind
 from awarl.rewards.trl_reward import AwaRLReward
 from awarl.stages.train_data import build_dataset
 from awarl.training.alarms import ALARMS_FILE
-from awarl.training.lr_schedule import refusal_warmup_steps
 from awarl.training.trainer import check_report_to, colocate_max_model_len, effective_settings, on_cpu
 
 log = logging.getLogger(__name__)
