@@ -162,7 +162,7 @@ class AwaRLReward:
         if total is None:
             total = getattr(kwargs.get("trainer_state"), "max_steps", None)
         if not isinstance(total, int) or total <= 0:
-            raise ValueError("reward.refusal_warmup is a share of the run's steps: give AwaRLReward total_steps "
+            raise ValueError("reward.refusal_warmup is a share of the run: give AwaRLReward total_steps "
                              "(awarl train passes train.max_steps) or call it from a trainer that passes trainer_state")
         return A.warmup_steps(self.cfg.refusal_warmup, total,
                               self.lr_multipliers if total == self.total_steps else None)
