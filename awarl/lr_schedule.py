@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from awarl.config import AwarlConfig
 
 Schedule = Literal["constant", "linear", "cosine"]
 SCHEDULES: tuple[str, ...] = ("constant", "linear", "cosine")
@@ -92,3 +95,10 @@ def refusal_warmup_steps(refusal_warmup: float, schedule: str, total_steps: int,
     learning under `train.lr_scheduler_type` and `train.warmup_ratio` (the one length the trainer's reward, the
     demo's replay and its words use)."""
     return warmup_steps(refusal_warmup, total_steps, lr_multipliers(schedule, total_steps, warmup_ratio))
+
+
+def run_refusal_warmup_steps(cfg: AwarlConfig) -> int:
+    """`refusal_warmup_steps` of a run's config: its reward.refusal_warmup under train.lr_scheduler_type,
+    train.max_steps and train.warmup_ratio (the plan, the demo's words and its replay)."""
+    t = cfg.train
+    return refusal_warmup_steps(cfg.reward.refusal_warmup, t.lr_scheduler_type, t.max_steps, t.warmup_ratio)

@@ -132,8 +132,6 @@ class _RewardModel:
 def learning_rate_at(sc: SimulateConfig, step: int) -> float:
     """The policy-gradient step size at `step`: `simulate.learning_rate`, constant, or decayed linearly to 0 over
     `simulate.steps` (`train.lr_scheduler_type` constant / linear, without a learning-rate warm-up)."""
-    if sc.lr_schedule == "constant":
-        return sc.learning_rate  # the exact value, not 1.0 · it
     return sc.learning_rate * lr_multiplier(sc.lr_schedule, step, sc.steps)
 
 

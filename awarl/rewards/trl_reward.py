@@ -116,12 +116,14 @@ class AwaRLReward:
                  lr_multipliers: Sequence[float] | None = None) -> None:
         self.cfg = cfg
         self.total_steps = total_steps  # the run's training steps (reward.refusal_warmup is a share of them)
-        # each step's learning rate over the peak (awarl.lr_schedule; None: constant): the warm-up is a
-        # share of the run's learning, which a decaying schedule does early
-        self.lr_multipliers = None if lr_multipliers is None else [float(m) for m in lr_multipliers]
-        if self.lr_multipliers is not None and total_steps != len(self.lr_multipliers):
-            raise ValueError(f"AwaRLReward: {len(self.lr_multipliers)} learning-rate multipliers for a run of "
+        # lr_multipliers: each step's learning rate over the peak (awarl.lr_schedule; None: constant). The warm-up
+        # is a share of the run's learning, which a decaying schedule does early; its length is fixed once the
+        # run's is known, so it is computed here, not per batch.
+        if lr_multipliers is not None and total_steps != len(lr_multipliers):
+            raise ValueError(f"AwaRLReward: {len(lr_multipliers)} learning-rate multipliers for a run of "
                              f"total_steps={total_steps}")
+        self._warm_of_run = A.warmup_steps(cfg.refusal_warmup, total_steps, lr_multipliers) \
+            if isinstance(total_steps, int) and total_steps > 0 else None
         self.judge = judge
         self.p_table = {str(k): A.check_prob(f"p_table[{k!r}]", v) for k, v in (p_table or {}).items()}
         self.n_table = {str(k): _sample_count(f"n_table[{k!r}]", v) for k, v in (n_table or {}).items()}
@@ -158,14 +160,15 @@ class AwaRLReward:
         constant learning rate."""
         if self.cfg.refusal_warmup == 0:
             return 0
+        if self._warm_of_run is not None:
+            return self._warm_of_run
         total = self.total_steps
         if total is None:
             total = getattr(kwargs.get("trainer_state"), "max_steps", None)
         if not isinstance(total, int) or total <= 0:
             raise ValueError("reward.refusal_warmup is a share of the run: give AwaRLReward total_steps "
                              "(awarl train passes train.max_steps) or call it from a trainer that passes trainer_state")
-        return A.warmup_steps(self.cfg.refusal_warmup, total,
-                              self.lr_multipliers if total == self.total_steps else None)
+        return A.warmup_steps(self.cfg.refusal_warmup, total)
 
     def _should_update(self, kwargs: dict[str, Any]) -> bool:
         flags = kwargs.get("training")

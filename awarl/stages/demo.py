@@ -35,7 +35,7 @@ from awarl.data.loaders import load_shipped
 from awarl.data.types import QAExample, example_key
 from awarl.io import atomic_write_text, loads_json, repo_root
 from awarl.locks import folder_lock
-from awarl.lr_schedule import refusal_warmup_steps
+from awarl.lr_schedule import run_refusal_warmup_steps
 from awarl.models.tiny import build_tiny_model
 from awarl.retrieval import load_index
 from awarl.retrieval.types import Retriever
@@ -117,8 +117,7 @@ def plan_text(cfg: AwarlConfig, out: Path) -> str:
 
 def _warmup_words(cfg: AwarlConfig) -> str:
     """The refusal warm-up in the plan's words ("" when off)."""
-    warm = refusal_warmup_steps(cfg.reward.refusal_warmup, cfg.train.lr_scheduler_type, cfg.train.max_steps,
-                                cfg.train.warmup_ratio)
+    warm = run_refusal_warmup_steps(cfg)
     return f" (the first {warm} pay plain GRPO's refusal reward: reward.refusal_warmup {cfg.reward.refusal_warmup:g})" \
         if warm and cfg.reward.strategy == "awarl" else ""
 

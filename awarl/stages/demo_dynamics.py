@@ -20,7 +20,7 @@ import numpy as np
 from awarl.config import AwarlConfig, RewardConfig
 from awarl.data.estimates import row_p, row_samples
 from awarl.io import atomic_write_json, save_figure
-from awarl.lr_schedule import refusal_warmup_steps
+from awarl.lr_schedule import run_refusal_warmup_steps
 from awarl.rewards import abstention as A
 from awarl.simulate import AB, INV, OUTCOMES, dead_zone, population_from_counts, seed_pair, simulate_run
 from awarl.stages.p_report import rho_hat
@@ -269,8 +269,7 @@ def write_dynamics(out: Path, cfg: AwarlConfig, log_history: Sequence[dict], est
     """dynamics.json and dynamics.png in `out`; returns the json's content (with the words)."""
     dyn = trainer_dynamics(log_history)
     sim = simulator_prediction(cfg, estimate_rows, dyn.get("rho"), seeds) if estimate_rows else {}
-    warm = refusal_warmup_steps(cfg.reward.refusal_warmup, cfg.train.lr_scheduler_type, cfg.train.max_steps,
-                                cfg.train.warmup_ratio)  # one length for the replay and the words
+    warm = run_refusal_warmup_steps(cfg)  # one length for the replay and the words
     replay = replay_error(dyn, cfg.reward, warm)
     targets = target_readings(estimate_rows, cfg.reward) if estimate_rows else {}
     words = dynamics_words(dyn, sim, cfg.reward, replay, targets, warm)

@@ -16,7 +16,7 @@ from awarl.agent.backends.vllm import check_engine_options, engine_kwargs
 from awarl.agent.templates import load_template
 from awarl.config import AwarlConfig, ConfigError, TrainConfig
 from awarl.critic import critic_cache_dir, judge_kind
-from awarl.lr_schedule import refusal_warmup_steps
+from awarl.lr_schedule import run_refusal_warmup_steps
 from awarl.metrics import correctness_rule
 from awarl.retrieval.kinds import retrieval_kind
 from awarl.rewards.trl_reward import AwaRLReward
@@ -125,8 +125,7 @@ def make_plan(cfg: AwarlConfig, info: dict[str, Any], reward: AwaRLReward, *, cp
                    "r_ref_margin": r.r_ref_margin, "p_online": r.p_online, "abstain_line": r.abstain_line,
                    # the share of the run's learning under train.lr_scheduler_type, in steps
                    "refusal_warmup": f"{r.refusal_warmup:g} of the learning = the first "
-                                     f"{refusal_warmup_steps(r.refusal_warmup, t.lr_scheduler_type, t.max_steps, t.warmup_ratio)}"
-                                     f" of {t.max_steps} steps",
+                                     f"{run_refusal_warmup_steps(cfg)} of {t.max_steps} steps",
                    "outcome_rewards": {"correct": r.r_correct, "wrong": r.r_wrong, "invalid": r.r_invalid},
                    "lambda_cite": r.lambda_cite,
                    "judge": type(reward.judge).__name__ if reward.judge is not None else "none",
