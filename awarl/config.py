@@ -15,11 +15,20 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, get_args, get_origin
 from urllib.parse import urlparse
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from awarl import choices
 from awarl.io import atomic_write_text
@@ -305,6 +314,28 @@ class MetricsConfig(Section):
 
 
 # ------------------------------------------------------------------------------------------ reward
+class RefusalWarmupShares(Section):
+    """`reward.refusal_warmup` per advantage normalisation (train.scale_rewards; the simulator's
+    simulate.advantage_scaling is group or none)."""
+
+    group: float = Field(0.9, ge=0.0, lt=1.0, description="Under group-std advantages (GRPO, TRL's default): "
+                         "round 7's 0.9; a refusal phase of a tenth of the learning is enough when the group's std "
+                         "scales a rare abstention's advantage up. (R)")
+    batch: float = Field(0.75, ge=0.0, lt=1.0, description="Under a batch-wide std: none's share, by the same "
+                         "mechanism (no per-group std); not measured in the simulator, which has no batch "
+                         "scaling. (R)")
+    none: float = Field(0.75, ge=0.0, lt=1.0, description="Under mean-only advantages (Dr. GRPO): round 9's "
+                        "0.75; the refusal phase learns at the raw reward gap, and a tenth of the run fell short "
+                        "of BAPO where most queries stay unanswerable (docs/learning_study.md \"Round 9\"). (R)")
+
+
+# One share for every normalisation, or a mapping of them: the tag picks the branch from the input's shape, so a bad
+# value gets one error, not one per branch of the union.
+WarmupShare: TypeAlias = Annotated[
+    Annotated[Annotated[float, Field(ge=0.0, lt=1.0)], Tag("share")] | Annotated[RefusalWarmupShares, Tag("by")],
+    Discriminator(lambda v: "by" if isinstance(v, (dict, RefusalWarmupShares)) else "share")]
+
+
 class RewardConfig(Section):
     strategy: StrategyName = Field("awarl", description="Refusal reward, what an abstention earns: "
                                    + choices.STRATEGIES.describe() + ".")
@@ -369,15 +400,28 @@ class RewardConfig(Section):
         "any_correct", description="strategy=awarl: any_correct = an abstention earns r_wrong, not r_ref, when a rollout of "
         "its own GRPO group is correct (BAPO's group rule in front of AWA-RL's r_ref): the group has just shown "
         "the query answerable now, whatever the pre-RL p_i said (docs/method.md \"Gating and warm-up\"). (R)")
-    refusal_warmup: float = Field(
-        0.9, ge=0.0, lt=1.0, description="strategy=awarl: over this share of the run's learning (the steps of "
-        "train.max_steps weighted by their learning rate under train.lr_scheduler_type and train.warmup_ratio: "
-        "under the default constant schedule, this share of the steps; of simulate.steps under "
+    refusal_gate_weight: Literal["off", "tie_at_line"] = Field(
+        "tie_at_line", description="strategy=awarl with refusal_gate any_correct: tie_at_line = an abstention the "
+        "gate lets through (no rollout of its group correct) earns r_wrong + (r_ref − r_wrong)/(1 − s*)^a, a the "
+        "group's answered completions and s* the abstain line, within r_clip and the r_ref_margin cap. The gate "
+        "pays an abstention only when none of the a answers is correct, which for a query of true success s "
+        "happens with probability (1 − s)^a, so without the weight abstaining ties with answering below s*; with "
+        "it the tie is at s* again, whatever the policy's refusal rate (abstention.gate_weight). Under "
+        "group-std advantages it changes almost nothing (a gated group's two outcomes normalise alike); under "
+        "mean-only ones it is what the refusal phase learns at. off = r_ref as is. (R; round 9: "
+        "docs/learning_study.md)")
+    refusal_warmup: WarmupShare = Field(
+        default_factory=lambda: RefusalWarmupShares(), description="strategy=awarl: over this share of the run's "
+        "learning (the steps of train.max_steps weighted by their learning rate under train.lr_scheduler_type and "
+        "train.warmup_ratio: under the default constant schedule, this share of the steps; of simulate.steps under "
         "simulate.lr_schedule in the simulator) an abstention earns r_wrong, as in plain GRPO, and Ē stays at 0; "
-        "AWA-RL's r_ref and penalty start after it. For a policy whose skill grows from answering: "
-        "refusing before it has learned stops it learning (lazy refusal; docs/method.md \"Gating and "
-        "warm-up\"). 0 = off; a warm start from a plain-GRPO checkpoint has had its warm-up. (R; round 7 chose 0.9 "
-        "with abstain_line ra_f1, round 5 0.6; a share of the learning since round 8)")
+        "AWA-RL's r_ref and penalty start after it. For a policy whose skill grows from answering: refusing before "
+        "it has learned stops it learning (lazy refusal; docs/method.md \"Gating and warm-up\"). One share for "
+        "every advantage normalisation, or one per train.scale_rewards (`{group: 0.9, batch: 0.75, none: 0.75}`, "
+        "the default): without a per-group std the refusal phase learns at the raw reward gap and needs more of "
+        "the run. 0 = off; a warm start from a plain-GRPO checkpoint has had its warm-up. (R; round 7 chose 0.9 "
+        "with abstain_line ra_f1, round 5 0.6; a share of the learning since round 8; per normalisation since "
+        "round 9)")
     r_clip: tuple[float, float] = Field((-1.0, 1.0), description="Clip range of r_ref. (R)")
     r_correct: float = Field(1.0, description="Outcome reward of a correct answer.")
     r_wrong: float = Field(0.0, description="Outcome reward of a wrong answer.")
@@ -399,6 +443,21 @@ class RewardConfig(Section):
         if any(p < 0 for _, p in v):
             raise ValueError("penalties must be non-negative (the sign follows Ē)")
         return v
+
+    def warmup_share(self, scale_rewards: str = "group") -> float:
+        """`refusal_warmup` under the advantage normalisation `scale_rewards` (group, batch or none)."""
+        if isinstance(self.refusal_warmup, RefusalWarmupShares):
+            if scale_rewards not in RefusalWarmupShares.model_fields:
+                raise ValueError(f"no refusal warm-up for advantage normalisation {scale_rewards!r}; one of "
+                                 f"{sorted(RefusalWarmupShares.model_fields)}")
+            return float(getattr(self.refusal_warmup, scale_rewards))
+        return float(self.refusal_warmup)
+
+    def warmup_text(self) -> str:
+        """`refusal_warmup` in words: "0.9", or "group 0.9, batch 0.75, none 0.75"."""
+        if isinstance(self.refusal_warmup, RefusalWarmupShares):
+            return ", ".join(f"{k} {v:g}" for k, v in self.refusal_warmup.model_dump().items())
+        return f"{self.refusal_warmup:g}"
 
     @field_validator("r_clip")
     @classmethod
@@ -1089,6 +1148,32 @@ def section_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _union_tags(annotation: Any) -> set[str]:
+    """The Tag names of a tagged union in `annotation` (e.g. reward.refusal_warmup's `share` and `by`)."""
+    tags = {m.tag for m in getattr(annotation, "__metadata__", ()) if isinstance(m, Tag)}
+    for arg in get_args(annotation):
+        tags |= _union_tags(arg)
+    return tags
+
+
+def _without_union_tags(model: type[BaseModel], loc: tuple) -> tuple:
+    """`loc` without the branch names pydantic puts after a tagged-union field: the user wrote
+    `reward.refusal_warmup.group`, not `reward.refusal_warmup.by.group`."""
+    out: list = []
+    tags: set[str] = set()
+    current: type[BaseModel] | None = model
+    for part in loc:
+        if isinstance(part, str) and part in tags:
+            tags = set()
+            continue
+        out.append(part)
+        field = current.model_fields.get(str(part)) if current is not None else None
+        tags = _union_tags(field.annotation) if field is not None else set()
+        if not isinstance(part, int):
+            current = section_model(field.annotation) if field is not None else None
+    return tuple(out)
+
+
 def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:
     for part in loc[:-1]:
         if isinstance(part, int):  # an index into a list of sections (e.g. data.train.0.path)
@@ -1107,7 +1192,7 @@ def format_validation_error(e: ValidationError, source: str, model: type[BaseMod
     file than `root` (an `extends:` parent) names that file."""
     lines = [f"{source}: invalid config"]
     for err in e.errors():
-        loc = tuple(err["loc"])
+        loc = _without_union_tags(model, tuple(err["loc"]))
         key = ".".join(str(p) for p in loc) or "<root>"
         where = origin_of(loc, origins) if origins else None
         if where is not None and where != root:

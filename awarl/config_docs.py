@@ -47,6 +47,8 @@ billions of values is refused at once), no key twice in one mapping (`duplicate 
 def type_name(annotation: Any) -> str:
     """A short, readable name of a field's type (`int | None`, `one of: a, b`, `list[(float, float)]`)."""
     origin, args = get_origin(annotation), get_args(annotation)
+    if origin is typing.Annotated:  # a tagged union's branch, or a bounded type: its bounds are printed with it
+        return type_name(args[0]) + "".join(_bounds_of(m) for m in annotation.__metadata__)
     if origin is Literal:
         return "one of: " + ", ".join(f"`{a}`" for a in args)
     if origin in (typing.Union, types.UnionType):
@@ -66,11 +68,18 @@ def type_name(annotation: Any) -> str:
 _BOUNDS = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<"}
 
 
+def _bounds_of(*metadata: Any) -> str:
+    parts = [f"{sym} {getattr(m, key)}" for m in metadata for key, sym in _BOUNDS.items()
+             if getattr(m, key, None) is not None]
+    for m in metadata:  # Field(ge=..., lt=...) inside Annotated keeps its bounds in its own metadata
+        parts += [f"{sym} {getattr(x, key)}" for x in getattr(m, "metadata", ()) for key, sym in _BOUNDS.items()
+                  if getattr(x, key, None) is not None]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def bounds_text(field: Any) -> str:
     """The numeric range a field is validated against, e.g. ` (≥ 0, < 1)`."""
-    parts = [f"{sym} {getattr(m, key)}" for m in field.metadata for key, sym in _BOUNDS.items()
-             if getattr(m, key, None) is not None]
-    return f" ({', '.join(parts)})" if parts else ""
+    return _bounds_of(*field.metadata)
 
 
 def default_text(field: Any) -> str:
@@ -81,7 +90,9 @@ def default_text(field: Any) -> str:
     else:
         value = field.default
     if isinstance(value, BaseModel):
-        return "(section)"
+        if isinstance(field.annotation, type):  # a section: its own table follows
+            return "(section)"
+        value = value.model_dump()  # one branch of a union (reward.refusal_warmup's mapping)
     if isinstance(value, enum.Enum):
         value = value.value
     return "`" + json.dumps(value, ensure_ascii=False, default=str) + "`"

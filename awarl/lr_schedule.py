@@ -98,7 +98,9 @@ def refusal_warmup_steps(refusal_warmup: float, schedule: str, total_steps: int,
 
 
 def run_refusal_warmup_steps(cfg: AwarlConfig) -> int:
-    """`refusal_warmup_steps` of a run's config: its reward.refusal_warmup under train.lr_scheduler_type,
-    train.max_steps and train.warmup_ratio (the plan, the demo's words and its replay)."""
+    """`refusal_warmup_steps` of a run's config: its reward.refusal_warmup (the share for train.scale_rewards)
+    under train.lr_scheduler_type, train.max_steps and train.warmup_ratio (the plan, the demo's words and its
+    replay)."""
     t = cfg.train
-    return refusal_warmup_steps(cfg.reward.refusal_warmup, t.lr_scheduler_type, t.max_steps, t.warmup_ratio)
+    share = cfg.reward.warmup_share(t.scale_rewards)
+    return refusal_warmup_steps(share, t.lr_scheduler_type, t.max_steps, t.warmup_ratio)

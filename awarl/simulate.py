@@ -170,10 +170,13 @@ class _RewardRun:
     `AwaRLReward`'s order, with the run's Ē and online-p state."""
 
     def __init__(self, pop: Population, rc: RewardConfig, strategy: str, penalty: bool,
-                 frozen_e_bar: float | None, oracle: OracleReward | None, steps: int, lr_schedule: str) -> None:
+                 frozen_e_bar: float | None, oracle: OracleReward | None, steps: int, lr_schedule: str,
+                 advantage_scaling: str) -> None:
         self.rc, self.strategy, self.penalty, self.frozen, self.oracle = rc, strategy, penalty, frozen_e_bar, oracle
-        self.warm_steps = refusal_warmup_steps(rc.refusal_warmup, lr_schedule, steps)  # a share of the learning
+        # a share of the learning, the one for the run's advantage normalisation
+        self.warm_steps = refusal_warmup_steps(rc.warmup_share(advantage_scaling), lr_schedule, steps)
         self.awarl = registered_strategy(strategy).uses_r_ref  # keeps Ē and applies P(Ē)
+        self.weighted = A.weights_gate(rc, self.awarl)  # reward.refusal_gate_weight
         self.model = _RewardModel(rc, pop.p_hat(rc.p_definition), pop.p_samples(rc.p_definition))
         self.r_max = A.refusal_cap(rc.r_correct, rc.r_ref_margin)
         self.r_min = A.refusal_floor(rc.r_wrong, rc.r_ref_floor_margin)
@@ -249,9 +252,19 @@ class _RewardRun:
             out.abstain_rewards = self.oracle.abstain_rewards(key, rc.r_wrong).tolist()
         else:
             out.abstain_rewards = [
-                abstain_reward(self.strategy, rc, A.refusal_reward(float(rb), pg, rc.r_clip, self.r_max, self.r_min),
-                               bool(cg > 0)) for rb, cg, pg in zip(r_base, correct_g, out.group_penalties, strict=True)]
+                abstain_reward(self.strategy, rc, self._r_ref(float(rb), pg, float(p), int(cg), int(ag)), bool(cg > 0))
+                for rb, p, cg, ag, pg in zip(r_base, p_used, correct_g, answered_g, out.group_penalties, strict=True)]
         return out
+
+    def _r_ref(self, r_base: float, penalty: float, p: float, correct: int, answered: int) -> float:
+        """Step 8's r_ref of one query, weighted for the gate (`reward.refusal_gate_weight`) in a group with no
+        correct answer, as `AwaRLReward._abstain_rewards`."""
+        rc = self.rc
+        r_ref = A.refusal_reward(r_base, penalty, rc.r_clip, self.r_max, self.r_min)
+        if self.weighted and correct == 0:
+            r_ref = A.gated_refusal_reward(r_ref, A.line_of(p, rc, self.line), answered, rc.r_wrong, rc.r_clip,
+                                           self.r_max, self.r_min)
+        return r_ref
 
     def rewards(self, batch: Batch, scored: _Scored) -> np.ndarray:
         """Step 9: each completion's outcome reward (a per-query lookup table over the four outcomes)."""
@@ -285,7 +298,8 @@ def simulate_run(pop: Population, sc: SimulateConfig, rc: RewardConfig, strategy
     rng = np.random.default_rng(seed)
     rc = rc.model_copy(update={"strategy": strategy, "gamma": gamma,
                                **({"static_value": static_value} if static_value is not None else {})})
-    run = _RewardRun(pop, rc, strategy, penalty, frozen_e_bar, oracle, sc.steps, sc.lr_schedule)
+    run = _RewardRun(pop, rc, strategy, penalty, frozen_e_bar, oracle, sc.steps, sc.lr_schedule,
+                     sc.advantage_scaling)
     if oracle is not None and run.awarl:
         raise ValueError(f"an oracle reward is stationary: run it with a baseline strategy, not {strategy!r}")
     world = World(pop, sc, rng)
@@ -586,7 +600,8 @@ def options_line(rc: RewardConfig) -> str:
     """The reconstruction options of a reward config, in one line (docs/method.md "Reconstruction choices")."""
     return (f"expected_rate={rc.expected_rate}, p_definition={rc.p_definition}, ema_start={rc.ema_start}, "
             f"r_ref_margin={rc.r_ref_margin}, r_ref_floor_margin={rc.r_ref_floor_margin}, p_online={rc.p_online}, "
-            f"refusal_gate={rc.refusal_gate}, refusal_warmup={rc.refusal_warmup:g}, abstain_line={rc.abstain_line}; "
+            f"refusal_gate={rc.refusal_gate} (weight {rc.refusal_gate_weight}), refusal_warmup={rc.warmup_text()}, "
+            f"abstain_line={rc.abstain_line}; "
             f"outcome rewards correct {rc.r_correct:g}, "
             f"wrong {rc.r_wrong:g}, invalid {rc.r_invalid:g}")
 

@@ -100,7 +100,7 @@ def test_awarl_train_builds_its_reward_and_trls_scheduler_from_train_lr_schedule
             "lr_scheduler_type": value, "max_steps": 100, "report_to": ["none"]}})
         assert str(grpo_config(cfg, cpu=True).lr_scheduler_type.value) == trl_name
         reward = build_reward(cfg, [])
-        assert reward._warm_steps({}) == refusal_warmup_steps(cfg.reward.refusal_warmup, value, 100)
+        assert reward._warm_steps({}) == refusal_warmup_steps(cfg.reward.warmup_share("group"), value, 100)
     assert build_reward(config_from_dict({"train": {"lr_scheduler_type": "linear", "max_steps": 100}}),
                         [])._warm_steps({}) in (68, 69)  # 0.9 of a linear run's learning: 100 (1 - √0.1) = 68.4
 

@@ -125,23 +125,30 @@ REPLAY_CASES = [
     {"abstain_line": "ra_f1", "expected_rate": "threshold"},
     {"abstain_line": "ra_f1", "expected_rate": "soft"},
     {"abstain_line": "ra_f1", "expected_rate": "r_base_mean", "p_online": "ema"},
+    # round 9: the gate's weight (on in the shipped reward above), off, under the courage line's per-query s*, and the
+    # warm-up's share for mean-only advantages
+    {"_shipped": True, "refusal_gate_weight": "off"},
+    {"_shipped": True, "abstain_line": "courage", "r_ref_margin": None},
+    {"_shipped": True, "refusal_warmup": {"group": 0.0, "none": 0.3}, "_scaling": "none"},
 ]
 
 
 @pytest.mark.parametrize("opts", REPLAY_CASES, ids=lambda o: ",".join(
-    "shipped" if k == "_shipped" else f"{k}={v}" for k, v in o.items()) or "spec")
+    "shipped" if k == "_shipped" else f"{k.lstrip('_')}={v}" for k, v in o.items()) or "spec")
 def test_simulator_rewards_are_what_the_training_reward_gives_for_the_same_batches(opts):
     """Every simulated generation batch, fed to the real `AwaRLReward` as a TRL call would be, gets the same
     rewards, Ē and penalty: the simulator composes the training reward's steps, not a copy of them."""
+    scaling = opts.get("_scaling", "group")
     sc = SimulateConfig(n_queries=120, batch_queries=6, group_size=4, steps=40, init_abstain_rate=0.3,
-                        invalid_rate=0.1)
-    given = {k: v for k, v in opts.items() if k not in ("strategy", "_shipped")}
+                        invalid_rate=0.1, advantage_scaling=scaling)
+    given = {k: v for k, v in opts.items() if k not in ("strategy", "_shipped", "_scaling")}
     rc = RewardConfig(**given) if opts.get("_shipped") else spec_reward(**given)
     strategy = opts.get("strategy", "awarl")
     pop = make_population(sc, np.random.default_rng(3))
     batches: list[dict] = []
     simulate_run(pop, sc, rc, strategy, gamma=0.5, seed=5, on_batch=batches.append)
-    reward = AwaRLReward(rc.model_copy(update={"strategy": strategy, "gamma": 0.5}), total_steps=sc.steps)
+    reward = AwaRLReward(rc.model_copy(update={"strategy": strategy, "gamma": 0.5}), total_steps=sc.steps,
+                         scale_rewards=scaling)
     pre_rl, samples = pop.p_hat(rc.p_definition), pop.p_samples(rc.p_definition)
     for b in batches:
         qids = [str(i) for i in b["idx"] for _ in range(sc.group_size)]

@@ -158,10 +158,12 @@ def test_options_off_draw_nothing_so_earlier_populations_are_unchanged():
 # ------------------------------------------------------------------ round 5: the refusal gate and the warm-up
 def test_the_refusal_gate_pays_a_wrong_answers_reward_where_the_group_answered_right():
     """`reward.refusal_gate: any_correct`: an abstention in a group with a correct answer earns r_wrong; in a group
-    without one, AWA-RL's r_ref as before."""
+    without one, AWA-RL's r_ref as before (unweighted: `refusal_gate_weight: off`; tests/test_gate_weight.py has
+    the weight)."""
     kw = dict(prompts=["p"] * 8, completions=["c"] * 8, qid=["a"] * 4 + ["b"] * 4, p_i=[0.0] * 8, p_n=[8] * 8,
               outcome=["correct", "wrong", "abstain", "abstain", "wrong", "wrong", "abstain", "abstain"])
-    off, gated = AwaRLReward(round4_reward(gamma=0.25)), AwaRLReward(round4_reward(gamma=0.25, refusal_gate="any_correct"))
+    off, gated = AwaRLReward(round4_reward(gamma=0.25)), AwaRLReward(round4_reward(gamma=0.25, refusal_gate="any_correct",
+                                                                                   refusal_gate_weight="off"))
     r_off, r_gated = off(**kw), gated(**kw)
     assert r_off[2] > 0.1 and r_gated[2] == r_gated[3] == 0.0      # group a answered right: refusing pays r_wrong
     assert r_gated[6:] == r_off[6:] and r_gated[6] > 0.1           # group b did not: r_ref, untouched

@@ -496,6 +496,52 @@ def refusal_reward(r_base: float, penalty: float, r_clip: tuple[float, float] = 
     return r
 
 
+def gate_weight(line: float, answered: float) -> float:
+    """`reward.refusal_gate_weight: tie_at_line`: the weight 1/(1 − s*)^a of an abstention the gate lets through
+    in a group of `answered` answered completions (none correct), s* = `line` (inf when s* = 1 and a > 0).
+
+    Why: for a query of true success s the gate pays an abstention only when none of its group's a answers is
+    correct, probability (1 − s)^a; weighting the payment by (1 − s*)^−a makes its expected value r_ref·((1 − s) /
+    (1 − s*))^a, which is r_ref at s = s* for every a, above it below the line and below it above the line. The
+    gate then moves which abstentions are paid, not where abstaining ties with answering; unweighted, the tie
+    sits below s* by a margin that grows with the group's answers (docs/method.md "Gating and warm-up").
+    """
+    s = check_prob("the abstain line", line)
+    if answered < 0 or math.isnan(answered):
+        raise ValueError(f"answered must be a count >= 0, got {answered!r}")
+    if answered == 0:
+        return 1.0
+    if s >= 1.0:
+        return math.inf
+    return math.exp(-float(answered) * math.log1p(-s))
+
+
+def gated_refusal_reward(r_ref: float, line: float, answered: float, r_wrong: float = 0.0,
+                         r_clip: tuple[float, float] = (-1.0, 1.0), r_max: float | None = None,
+                         r_min: float | None = None) -> float:
+    """What an abstention the gate lets through earns under `refusal_gate_weight: tie_at_line`: r_wrong + (r_ref −
+    r_wrong)·`gate_weight`(line, answered), inside r_clip, the cap `r_max` and the floor `r_min` (as
+    `refusal_reward`): the cap keeps a correct answer worth more than any abstention, so a group that answered
+    often is paid the cap rather than its full weight."""
+    gap = float(r_ref) - float(r_wrong)
+    if gap == 0.0:
+        return float(r_ref)
+    w = gate_weight(line, answered)
+    x = float(r_wrong) + (gap * w if math.isfinite(w) else math.copysign(math.inf, gap))
+    r = clip(x, r_clip[0], r_clip[1])
+    if r_max is not None:
+        r = min(r, float(r_max))
+    if r_min is not None:
+        r = max(r, float(r_min))
+    return r
+
+
+def weights_gate(cfg: RewardConfig, uses_r_ref: bool) -> bool:
+    """Whether an abstention's r_ref is weighted for the gate (`gated_refusal_reward`): AWA-RL's reward behind
+    `refusal_gate: any_correct` with `refusal_gate_weight: tie_at_line`."""
+    return uses_r_ref and cfg.refusal_gate == "any_correct" and cfg.refusal_gate_weight == "tie_at_line"
+
+
 def outcome_reward(outcome: Outcome | str, r_ref: float, r_correct: float = 1.0, r_wrong: float = 0.0,
                    r_invalid: float = -1.0) -> float:
     """Step 9: correct → r_correct, wrong → r_wrong, invalid → r_invalid, abstain → r_ref."""

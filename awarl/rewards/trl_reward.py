@@ -106,15 +106,19 @@ class AwaRLReward:
     `judge`: any object with `verify(list[CriticInput]) -> list[CriticOutput | None]` (see awarl.critic), or
     None for no citation reward. `p_table`: qid -> p_i from `awarl estimate`, used when the rollout passes
     `p_i=None`; `n_table`: qid -> the samples that p_i rests on (expected_rate=posterior); `total_steps`: the run's
-    training steps, of which `reward.refusal_warmup` is a share (else the trainer_state TRL passes says).
+    training steps, of which `reward.refusal_warmup` is a share (else the trainer_state TRL passes says);
+    `lr_multipliers`: each step's learning rate over the peak; `scale_rewards`: the trainer's advantage
+    normalisation (TRL's `scale_rewards`), which picks the warm-up's share when it is given per normalisation.
     """
 
     __name__ = "awarl_reward"
 
     def __init__(self, cfg: RewardConfig, judge: Judge | None = None, p_table: dict[str, float] | None = None,
                  n_table: dict[str, float] | None = None, total_steps: int | None = None,
-                 lr_multipliers: Sequence[float] | None = None) -> None:
+                 lr_multipliers: Sequence[float] | None = None, scale_rewards: str = "group") -> None:
         self.cfg = cfg
+        # the advantage normalisation the trainer uses (TRL's scale_rewards): the warm-up's share depends on it
+        self.warm_share = cfg.warmup_share(scale_rewards)
         self.total_steps = total_steps  # the run's training steps (reward.refusal_warmup is a share of them)
         # lr_multipliers: each step's learning rate over the peak (awarl.lr_schedule; None: constant). The warm-up
         # is a share of the run's learning, which a decaying schedule does early; its length is fixed once the
@@ -122,7 +126,7 @@ class AwaRLReward:
         if lr_multipliers is not None and total_steps != len(lr_multipliers):
             raise ValueError(f"AwaRLReward: {len(lr_multipliers)} learning-rate multipliers for a run of "
                              f"total_steps={total_steps}")
-        self._warm_of_run = A.warmup_steps(cfg.refusal_warmup, total_steps, lr_multipliers) \
+        self._warm_of_run = A.warmup_steps(self.warm_share, total_steps, lr_multipliers) \
             if isinstance(total_steps, int) and total_steps > 0 else None
         self.judge = judge
         self.p_table = {str(k): A.check_prob(f"p_table[{k!r}]", v) for k, v in (p_table or {}).items()}
@@ -158,7 +162,7 @@ class AwaRLReward:
         """The warm-up's length in training steps (`reward.refusal_warmup` of the run's learning): of `total_steps`
         under `lr_multipliers` when given, else of the trainer's `max_steps` (TRL passes its `trainer_state`) at a
         constant learning rate."""
-        if self.cfg.refusal_warmup == 0:
+        if self.warm_share == 0:
             return 0
         if self._warm_of_run is not None:
             return self._warm_of_run
@@ -168,7 +172,7 @@ class AwaRLReward:
         if not isinstance(total, int) or total <= 0:
             raise ValueError("reward.refusal_warmup is a share of the run: give AwaRLReward total_steps "
                              "(awarl train passes train.max_steps) or call it from a trainer that passes trainer_state")
-        return A.warmup_steps(self.cfg.refusal_warmup, total)
+        return A.warmup_steps(self.warm_share, total)
 
     def _should_update(self, kwargs: dict[str, Any]) -> bool:
         flags = kwargs.get("training")
@@ -353,14 +357,20 @@ class AwaRLReward:
     def _abstain_rewards(self, qids: list[str], ps: list[float], penalties: list[float],
                          groups: dict[str, tuple[float, ...]], line: float | None = None) -> list[float]:
         """What an abstention earns per completion under the strategy (step 8 for `awarl`; R_base at the step's
-        `line` under `reward.abstain_line: ra_f1`)."""
+        `line` under `reward.abstain_line: ra_f1`; weighted for the gate by its group's answered count under
+        `reward.refusal_gate_weight: tie_at_line`)."""
         cfg = self.cfg
         r_max = A.refusal_cap(cfg.r_correct, cfg.r_ref_margin)
         r_min = A.refusal_floor(cfg.r_wrong, cfg.r_ref_floor_margin)
+        weighted = A.weights_gate(cfg, strategy(cfg.strategy).uses_r_ref)
         out = []
         for q, p, pen in zip(qids, ps, penalties, strict=True):
             r_ref = A.refusal_reward(A.base_reward(p, cfg, line), pen, cfg.r_clip, r_max, r_min)
-            out.append(abstain_reward(cfg.strategy, cfg, r_ref, groups.get(q, (0.0,))[0] > 0))
+            correct, answered = groups.get(q, (0.0, 0.0))[:2]
+            if weighted and correct == 0:  # reward.refusal_gate_weight: the tie back at the line
+                r_ref = A.gated_refusal_reward(r_ref, A.line_of(p, cfg, line), answered, cfg.r_wrong, cfg.r_clip,
+                                               r_max, r_min)
+            out.append(abstain_reward(cfg.strategy, cfg, r_ref, correct > 0))
         return out
 
     def _update_state(self, smoothing: dict[str, float] | None, groups: dict[str, tuple[float, ...]], failures: float,

@@ -118,7 +118,8 @@ def plan_text(cfg: AwarlConfig, out: Path) -> str:
 def _warmup_words(cfg: AwarlConfig) -> str:
     """The refusal warm-up in the plan's words ("" when off)."""
     warm = run_refusal_warmup_steps(cfg)
-    return f" (the first {warm} pay plain GRPO's refusal reward: reward.refusal_warmup {cfg.reward.refusal_warmup:g})" \
+    share = cfg.reward.warmup_share(cfg.train.scale_rewards)
+    return f" (the first {warm} pay plain GRPO's refusal reward: reward.refusal_warmup {share:g})" \
         if warm and cfg.reward.strategy == "awarl" else ""
 
 
@@ -319,7 +320,8 @@ def dynamics_section(cfg: AwarlConfig, dynamics: dict | None) -> list[str]:
             f"Reward: {r.strategy}, γ = {r.gamma:g}, expected_rate = {r.expected_rate}, p_definition = "
             f"{r.p_definition}, ema_start = {r.ema_start}, r_ref_margin = {r.r_ref_margin}, r_ref_floor_margin = "
             f"{r.r_ref_floor_margin}, p_online = {r.p_online} (λ {r.p_prior_weight:g}), refusal_gate = "
-            f"{r.refusal_gate}, refusal_warmup = {r.refusal_warmup:g}, abstain_line = {r.abstain_line}"
+            f"{r.refusal_gate} (weight {r.refusal_gate_weight}), refusal_warmup = {r.warmup_text()}, abstain_line = "
+            f"{r.abstain_line}"
             f"{' (γ unused)' if r.abstain_line == 'ra_f1' else ''}. Points: the values the "
             f"trainer logged ({dynamics['source']}); line and band: the simulator (`awarl simulate`'s model, "
             f"{dynamics['simulator'].get('seeds', 0)} seeds) on these training questions' own p_i estimates and "

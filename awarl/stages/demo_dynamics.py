@@ -219,7 +219,7 @@ def dynamics_words(dyn: dict[str, list], sim: dict[str, Any], rc: RewardConfig, 
     if targets:
         parts.append(target_words(targets))
     if "E_bar" in dyn and warm_steps:
-        parts.append(f"The first {warm_steps} steps were the refusal warm-up (reward.refusal_warmup {rc.refusal_warmup:g}): "
+        parts.append(f"The first {warm_steps} steps were the refusal warm-up (reward.refusal_warmup {rc.warmup_text()}): "
                      "an abstention earned what a wrong answer earns, as in plain GRPO, and Ē_t stayed at 0; the "
                      "refusal reward and its penalty ran from the next step.")
     if "E_bar" in dyn:

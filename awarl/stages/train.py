@@ -120,7 +120,8 @@ def build_reward(cfg: AwarlConfig, rows: list[dict[str, Any]]) -> AwaRLReward:
     n_table = {r["qid"]: r["p_n"] for r in rows if r["p_i"] is not None and r.get("p_n") is not None}
     t = cfg.train
     return AwaRLReward(cfg.reward, judge, p_table, n_table, total_steps=t.max_steps,
-                       lr_multipliers=lr_multipliers(t.lr_scheduler_type, t.max_steps, t.warmup_ratio))
+                       lr_multipliers=lr_multipliers(t.lr_scheduler_type, t.max_steps, t.warmup_ratio),
+                       scale_rewards=t.scale_rewards)
 
 
 def _train(cfg: AwarlConfig, plan: dict[str, Any], rows: list[dict[str, Any]], reward: AwaRLReward,

@@ -123,9 +123,11 @@ def make_plan(cfg: AwarlConfig, info: dict[str, Any], reward: AwaRLReward, *, cp
                    "penalty_steps": [list(s) for s in r.penalty_steps], "penalty_max": r.penalty_max,
                    "expected_rate": r.expected_rate, "p_definition": r.p_definition, "ema_start": r.ema_start,
                    "r_ref_margin": r.r_ref_margin, "p_online": r.p_online, "abstain_line": r.abstain_line,
-                   # the share of the run's learning under train.lr_scheduler_type, in steps
-                   "refusal_warmup": f"{r.refusal_warmup:g} of the learning = the first "
-                                     f"{run_refusal_warmup_steps(cfg)} of {t.max_steps} steps",
+                   "refusal_gate": r.refusal_gate, "refusal_gate_weight": r.refusal_gate_weight,
+                   # the share for train.scale_rewards, of the run's learning under train.lr_scheduler_type, in steps
+                   "refusal_warmup": f"{r.warmup_share(t.scale_rewards):g} of the learning (scale_rewards "
+                                     f"{t.scale_rewards}) = the first {run_refusal_warmup_steps(cfg)} of "
+                                     f"{t.max_steps} steps",
                    "outcome_rewards": {"correct": r.r_correct, "wrong": r.r_wrong, "invalid": r.r_invalid},
                    "lambda_cite": r.lambda_cite,
                    "judge": type(reward.judge).__name__ if reward.judge is not None else "none",
