@@ -52,6 +52,16 @@ default, and (2) on C their mean lead over the best baseline is no more than 0.0
 under either normalisation. Otherwise the results commit restores round 7's defaults (`refusal_gate_weight: off`,
 `refusal_warmup: 0.9`) and says so.
 
+Amendment, committed after the first run's results (kept unedited in docs/reward_study_round9/first_run/) and
+before this run: step A's reference. Round 6's `AT_FILING_KEYS` (no online p, no gate, no warm-up, γ 0.02) were
+written when the default line was courage γ's; since round 7 made the RA-F1 line the default, those keys alone
+ran the RA-F1 line, not the reward shipped when issue 41 was filed, and the first run's counts compared against
+it. The at-filing reward is now `AT_FILING_KEYS` + `reward.abstain_line: courage`, and before any count step A
+checks that it reproduces, on every earlier cell, the at-filing RA-F1 and refusal round 7 recorded
+(docs/reward_study_round7/study.json; `at_filing_check` in the results, which stop if any cell differs by more
+than 1e-9). Nothing else changed: the rewards, populations, seeds, steps B-E and the decision rule are as
+committed in 09bf976.
+
     PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python scripts/reward_study_round9.py --out runs/reward_study_round9 --jobs 2
 
 Writes OUT/cells/NAME.json per cell as it finishes (a rerun skips those), then OUT/study.json and OUT/study.md
@@ -62,6 +72,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -93,6 +104,10 @@ REWARDS: dict[str, tuple[dict, tuple[float, ...]]] = {  # γ is unused under the
     ROUND7: ({"reward.refusal_gate_weight": "off", "reward.refusal_warmup": 0.9}, (0.2,)),
 }
 LEAD_TOL = 0.001  # the decision rule's (2)
+# the amendment: the reward at filing, with the courage line that was its default (round 6's keys predate round 7)
+AT_FILING_KEYS = {**R6.AT_FILING_KEYS, "reward.abstain_line": "courage"}
+ROUND7_STUDY = repo_root() / "docs" / "reward_study_round7" / "study.json"
+REPRODUCE_TOL = 1e-9
 
 
 def populations() -> list[dict]:
@@ -113,6 +128,19 @@ def targets(filed_cells: list[dict], earlier_cells: list[dict]) -> dict[str, dic
             [f"{r['population']}/{r['norm']}" for r in earlier if not r["no_worse"]]
         out[name] = {"filed": filed, "earlier": earlier, "missed": missed}
     return out
+
+
+def at_filing_check(earlier_cells: list[dict]) -> dict:
+    """The amendment's check: this run's at-filing RA-F1 and refusal on every earlier cell against round 7's
+    recorded ones (any reward of round 7's `earlier` table carries them as "old")."""
+    recorded = json.loads(ROUND7_STUDY.read_text())["earlier"]
+    old = {(r["population"], r["norm"]): r for r in next(iter(recorded.values()))}
+    differing = []
+    for c in earlier_cells:
+        row, ref = L.row_at(c, *R6.AT_FILING), old[(c["population"], c["norm"])]
+        if abs(row["ra_f1"] - ref["old"]) > REPRODUCE_TOL or abs(row["refusal_rate"] - ref["old_refusal"]) > REPRODUCE_TOL:
+            differing.append({"cell": f"{c['population']}/{c['norm']}", "ra_f1": row["ra_f1"], "round7": ref["old"]})
+    return {"cells": len(earlier_cells), "differing": differing}
 
 
 def mean_leads(rows: list[dict]) -> dict[str, dict[str, float]]:
@@ -145,10 +173,15 @@ def main(argv: list[str] | None = None) -> int:
         return [(p, n, seeds, rewards, extra or [], baselines, tag, str(out)) for p in ps for n in norms]
 
     filed_cells = R6.run_jobs(grid(filed, SEEDS, "filed", REWARDS), args.jobs, "A: filed")
-    with_filing = {**REWARDS, R6.AT_FILING[0]: (R6.AT_FILING_KEYS, (R6.AT_FILING[1],))}
+    with_filing = {**REWARDS, R6.AT_FILING[0]: (AT_FILING_KEYS, (R6.AT_FILING[1],))}
     earlier_jobs = [job for p, norms in R7.earlier_populations() for job in
                     grid([p], SEEDS, "earlier", with_filing, norms=norms, baselines=False)]
     earlier_cells = R6.run_jobs(earlier_jobs, args.jobs, "A: earlier")
+    check = at_filing_check(earlier_cells)
+    if check["differing"]:
+        atomic_write_json(out / "at_filing_check.json", check)
+        raise SystemExit(f"the at-filing reward does not reproduce round 7's values on {len(check['differing'])} "
+                         f"cells (see {out}/at_filing_check.json): no target is counted")
     a = targets(filed_cells, earlier_cells)
 
     blocks = []
@@ -167,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                R5.unflattering(p))], args.jobs, "E: unflattering")
     e_rows = [R5.judge(c, SHIPPED, 0.2) for c in e_cells]
     c_leads = mean_leads(c_rows)
-    study = {"protocol_commit": commit, "targets": a, "seed_blocks": blocks, "evidence_r9": c_rows,
+    study = {"protocol_commit": commit, "at_filing_check": check, "targets": a, "seed_blocks": blocks, "evidence_r9": c_rows,
              "evidence_r7_held_out": d_rows, "unflattering_r9": e_rows,
              "mean_leads": {"r9": c_leads, "r7_held_out": mean_leads(d_rows), "unflattering": mean_leads(e_rows)},
              "decision": decision(a, c_leads), "populations": fresh}
@@ -200,7 +233,9 @@ def report(study: dict) -> str:
              f"{'yes' if d['fewer_missed'] else 'no'}; mean lead on the r9 cells no more than {LEAD_TOL} below round "
              f"7's under both normalisations: {'yes' if d['lead_no_worse'] else 'no'}; so the shipped defaults "
              f"{'stay' if d['keep_shipped'] else 'revert to round 7s'}.", "",
-             "## A. Issue 41's targets (constraints, not evidence)", ""]
+             "## A. Issue 41's targets (constraints, not evidence)", "",
+             f"The at-filing reward (courage line, γ 0.02, no online p, gate or warm-up) reproduces round 7's recorded "
+             f"values on all {study['at_filing_check']['cells']} earlier cells (within {REPRODUCE_TOL:g}).", ""]
     for name in REWARDS:
         lines.append(f"- {name}: {len(a[name]['missed'])} of {len(a[name]['filed']) + len(a[name]['earlier'])} "
                      f"missed ({', '.join(a[name]['missed']) or 'none'})")

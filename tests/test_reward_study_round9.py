@@ -54,3 +54,18 @@ def test_the_decision_rule_needs_fewer_misses_and_no_lower_lead():
     assert R.decision(a, worse) == {"fewer_missed": True, "lead_no_worse": False, "keep_shipped": False}
     same = {R.SHIPPED: {"missed": ["x"]}, R.ROUND7: {"missed": ["y"]}}
     assert not R.decision(same, ok)["keep_shipped"]
+
+
+def test_the_amendments_check_holds_the_at_filing_reward_to_round_7s_recorded_values():
+    """Step A's reference must be the reward at filing that round 7 ran (courage line), value for value."""
+    import json
+
+    R = load_script("reward_study_round9")
+    assert R.AT_FILING_KEYS["reward.abstain_line"] == "courage"
+    recorded = next(iter(json.loads(R.ROUND7_STUDY.read_text())["earlier"].values()))
+    ref = next(r for r in recorded if (r["population"], r["norm"]) == ("learn10", "group"))
+    cell = {"population": "learn10", "norm": "group",
+            "variants": {R.R6.AT_FILING[0]: [{**_row(ref["old"], refusal=ref["old_refusal"]), "gamma": 0.02}]}}
+    assert R.at_filing_check([cell]) == {"cells": 1, "differing": []}
+    cell["variants"][R.R6.AT_FILING[0]][0]["ra_f1"] = 0.2802  # what the first run's RA-F1-line reference gave
+    assert R.at_filing_check([cell])["differing"] == [{"cell": "learn10/group", "ra_f1": 0.2802, "round7": ref["old"]}]
