@@ -527,13 +527,8 @@ def gated_refusal_reward(r_ref: float, line: float, answered: float, r_wrong: fl
     if gap == 0.0:
         return float(r_ref)
     w = gate_weight(line, answered)
-    x = float(r_wrong) + (gap * w if math.isfinite(w) else math.copysign(math.inf, gap))
-    r = clip(x, r_clip[0], r_clip[1])
-    if r_max is not None:
-        r = min(r, float(r_max))
-    if r_min is not None:
-        r = max(r, float(r_min))
-    return r
+    weighted = float(r_wrong) + (gap * w if math.isfinite(w) else math.copysign(math.inf, gap))
+    return refusal_reward(weighted, 0.0, r_clip, r_max, r_min)  # the same bounds as an unweighted r_ref
 
 
 def weights_gate(cfg: RewardConfig, uses_r_ref: bool) -> bool:
