@@ -411,7 +411,7 @@ class RewardConfig(Section):
         "mean-only ones it is what the refusal phase learns at. off = r_ref as is. (R; round 9: "
         "docs/learning_study.md)")
     refusal_warmup: WarmupShare = Field(
-        default_factory=lambda: RefusalWarmupShares(), description="strategy=awarl: over this share of the run's "
+        default_factory=RefusalWarmupShares, description="strategy=awarl: over this share of the run's "
         "learning (the steps of train.max_steps weighted by their learning rate under train.lr_scheduler_type and "
         "train.warmup_ratio: under the default constant schedule, this share of the steps; of simulate.steps under "
         "simulate.lr_schedule in the simulator) an abstention earns r_wrong, as in plain GRPO, and Ē stays at 0; "

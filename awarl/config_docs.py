@@ -48,7 +48,7 @@ def type_name(annotation: Any) -> str:
     """A short, readable name of a field's type (`int | None`, `one of: a, b`, `list[(float, float)]`)."""
     origin, args = get_origin(annotation), get_args(annotation)
     if origin is typing.Annotated:  # a tagged union's branch, or a bounded type: its bounds are printed with it
-        return type_name(args[0]) + "".join(_bounds_of(m) for m in annotation.__metadata__)
+        return type_name(args[0]) + "".join(_bounds_of(m) for m in args[1:])
     if origin is Literal:
         return "one of: " + ", ".join(f"`{a}`" for a in args)
     if origin in (typing.Union, types.UnionType):

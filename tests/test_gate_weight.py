@@ -8,7 +8,6 @@ import math
 
 import numpy as np
 import pytest
-from scipy.stats import binom
 
 from awarl.config import ConfigError, RewardConfig, SimulateConfig, config_from_dict, load_config
 from awarl.rewards import abstention as A
@@ -22,7 +21,7 @@ def expected_gated(s: float, line: float, others: int, refusal: float, r_ref: fl
     how many of them answer (a) and whether any of those is correct."""
     total = 0.0
     for a in range(others + 1):
-        p_a = binom.pmf(a, others, 1.0 - refusal)
+        p_a = math.comb(others, a) * (1.0 - refusal) ** a * refusal ** (others - a)  # a of them answer
         paid = A.gated_refusal_reward(r_ref, line, a, 0.0, (-math.inf, math.inf)) if weighted else r_ref
         total += p_a * (1.0 - s) ** a * paid
     return total
